@@ -1,0 +1,1 @@
+//! The FedeRiCo state machine (spec `federico.md` §3–§6), sans-IO.

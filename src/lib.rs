@@ -1,0 +1,28 @@
+//! federico: decentralized personalized federated learning.
+//!
+//! Every silo owns one model and learns *whom to learn from* (FedeRiCo: ε-greedy neighbour
+//! sampling, exponential-moving-average loss tracking, softmax collaborator weights), exchanging
+//! models and weighted gradients directly with its peers.
+//!
+//! # Layout
+//!
+//! The crate is layered; a layer may use the ones above it, never the ones below.
+//!
+//! | module | owns | must not |
+//! |---|---|---|
+//! | [`ids`] | node identifiers | — |
+//! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox | touch tensors, sockets, clocks or threads (std, rand and serde only) |
+//! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
+//! | [`scenario`] | the validated scenario file (data, split, model, algorithms, hyperparameters) | run anything |
+//! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
+//! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
+//!
+//! Randomness: every stream derives from the run seed and the node id ([`ids::stream_seed`]).
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod core;
+pub mod ids;
+pub mod learn;
+pub mod report;
+pub mod scenario;
+pub mod sim;

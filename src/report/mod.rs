@@ -1,0 +1,6 @@
+//! Run reports: what a person or a script reads after a run.
+//! Owns: the `rounds.jsonl` and `summary.json` records, plots, and the final table.
+//! Must not: run algorithms or compute anything but summaries of what it is given.
+
+pub mod plots;
+pub mod table;
