@@ -1,1 +1,481 @@
 //! The FedeRiCo state machine (spec `federico.md` §3–§6), sans-IO.
+//!
+//! Owns: everything one silo decides — whom to sample (ε-greedy on the previous weights), how
+//! measured losses become tracked losses and softmax weights, which weight scales each gradient,
+//! which peers count at inference, which peers are suspect, and which gradients an owner accepts.
+//!
+//! Must not: touch tensors, sockets, clocks or threads. Losses arrive as numbers measured by a
+//! driver (the simulator now, the libp2p runtime later); gradients are plain `Vec<f32>`. A round,
+//! as a driver runs it (spec §3.2):
+//!
+//! 1. `peer.sample()` → the M others to pull models from (previous round's weights);
+//! 2. the driver measures the mean loss of each sampled model *and its own* on local training data;
+//! 3. `peer.handle_losses(n_train, &measured)` → E-step: new tracked losses and weights;
+//! 4. the driver scales each model's summed gradient by `peer.weight(b)` (the *fresh* weight) and
+//!    sends it to the owner, whose [`GradientInbox`] accepts it; the owner takes one optimizer
+//!    step on the sum.
+
+mod inbox;
+mod sampling;
+mod softmax;
+mod table;
+
+pub use inbox::{GradientInbox, Rejection};
+pub use sampling::{SamplingMode, epsilon_greedy};
+pub use softmax::{log_softmax, softmax};
+pub use table::{CollaboratorTable, Entry, LossTracking, ema_update};
+
+use crate::ids::NodeId;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The E-step temperature κ (spec §5.1): ℓ_ib = κ · mean per-sample loss of φ_b on D_i.
+/// Written `"mean"`, `"sum"` or a positive number in files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LossScaleRepr", into = "LossScaleRepr")]
+pub enum LossScale {
+    /// κ = 1: per-sample mean (default for classification).
+    #[default]
+    Mean,
+    /// κ = n_i: the paper-literal summed loss (default for the sine regression toy).
+    Sum,
+    /// A fixed κ, e.g. a mini-batch size.
+    Fixed(f64),
+}
+
+/// How a [`LossScale`] is written: a name or a number.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum LossScaleRepr {
+    Name(String),
+    Number(f64),
+}
+
+impl TryFrom<LossScaleRepr> for LossScale {
+    type Error = String;
+    fn try_from(r: LossScaleRepr) -> Result<Self, String> {
+        match r {
+            LossScaleRepr::Name(n) if n == "mean" => Ok(LossScale::Mean),
+            LossScaleRepr::Name(n) if n == "sum" => Ok(LossScale::Sum),
+            LossScaleRepr::Number(k) if k.is_finite() && k > 0.0 => Ok(LossScale::Fixed(k)),
+            LossScaleRepr::Name(n) => Err(format!(
+                "loss_scale must be \"mean\", \"sum\" or a positive number, got \"{n}\""
+            )),
+            LossScaleRepr::Number(k) => Err(format!(
+                "loss_scale must be \"mean\", \"sum\" or a positive number, got {k}"
+            )),
+        }
+    }
+}
+
+impl From<LossScale> for LossScaleRepr {
+    fn from(s: LossScale) -> Self {
+        match s {
+            LossScale::Mean => LossScaleRepr::Name("mean".into()),
+            LossScale::Sum => LossScaleRepr::Name("sum".into()),
+            LossScale::Fixed(k) => LossScaleRepr::Number(k),
+        }
+    }
+}
+
+impl LossScale {
+    /// κ for a silo with `n_train` training samples.
+    pub fn kappa(self, n_train: usize) -> f64 {
+        match self {
+            LossScale::Mean => 1.0,
+            LossScale::Sum => n_train as f64,
+            LossScale::Fixed(k) => k,
+        }
+    }
+}
+
+/// FedeRiCo hyperparameters; defaults are the paper's (spec §4).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FedericoConfig {
+    /// M: other peers sampled per round (self is always evaluated in addition).
+    pub neighbours: usize,
+    /// ε: probability that a slot explores uniformly instead of taking the top weight.
+    pub epsilon: f64,
+    /// β: weight of the *new* loss in the EMA.
+    pub beta: f64,
+    /// κ of the E-step.
+    pub loss_scale: LossScale,
+    /// Per-slot or per-round ε coin.
+    pub sampling: SamplingMode,
+    /// EMA (Algorithm 1) or accumulated loss (ablation).
+    pub loss_tracking: LossTracking,
+    /// At inference, peers below this weight are dropped before renormalising (spec §9 item 10).
+    pub infer_min_weight: f64,
+    /// Consecutive failures after which a peer becomes suspect and is not sampled (spec §6).
+    pub suspect_after: u32,
+}
+
+impl Default for FedericoConfig {
+    fn default() -> Self {
+        Self {
+            neighbours: 3,
+            epsilon: 0.3,
+            beta: 0.6,
+            loss_scale: LossScale::Mean,
+            sampling: SamplingMode::PerSlot,
+            loss_tracking: LossTracking::Ema,
+            infer_min_weight: 1e-3,
+            suspect_after: 3,
+        }
+    }
+}
+
+impl FedericoConfig {
+    /// Checks every field; the error names the field, the allowed range and the value.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.epsilon) {
+            return Err(format!("epsilon must be in [0, 1], got {}", self.epsilon));
+        }
+        if !(self.beta > 0.0 && self.beta <= 1.0) {
+            return Err(format!("beta must be in (0, 1], got {}", self.beta));
+        }
+        if let LossScale::Fixed(k) = self.loss_scale {
+            if !(k.is_finite() && k > 0.0) {
+                return Err(format!(
+                    "loss_scale must be \"mean\", \"sum\" or a positive number, got {k}"
+                ));
+            }
+        }
+        if !(0.0..1.0).contains(&self.infer_min_weight) {
+            return Err(format!(
+                "infer_min_weight must be in [0, 1), got {}",
+                self.infer_min_weight
+            ));
+        }
+        if self.suspect_after == 0 {
+            return Err("suspect_after must be at least 1, got 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// One silo's FedeRiCo state: its collaborator table, its sampling RNG and peer liveness.
+#[derive(Debug)]
+pub struct Peer {
+    me: NodeId,
+    cfg: FedericoConfig,
+    rng: StdRng,
+    table: CollaboratorTable,
+    /// Consecutive failed pulls per peer (absent = 0).
+    failures: BTreeMap<NodeId, u32>,
+    /// E-steps completed.
+    rounds: u64,
+}
+
+impl Peer {
+    /// A silo `me` that knows `peers` (itself is added if absent), all unmeasured. `seed` seeds
+    /// its sampling stream; derive it from (run seed, node id) with [`crate::ids::stream_seed`].
+    pub fn new(
+        me: NodeId,
+        peers: impl IntoIterator<Item = NodeId>,
+        cfg: FedericoConfig,
+        seed: u64,
+    ) -> Self {
+        let mut table = CollaboratorTable::new(peers);
+        table.insert(me);
+        Self {
+            me,
+            cfg,
+            rng: StdRng::seed_from_u64(seed),
+            table,
+            failures: BTreeMap::new(),
+            rounds: 0,
+        }
+    }
+
+    /// This silo's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &FedericoConfig {
+        &self.cfg
+    }
+
+    /// E-steps completed so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// A peer became known (discovery, late join): it enters with ℓ = L̂ = 0 and `seen = false`,
+    /// so greedy slots try it soon (spec §6, late joiners). Known peers are left as they are.
+    pub fn handle_peer_joined(&mut self, peer: NodeId) {
+        self.table.insert(peer);
+    }
+
+    /// Step 1 of a round: the M other peers to pull models from, by ε-greedy on the current
+    /// (previous round's) weights. Never itself, never a duplicate, never a suspect.
+    pub fn sample(&mut self) -> Vec<NodeId> {
+        let candidates: Vec<(NodeId, f64)> = self
+            .table
+            .iter()
+            .filter(|&(id, _, _)| id != self.me && !self.is_suspect(id))
+            .map(|(id, _, w)| (id, w))
+            .collect();
+        epsilon_greedy(
+            &candidates,
+            self.cfg.neighbours,
+            self.cfg.epsilon,
+            self.cfg.sampling,
+            &mut self.rng,
+        )
+    }
+
+    /// Step 4, the E-step: `measured` holds the mean per-sample loss of each model evaluated
+    /// this round on this silo's `n_train` training samples — the sampled peers that answered,
+    /// and itself. Losses are scaled by κ, unmeasured peers keep their last loss, every tracked
+    /// loss is updated and the weights recomputed. Non-finite losses are ignored (a model that
+    /// gives NaN on our data is treated as not measured).
+    pub fn handle_losses(&mut self, n_train: usize, measured: &[(NodeId, f64)]) {
+        let kappa = self.cfg.loss_scale.kappa(n_train);
+        let scaled: Vec<(NodeId, f64)> = measured
+            .iter()
+            .filter(|(_, l)| l.is_finite())
+            .map(|&(id, l)| (id, kappa * l))
+            .collect();
+        self.table
+            .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking);
+        self.rounds += 1;
+    }
+
+    /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`): the factor of
+    /// the gradient this silo sends to `peer` for its model.
+    pub fn weight(&self, peer: NodeId) -> f64 {
+        self.table.weight(peer)
+    }
+
+    /// The whole row `(peer, weight)`, by id, self included.
+    pub fn weights(&self) -> Vec<(NodeId, f64)> {
+        self.table.iter().map(|(id, _, w)| (id, w)).collect()
+    }
+
+    /// The table, for reports and checkpoints.
+    pub fn table(&self) -> &CollaboratorTable {
+        &self.table
+    }
+
+    /// Weights to mix predictions with (spec §5.3c, §9 item 10): measured peers only, those below
+    /// `infer_min_weight` dropped, renormalised. Falls back to itself alone when nothing is left.
+    pub fn inference_weights(&self) -> Vec<(NodeId, f64)> {
+        let seen: Vec<(NodeId, f64)> = self
+            .table
+            .iter()
+            .filter(|(_, e, _)| e.seen)
+            .map(|(id, _, w)| (id, w))
+            .collect();
+        let total: f64 = seen.iter().map(|x| x.1).sum();
+        let kept: Vec<(NodeId, f64)> = seen
+            .into_iter()
+            .filter(|&(_, w)| total > 0.0 && w / total >= self.cfg.infer_min_weight)
+            .collect();
+        let kept_total: f64 = kept.iter().map(|x| x.1).sum();
+        if kept.is_empty() || kept_total <= 0.0 {
+            return vec![(self.me, 1.0)];
+        }
+        kept.into_iter()
+            .map(|(id, w)| (id, w / kept_total))
+            .collect()
+    }
+
+    /// A pull from `peer` failed (timeout, refused): its loss is kept as it is; after
+    /// `suspect_after` consecutive failures it is not sampled until [`Self::handle_reachable`].
+    pub fn handle_unreachable(&mut self, peer: NodeId) {
+        *self.failures.entry(peer).or_default() += 1;
+    }
+
+    /// `peer` answered or was seen alive again: its failure count is cleared.
+    pub fn handle_reachable(&mut self, peer: NodeId) {
+        self.failures.remove(&peer);
+    }
+
+    /// Whether `peer` is currently excluded from sampling.
+    pub fn is_suspect(&self, peer: NodeId) -> bool {
+        self.failures
+            .get(&peer)
+            .is_some_and(|&f| f >= self.cfg.suspect_after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(me: u32, k: u32, cfg: FedericoConfig) -> Peer {
+        Peer::new(NodeId(me), (0..k).map(NodeId), cfg, 42)
+    }
+
+    #[test]
+    fn sample_excludes_self_and_takes_m() {
+        let mut p = peer(2, 8, FedericoConfig::default());
+        for _ in 0..100 {
+            let s = p.sample();
+            assert_eq!(s.len(), 3);
+            assert!(!s.contains(&NodeId(2)));
+        }
+    }
+
+    #[test]
+    fn m_zero_samples_nobody_and_infers_with_self_only() {
+        let cfg = FedericoConfig {
+            neighbours: 0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 8, cfg);
+        for _ in 0..5 {
+            assert!(p.sample().is_empty());
+            p.handle_losses(100, &[(NodeId(0), 0.5)]);
+        }
+        assert_eq!(p.inference_weights(), vec![(NodeId(0), 1.0)]);
+    }
+
+    #[test]
+    fn unseen_peers_get_no_inference_weight() {
+        let mut p = peer(0, 4, FedericoConfig::default());
+        p.handle_losses(10, &[(NodeId(0), 1.0), (NodeId(1), 1.0)]);
+        // peers 2, 3 are unmeasured: they hold the largest weights but must not be mixed in
+        assert!(p.weight(NodeId(2)) > p.weight(NodeId(0)));
+        let w = p.inference_weights();
+        assert_eq!(
+            w.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![NodeId(0), NodeId(1)]
+        );
+        assert!((w[0].1 - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn inference_drops_tiny_weights_and_renormalises() {
+        let mut p = peer(0, 3, FedericoConfig::default());
+        p.handle_losses(10, &[(NodeId(0), 1.0), (NodeId(1), 1.0), (NodeId(2), 50.0)]);
+        let w = p.inference_weights();
+        assert_eq!(w.len(), 2);
+        assert!((w.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn loss_scale_sum_sharpens_weights() {
+        let run = |scale| {
+            let mut p = peer(
+                0,
+                2,
+                FedericoConfig {
+                    loss_scale: scale,
+                    ..Default::default()
+                },
+            );
+            p.handle_losses(500, &[(NodeId(0), 0.50), (NodeId(1), 0.52)]);
+            p.weight(NodeId(0))
+        };
+        let mean = run(LossScale::Mean);
+        let sum = run(LossScale::Sum);
+        assert!(mean < 0.51 && sum > 0.99, "mean {mean} sum {sum}");
+        assert_eq!(LossScale::Fixed(50.0).kappa(500), 50.0);
+    }
+
+    #[test]
+    fn weights_used_for_gradients_are_the_fresh_ones() {
+        // E-step first, then M-step (spec §3.2, §9 item 4): after handle_losses the weight that
+        // scales a gradient already reflects this round's losses.
+        let mut p = peer(
+            0,
+            2,
+            FedericoConfig {
+                beta: 1.0,
+                ..Default::default()
+            },
+        );
+        assert_eq!(p.weight(NodeId(1)), 0.5);
+        p.handle_losses(1, &[(NodeId(0), 0.0), (NodeId(1), 3.0)]);
+        let expect = (-3.0f64).exp() / (1.0 + (-3.0f64).exp());
+        assert!((p.weight(NodeId(1)) - expect).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sampling_uses_the_previous_rounds_weights() {
+        // ε = 0: after peer 1 is measured as bad, greedy slots go to the others.
+        let cfg = FedericoConfig {
+            neighbours: 1,
+            epsilon: 0.0,
+            beta: 1.0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 3, cfg);
+        p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 5.0), (NodeId(2), 0.5)]);
+        for _ in 0..10 {
+            assert_eq!(p.sample(), vec![NodeId(2)]);
+        }
+    }
+
+    #[test]
+    fn suspects_are_not_sampled_until_reachable_and_keep_their_loss() {
+        let cfg = FedericoConfig {
+            neighbours: 2,
+            epsilon: 1.0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 3, cfg);
+        p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)]);
+        let before = *p.table().entry(NodeId(1)).unwrap();
+        for _ in 0..3 {
+            p.handle_unreachable(NodeId(1));
+        }
+        assert!(p.is_suspect(NodeId(1)));
+        for _ in 0..20 {
+            assert_eq!(p.sample(), vec![NodeId(2)]);
+        }
+        assert_eq!(*p.table().entry(NodeId(1)).unwrap(), before);
+        p.handle_reachable(NodeId(1));
+        assert_eq!(p.sample().len(), 2);
+    }
+
+    #[test]
+    fn late_joiner_is_picked_by_a_greedy_slot() {
+        let cfg = FedericoConfig {
+            neighbours: 1,
+            epsilon: 0.0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 3, cfg);
+        for _ in 0..5 {
+            p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 1.0), (NodeId(2), 1.0)]);
+        }
+        p.handle_peer_joined(NodeId(9));
+        assert_eq!(p.sample(), vec![NodeId(9)]);
+    }
+
+    #[test]
+    fn nan_loss_is_not_recorded() {
+        let mut p = peer(0, 2, FedericoConfig::default());
+        p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), f64::NAN)]);
+        assert!(!p.table().entry(NodeId(1)).unwrap().seen);
+        assert!(p.weights().iter().all(|w| w.1.is_finite()));
+    }
+
+    #[test]
+    fn config_validation_names_the_field() {
+        let bad = FedericoConfig {
+            epsilon: 1.5,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("epsilon"));
+        let bad = FedericoConfig {
+            beta: 0.0,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("beta"));
+        let bad = FedericoConfig {
+            loss_scale: LossScale::Fixed(-1.0),
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("loss_scale"));
+        assert!(FedericoConfig::default().validate().is_ok());
+    }
+}

@@ -60,7 +60,11 @@ pub struct Dataset {
 
 impl Dataset {
     /// Builds a data set, checking that features and labels agree in count.
-    pub fn new(features: Vec<f32>, sample_shape: Vec<usize>, labels: Labels) -> Result<Self, DataError> {
+    pub fn new(
+        features: Vec<f32>,
+        sample_shape: Vec<usize>,
+        labels: Labels,
+    ) -> Result<Self, DataError> {
         let d: usize = sample_shape.iter().product();
         let n = match &labels {
             Labels::Class { ids, num_classes } => {
@@ -79,7 +83,11 @@ impl Dataset {
                 features.len()
             )));
         }
-        Ok(Self { features, sample_shape, labels })
+        Ok(Self {
+            features,
+            sample_shape,
+            labels,
+        })
     }
 
     /// Number of samples.
@@ -128,7 +136,11 @@ impl Dataset {
             },
             Labels::Real(v) => Labels::Real(rows.iter().map(|&i| v[i]).collect()),
         };
-        Dataset { features, sample_shape: self.sample_shape.clone(), labels }
+        Dataset {
+            features,
+            sample_shape: self.sample_shape.clone(),
+            labels,
+        }
     }
 
     /// Samples per class (empty for regression).

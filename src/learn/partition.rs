@@ -54,7 +54,12 @@ pub fn shards(
 }
 
 /// IID: a uniformly random equal split.
-pub fn iid(pool: &Dataset, clients: usize, train_fraction: f64, rng: &mut StdRng) -> Result<Federation, DataError> {
+pub fn iid(
+    pool: &Dataset,
+    clients: usize,
+    train_fraction: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
     let _ = (pool, clients, train_fraction, rng);
     todo!()
 }

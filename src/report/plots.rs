@@ -29,14 +29,24 @@ pub fn weights_over_rounds(
 
 /// Heatmap of a K×K weight matrix (row i = client, column j = model), values printed in cells,
 /// clients labelled with their group when `groups` is given.
-pub fn weight_heatmap(path: &Path, title: &str, weights: &[Vec<f64>], groups: Option<&[usize]>) -> Result<(), PlotError> {
+pub fn weight_heatmap(
+    path: &Path,
+    title: &str,
+    weights: &[Vec<f64>],
+    groups: Option<&[usize]>,
+) -> Result<(), PlotError> {
     let _ = (path, title, weights, groups);
     todo!()
 }
 
 /// One line per series (algorithm): `(round, value)` points. `metric` labels the y axis
 /// ("accuracy" is drawn on [0, 1]; anything else is scaled to the data).
-pub fn metric_curves(path: &Path, title: &str, metric: &str, series: &[(String, Vec<(usize, f64)>)]) -> Result<(), PlotError> {
+pub fn metric_curves(
+    path: &Path,
+    title: &str,
+    metric: &str,
+    series: &[(String, Vec<(usize, f64)>)],
+) -> Result<(), PlotError> {
     let _ = (path, title, metric, series);
     todo!()
 }

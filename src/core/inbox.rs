@@ -1,0 +1,226 @@
+//! The owner's side of the M-step (FedeRiCo spec §3.2 steps 6–7 and §6).
+//! Owns: which weighted gradients an owner waits for, which it accepts, and their sum.
+//! Must not: apply the optimizer step (the driver's learner does), read clocks (deadlines are
+//! the driver's), or trust its inputs: every rejection is a value, never a panic.
+
+use crate::ids::NodeId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a gradient (or `Skip`) was not accepted.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    /// Computed at an older version of the model (spec §6: stale gradients are dropped).
+    #[error("stale: for version {got}, current is {current}")]
+    Stale {
+        /// Version the gradient was computed at.
+        got: u64,
+        /// Version the owner holds.
+        current: u64,
+    },
+    /// Tagged with a version the owner never served.
+    #[error("unknown version {got}, current is {current}")]
+    FutureVersion {
+        /// Version named by the sender.
+        got: u64,
+        /// Version the owner holds.
+        current: u64,
+    },
+    /// The sender was not served this version.
+    #[error("not served this version")]
+    Unexpected,
+    /// A second gradient from the same sender for the same version.
+    #[error("duplicate")]
+    Duplicate,
+    /// Wrong number of values.
+    #[error("wrong length: expected {expected}, got {got}")]
+    WrongLength {
+        /// Parameters of the model.
+        expected: usize,
+        /// Values received.
+        got: usize,
+    },
+    /// A NaN or infinite value.
+    #[error("non-finite value")]
+    NonFinite,
+}
+
+/// Gradients for one version of an owner's model.
+#[derive(Clone, Debug)]
+pub struct GradientInbox {
+    version: u64,
+    len: usize,
+    expected: BTreeSet<NodeId>,
+    received: BTreeMap<NodeId, Option<Vec<f32>>>,
+}
+
+impl GradientInbox {
+    /// An empty inbox for `version` of a model with `len` parameters.
+    pub fn new(version: u64, len: usize) -> Self {
+        Self {
+            version,
+            len,
+            expected: BTreeSet::new(),
+            received: BTreeMap::new(),
+        }
+    }
+
+    /// The version this inbox collects for.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Records that `from` was served this version, so a gradient from it is awaited. The owner
+    /// itself must be expected too: its own gradient is one of the inputs.
+    pub fn expect(&mut self, from: NodeId) {
+        self.expected.insert(from);
+    }
+
+    fn check(&self, from: NodeId, version: u64) -> Result<(), Rejection> {
+        if version < self.version {
+            return Err(Rejection::Stale {
+                got: version,
+                current: self.version,
+            });
+        }
+        if version > self.version {
+            return Err(Rejection::FutureVersion {
+                got: version,
+                current: self.version,
+            });
+        }
+        if !self.expected.contains(&from) {
+            return Err(Rejection::Unexpected);
+        }
+        if self.received.contains_key(&from) {
+            return Err(Rejection::Duplicate);
+        }
+        Ok(())
+    }
+
+    /// Accepts at most one weighted gradient per (sender, version).
+    pub fn handle_gradient(
+        &mut self,
+        from: NodeId,
+        version: u64,
+        grad: Vec<f32>,
+    ) -> Result<(), Rejection> {
+        self.check(from, version)?;
+        if grad.len() != self.len {
+            return Err(Rejection::WrongLength {
+                expected: self.len,
+                got: grad.len(),
+            });
+        }
+        if grad.iter().any(|g| !g.is_finite()) {
+            return Err(Rejection::NonFinite);
+        }
+        self.received.insert(from, Some(grad));
+        Ok(())
+    }
+
+    /// Accepts a `Skip`: the sender releases the owner's wait without a gradient.
+    pub fn handle_skip(&mut self, from: NodeId, version: u64) -> Result<(), Rejection> {
+        self.check(from, version)?;
+        self.received.insert(from, None);
+        Ok(())
+    }
+
+    /// True when every expected sender has sent a gradient or a `Skip`.
+    pub fn is_complete(&self) -> bool {
+        self.expected
+            .iter()
+            .all(|id| self.received.contains_key(id))
+    }
+
+    /// Expected senders that have not answered yet.
+    pub fn missing(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.expected
+            .iter()
+            .copied()
+            .filter(|id| !self.received.contains_key(id))
+    }
+
+    /// Number of gradients (not skips) received.
+    pub fn gradients(&self) -> usize {
+        self.received.values().filter(|g| g.is_some()).count()
+    }
+
+    /// The sum of the received gradients, added in node-id order so the result does not depend
+    /// on arrival order (spec §5.4: one step per model per round on the sum).
+    pub fn sum(&self) -> Vec<f32> {
+        let mut total = vec![0f32; self.len];
+        for g in self.received.values().flatten() {
+            for (t, x) in total.iter_mut().zip(g) {
+                *t += x;
+            }
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_each_expected_sender_once_and_sums_in_id_order() {
+        let mut a = GradientInbox::new(3, 2);
+        let mut b = GradientInbox::new(3, 2);
+        for inbox in [&mut a, &mut b] {
+            inbox.expect(NodeId(0));
+            inbox.expect(NodeId(5));
+        }
+        assert!(!a.is_complete());
+        a.handle_gradient(NodeId(0), 3, vec![1e8, 1.0]).unwrap();
+        a.handle_gradient(NodeId(5), 3, vec![-1e8, 2.0]).unwrap();
+        b.handle_gradient(NodeId(5), 3, vec![-1e8, 2.0]).unwrap();
+        b.handle_gradient(NodeId(0), 3, vec![1e8, 1.0]).unwrap();
+        assert!(a.is_complete());
+        assert_eq!(a.sum(), b.sum());
+        assert_eq!(
+            a.handle_gradient(NodeId(0), 3, vec![0.0, 0.0]),
+            Err(Rejection::Duplicate)
+        );
+    }
+
+    #[test]
+    fn rejects_stale_future_unexpected_bad_shape_and_non_finite() {
+        let mut i = GradientInbox::new(3, 2);
+        i.expect(NodeId(1));
+        assert_eq!(
+            i.handle_gradient(NodeId(1), 2, vec![0.0; 2]),
+            Err(Rejection::Stale { got: 2, current: 3 })
+        );
+        assert!(matches!(
+            i.handle_gradient(NodeId(1), 4, vec![0.0; 2]),
+            Err(Rejection::FutureVersion { .. })
+        ));
+        assert_eq!(
+            i.handle_gradient(NodeId(9), 3, vec![0.0; 2]),
+            Err(Rejection::Unexpected)
+        );
+        assert!(matches!(
+            i.handle_gradient(NodeId(1), 3, vec![0.0; 3]),
+            Err(Rejection::WrongLength { .. })
+        ));
+        assert_eq!(
+            i.handle_gradient(NodeId(1), 3, vec![f32::NAN, 0.0]),
+            Err(Rejection::NonFinite)
+        );
+        // none of the rejections changed the state
+        assert_eq!(i.gradients(), 0);
+        assert_eq!(i.missing().collect::<Vec<_>>(), vec![NodeId(1)]);
+    }
+
+    #[test]
+    fn skip_completes_without_adding() {
+        let mut i = GradientInbox::new(0, 1);
+        i.expect(NodeId(0));
+        i.expect(NodeId(1));
+        i.handle_gradient(NodeId(0), 0, vec![2.0]).unwrap();
+        i.handle_skip(NodeId(1), 0).unwrap();
+        assert!(i.is_complete());
+        assert_eq!(i.sum(), vec![2.0]);
+        assert_eq!(i.handle_skip(NodeId(1), 0), Err(Rejection::Duplicate));
+    }
+}

@@ -1,0 +1,207 @@
+//! The collaborator table: last loss, tracked loss and `seen` flag per known peer, self included
+//! (FedeRiCo spec §3.1 and §3.2 step 4).
+//! Owns: the E-step bookkeeping (keep stale losses, EMA or running sum over *every* entry) and the
+//! softmax weights derived from it.
+//! Must not: choose peers (that is `sampling.rs`) or know how losses were measured.
+
+use super::softmax::softmax;
+use crate::ids::NodeId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How per-round losses become the tracked loss L̂ (spec §4 and Appendix A).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossTracking {
+    /// `L̂ ← (1−β)·L̂ + β·ℓ` (Algorithm 1).
+    #[default]
+    Ema,
+    /// `L̂ ← L̂ + ℓ`: the accumulated loss of the exact-EM view (the paper's ablation).
+    Accumulated,
+}
+
+/// One row entry: what peer `j` looks like from this node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// ℓ_ij: the last measured (scaled) loss; kept when `j` is not measured this round.
+    pub last_loss: f64,
+    /// L̂_ij: the tracked loss the weights are computed from.
+    pub tracked_loss: f64,
+    /// Whether ℓ_ij has ever been measured (spec §5.3: unseen peers get no inference weight).
+    pub seen: bool,
+}
+
+/// `L̂ ← (1−β)·L̂ + β·ℓ`, β weighting the *new* loss (spec §1, §9 item 17).
+pub fn ema_update(tracked: f64, loss: f64, beta: f64) -> f64 {
+    (1.0 - beta) * tracked + beta * loss
+}
+
+/// A node's row of the collaboration matrix, ordered by node id.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CollaboratorTable {
+    entries: BTreeMap<NodeId, Entry>,
+    /// w_i· = softmax(−L̂_i·), aligned with `entries` (recomputed after every change).
+    weights: Vec<f64>,
+}
+
+impl CollaboratorTable {
+    /// A table knowing `ids`, all unmeasured (ℓ = L̂ = 0, spec §3.1): weights are uniform.
+    pub fn new(ids: impl IntoIterator<Item = NodeId>) -> Self {
+        let mut t = Self {
+            entries: ids.into_iter().map(|id| (id, Entry::default())).collect(),
+            weights: Vec::new(),
+        };
+        t.recompute();
+        t
+    }
+
+    /// Adds a peer with the optimistic initial entry if it is new; returns whether it was.
+    pub fn insert(&mut self, id: NodeId) -> bool {
+        if self.entries.contains_key(&id) {
+            return false;
+        }
+        self.entries.insert(id, Entry::default());
+        self.recompute();
+        true
+    }
+
+    /// The E-step of one round: set ℓ for the `measured` entries (unknown ids are added first),
+    /// keep the previous ℓ for all others, then update L̂ for **every** entry and recompute the
+    /// weights.
+    pub fn record_round(&mut self, measured: &[(NodeId, f64)], beta: f64, tracking: LossTracking) {
+        for &(id, loss) in measured {
+            let e = self.entries.entry(id).or_default();
+            e.last_loss = loss;
+            e.seen = true;
+        }
+        for e in self.entries.values_mut() {
+            e.tracked_loss = match tracking {
+                LossTracking::Ema => ema_update(e.tracked_loss, e.last_loss, beta),
+                LossTracking::Accumulated => e.tracked_loss + e.last_loss,
+            };
+        }
+        self.recompute();
+    }
+
+    fn recompute(&mut self) {
+        let scores: Vec<f64> = self.entries.values().map(|e| -e.tracked_loss).collect();
+        self.weights = softmax(&scores);
+    }
+
+    /// Number of known nodes, self included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no node is known.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry of `id`.
+    pub fn entry(&self, id: NodeId) -> Option<&Entry> {
+        self.entries.get(&id)
+    }
+
+    /// Current weight of `id` (0 for unknown ids).
+    pub fn weight(&self, id: NodeId) -> f64 {
+        self.entries
+            .keys()
+            .position(|&k| k == id)
+            .map_or(0.0, |p| self.weights[p])
+    }
+
+    /// `(id, entry, weight)` for every known node, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Entry, f64)> + '_ {
+        self.entries
+            .iter()
+            .zip(&self.weights)
+            .map(|((&id, e), &w)| (id, e, w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u32) -> Vec<NodeId> {
+        (0..n).map(NodeId).collect()
+    }
+
+    #[test]
+    fn ema_weights_the_new_loss_by_beta() {
+        assert!((ema_update(1.0, 3.0, 0.6) - 2.2).abs() < 1e-12);
+        assert_eq!(ema_update(5.0, 1.0, 1.0), 1.0);
+    }
+
+    #[test]
+    fn fresh_table_is_uniform_and_unseen() {
+        let t = CollaboratorTable::new(ids(4));
+        assert!(
+            t.iter()
+                .all(|(_, e, w)| !e.seen && (w - 0.25).abs() < 1e-15)
+        );
+    }
+
+    #[test]
+    fn unmeasured_entries_keep_their_last_loss_and_still_move() {
+        let mut t = CollaboratorTable::new(ids(3));
+        t.record_round(
+            &[(NodeId(0), 1.0), (NodeId(1), 2.0)],
+            0.5,
+            LossTracking::Ema,
+        );
+        assert_eq!(t.entry(NodeId(1)).unwrap().tracked_loss, 1.0);
+        // round 2: only node 0 measured; node 1 keeps ℓ = 2 and L̂ moves toward it (spec §9.5)
+        t.record_round(&[(NodeId(0), 1.0)], 0.5, LossTracking::Ema);
+        let e1 = t.entry(NodeId(1)).unwrap();
+        assert_eq!(e1.last_loss, 2.0);
+        assert!((e1.tracked_loss - 1.5).abs() < 1e-12);
+        // node 2 was never measured: ℓ = L̂ = 0, largest weight (optimistic exploration)
+        let e2 = t.entry(NodeId(2)).unwrap();
+        assert!(!e2.seen && e2.tracked_loss == 0.0);
+        assert!(t.weight(NodeId(2)) > t.weight(NodeId(0)));
+        assert!((t.iter().map(|x| x.2).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn accumulated_mode_sums_losses_and_goes_one_hot() {
+        let mut t = CollaboratorTable::new(ids(2));
+        for _ in 0..100 {
+            t.record_round(
+                &[(NodeId(0), 1.0), (NodeId(1), 1.2)],
+                0.6,
+                LossTracking::Accumulated,
+            );
+        }
+        assert!((t.entry(NodeId(1)).unwrap().tracked_loss - 120.0).abs() < 1e-9);
+        assert!(t.weight(NodeId(0)) > 0.999_999);
+    }
+
+    #[test]
+    fn ema_mode_stays_soft_for_the_same_losses() {
+        let mut t = CollaboratorTable::new(ids(2));
+        for _ in 0..100 {
+            t.record_round(
+                &[(NodeId(0), 1.0), (NodeId(1), 1.2)],
+                0.6,
+                LossTracking::Ema,
+            );
+        }
+        let w0 = t.weight(NodeId(0));
+        assert!((w0 - 1.0 / (1.0 + (-0.2f64).exp())).abs() < 1e-9, "{w0}");
+    }
+
+    #[test]
+    fn insert_is_idempotent_and_optimistic() {
+        let mut t = CollaboratorTable::new(ids(2));
+        t.record_round(
+            &[(NodeId(0), 2.0), (NodeId(1), 2.0)],
+            1.0,
+            LossTracking::Ema,
+        );
+        assert!(t.insert(NodeId(7)));
+        assert!(!t.insert(NodeId(7)));
+        assert!(t.weight(NodeId(7)) > 0.7);
+    }
+}
