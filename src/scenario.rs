@@ -1,1 +1,702 @@
-//! Scenario files.
+//! Scenario files: what `federico simulate` runs.
+//!
+//! Owns: the TOML schema (data, split, model, training, FedeRiCo hyperparameters, algorithms,
+//! rounds, seeds), its validation, and turning it into concrete objects (a [`Federation`], a
+//! [`ModelSpec`]). Unknown fields and invalid values fail at load with a message naming the field
+//! and the allowed values.
+//! Must not: run anything.
+
+use crate::core::FedericoConfig;
+#[cfg(test)]
+use crate::core::MStep;
+use crate::learn::loaders::{self, RealSource};
+use crate::learn::synthetic::{self, MixtureParams};
+use crate::learn::{DataError, Federation, ModelSpec, partition};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the data directory (after `--data-dir`, before `data.dir`).
+pub const DATA_DIR_ENV: &str = "FEDERICO_DATA_DIR";
+
+/// Errors loading or validating a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The scenario file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown field, or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The scenario file.
+        path: PathBuf,
+        /// The parser's message (names the field, the line and the allowed values).
+        message: String,
+    },
+    /// A value outside its allowed range.
+    #[error("invalid scenario: {0}")]
+    Invalid(String),
+    /// The data could not be loaded or split.
+    #[error(transparent)]
+    Data(#[from] DataError),
+}
+
+/// An algorithm `simulate` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Each silo trains alone (spec §8.3).
+    Local,
+    /// One global model, n_i-weighted averaging after one local epoch per round.
+    Fedavg,
+    /// FedAvg, then one epoch of local fine-tuning before evaluation.
+    FedavgPlus,
+    /// FedeRiCo (Algorithm 1).
+    Federico,
+}
+
+impl Algorithm {
+    /// The name used in files and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Local => "local",
+            Algorithm::Fedavg => "fedavg",
+            Algorithm::FedavgPlus => "fedavg_plus",
+            Algorithm::Federico => "federico",
+        }
+    }
+}
+
+/// Where samples come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Synthetic label-group Gaussian mixture (no files).
+    Mixture,
+    /// The sine toy of the paper's Figure 1 (no files).
+    Sine,
+    /// MNIST IDX files.
+    Mnist,
+    /// Fashion-MNIST IDX files.
+    FashionMnist,
+    /// CIFAR-10 binary batches.
+    Cifar10,
+    /// UCI optdigits.
+    Optdigits,
+}
+
+/// `[data]`: the samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// Where samples come from.
+    pub source: Source,
+    /// Data directory for real data (overridden by `--data-dir` and `FEDERICO_DATA_DIR`).
+    pub dir: Option<PathBuf>,
+    /// Real data: fraction of the official training set used as the pool (paper: 0.1).
+    pub fraction: f64,
+    /// Mixture: input clusters per group.
+    pub classes_per_group: usize,
+    /// Mixture: feature dimension.
+    pub dim: usize,
+    /// Synthetic: training samples per client.
+    pub train: usize,
+    /// Synthetic: test samples per client.
+    pub test: usize,
+    /// Mixture: distance scale between cluster centres.
+    pub separation: f64,
+    /// Sine: standard deviation of the noise on y.
+    pub noise: f64,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            source: Source::Mixture,
+            dir: None,
+            fraction: 0.1,
+            classes_per_group: 4,
+            dim: 20,
+            train: 40,
+            test: 100,
+            separation: 3.0,
+            noise: 0.3,
+        }
+    }
+}
+
+/// How samples are divided between silos.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitKind {
+    /// Disjoint label groups (spec §7.1); synthetic sources always use their own groups.
+    LabelGroups,
+    /// Dirichlet over label clusters (Table 4).
+    Dirichlet,
+    /// Pathological label shards.
+    Shards,
+    /// Uniformly random.
+    Iid,
+}
+
+/// `[split]`: silos and how data is divided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SplitConfig {
+    /// The partitioner.
+    pub kind: SplitKind,
+    /// K: number of silos.
+    pub clients: usize,
+    /// G: groups for label-group splits (intervals for the sine toy).
+    pub groups: usize,
+    /// Dirichlet concentration.
+    pub alpha: f64,
+    /// Dirichlet: label clusters.
+    pub clusters: usize,
+    /// Shards per client.
+    pub shards_per_client: usize,
+    /// Fraction of each client's samples used for training (the rest is its test set).
+    pub train_fraction: f64,
+}
+
+impl Default for SplitConfig {
+    fn default() -> Self {
+        Self {
+            kind: SplitKind::LabelGroups,
+            clients: 8,
+            groups: 2,
+            alpha: 0.4,
+            clusters: 4,
+            shards_per_client: 2,
+            train_fraction: 0.8,
+        }
+    }
+}
+
+/// Architecture family; sizes of inputs and outputs come from the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// Linear regression (the sine toy).
+    Linear,
+    /// Softmax regression.
+    Softmax,
+    /// Multi-layer perceptron.
+    Mlp,
+    /// Small CNN.
+    Cnn,
+}
+
+/// `[model]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Architecture family.
+    pub kind: ModelKind,
+    /// MLP hidden widths.
+    pub hidden: Vec<usize>,
+    /// CNN conv channels per layer.
+    pub conv: Vec<usize>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            kind: ModelKind::Softmax,
+            hidden: vec![200],
+            conv: vec![32, 64],
+        }
+    }
+}
+
+/// `[train]`: optimisation shared by every algorithm.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Adam learning rate (paper: 0.01).
+    pub lr: f64,
+    /// Mini-batch size for local epochs and for chunking full passes (paper: 50).
+    pub batch_size: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            lr: 0.01,
+            batch_size: 50,
+        }
+    }
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    /// Name used in reports (default: the file stem).
+    pub name: String,
+    /// One line saying what the scenario shows.
+    pub description: String,
+    /// Run seeds; the table reports mean ± std over them.
+    pub seeds: Vec<u64>,
+    /// Rounds per run.
+    pub rounds: usize,
+    /// Evaluate every this many rounds (the last round is always evaluated).
+    pub eval_every: usize,
+    /// Worker threads for training silos in parallel (0 = all cores).
+    pub threads: usize,
+    /// Algorithms to compare, on identical splits and initial weights.
+    pub algorithms: Vec<Algorithm>,
+    /// `[data]`.
+    pub data: DataConfig,
+    /// `[split]`.
+    pub split: SplitConfig,
+    /// `[model]`.
+    pub model: ModelConfig,
+    /// `[train]`.
+    pub train: TrainConfig,
+    /// `[federico]`.
+    pub federico: FedericoConfig,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            description: String::new(),
+            seeds: vec![1],
+            rounds: 100,
+            eval_every: 1,
+            threads: 0,
+            algorithms: vec![
+                Algorithm::Local,
+                Algorithm::Fedavg,
+                Algorithm::FedavgPlus,
+                Algorithm::Federico,
+            ],
+            data: DataConfig::default(),
+            split: SplitConfig::default(),
+            model: ModelConfig::default(),
+            train: TrainConfig::default(),
+            federico: FedericoConfig::default(),
+        }
+    }
+}
+
+fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(msg()))
+    }
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut s = Self::parse(&text).map_err(|e| match e {
+            ScenarioError::Parse { message, .. } => ScenarioError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        if s.name.is_empty() {
+            s.name = path
+                .file_stem()
+                .map_or("scenario".into(), |n| n.to_string_lossy().into_owned());
+        }
+        Ok(s)
+    }
+
+    /// Parses and validates scenario text.
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: PathBuf::from("<scenario>"),
+            message: e.to_string(),
+        })?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks every value; errors name the field, the allowed range and the value.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        check(!self.seeds.is_empty(), || {
+            "seeds must list at least one seed".into()
+        })?;
+        check(self.rounds >= 1, || {
+            format!("rounds must be at least 1, got {}", self.rounds)
+        })?;
+        check(self.eval_every >= 1, || {
+            format!("eval_every must be at least 1, got {}", self.eval_every)
+        })?;
+        check(!self.algorithms.is_empty(), || {
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\"".into()
+        })?;
+        let mut algs = self.algorithms.clone();
+        algs.sort();
+        algs.dedup();
+        check(algs.len() == self.algorithms.len(), || {
+            "algorithms lists an algorithm twice".into()
+        })?;
+        let d = &self.data;
+        let sp = &self.split;
+        check(sp.clients >= 1, || {
+            format!("split.clients must be at least 1, got {}", sp.clients)
+        })?;
+        check(sp.groups >= 1 && sp.groups <= sp.clients, || {
+            format!(
+                "split.groups must be in [1, split.clients = {}], got {}",
+                sp.clients, sp.groups
+            )
+        })?;
+        check(sp.train_fraction > 0.0 && sp.train_fraction < 1.0, || {
+            format!(
+                "split.train_fraction must be in (0, 1), got {}",
+                sp.train_fraction
+            )
+        })?;
+        check(sp.alpha > 0.0 && sp.alpha.is_finite(), || {
+            format!("split.alpha must be positive, got {}", sp.alpha)
+        })?;
+        check(sp.clusters >= 1, || {
+            format!("split.clusters must be at least 1, got {}", sp.clusters)
+        })?;
+        check(sp.shards_per_client >= 1, || {
+            format!(
+                "split.shards_per_client must be at least 1, got {}",
+                sp.shards_per_client
+            )
+        })?;
+        check(d.fraction > 0.0 && d.fraction <= 1.0, || {
+            format!("data.fraction must be in (0, 1], got {}", d.fraction)
+        })?;
+        let synthetic = matches!(d.source, Source::Mixture | Source::Sine);
+        if synthetic {
+            check(sp.kind == SplitKind::LabelGroups, || {
+                "split.kind must be \"label_groups\" for synthetic sources (they generate their own groups)".into()
+            })?;
+            check(d.train >= 1, || {
+                format!("data.train must be at least 1, got {}", d.train)
+            })?;
+            check(d.test >= 1, || {
+                format!("data.test must be at least 1, got {}", d.test)
+            })?;
+        }
+        if d.source == Source::Mixture {
+            check(d.classes_per_group >= 2, || {
+                format!(
+                    "data.classes_per_group must be at least 2, got {}",
+                    d.classes_per_group
+                )
+            })?;
+            check(d.dim >= 1, || {
+                format!("data.dim must be at least 1, got {}", d.dim)
+            })?;
+            check(d.separation > 0.0, || {
+                format!("data.separation must be positive, got {}", d.separation)
+            })?;
+        }
+        if d.source == Source::Sine {
+            check(d.noise >= 0.0, || {
+                format!("data.noise must be >= 0, got {}", d.noise)
+            })?;
+            check(self.model.kind == ModelKind::Linear, || {
+                "model.kind must be \"linear\" for the sine source (a regression task)".into()
+            })?;
+        } else {
+            check(self.model.kind != ModelKind::Linear, || {
+                format!(
+                    "model.kind \"linear\" is for regression (source \"sine\"), not {:?}",
+                    d.source
+                )
+            })?;
+        }
+        if self.model.kind == ModelKind::Mlp {
+            check(self.model.hidden.iter().all(|&h| h >= 1), || {
+                "model.hidden widths must be at least 1".into()
+            })?;
+        }
+        if self.model.kind == ModelKind::Cnn {
+            check(
+                !self.model.conv.is_empty() && self.model.conv.iter().all(|&c| c >= 1),
+                || "model.conv must list at least one positive channel count".into(),
+            )?;
+            check(
+                matches!(
+                    d.source,
+                    Source::Mnist | Source::FashionMnist | Source::Cifar10 | Source::Optdigits
+                ),
+                || {
+                    "model.kind \"cnn\" needs image data (mnist, fashion_mnist, cifar10, optdigits)"
+                        .into()
+                },
+            )?;
+        }
+        check(self.train.lr > 0.0 && self.train.lr.is_finite(), || {
+            format!("train.lr must be positive, got {}", self.train.lr)
+        })?;
+        check(self.train.batch_size >= 1, || {
+            format!(
+                "train.batch_size must be at least 1, got {}",
+                self.train.batch_size
+            )
+        })?;
+        self.federico
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("federico.{m}")))?;
+        Ok(())
+    }
+
+    /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`.
+    pub fn data_dir(&self, cli: Option<&Path>) -> Option<PathBuf> {
+        cli.map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(DATA_DIR_ENV).map(PathBuf::from))
+            .or_else(|| self.data.dir.clone())
+    }
+
+    /// Loads the real data set once (synthetic sources return `None`).
+    pub fn load_real(
+        &self,
+        data_dir: Option<&Path>,
+    ) -> Result<Option<loaders::RealData>, ScenarioError> {
+        let source = match self.data.source {
+            Source::Mixture | Source::Sine => return Ok(None),
+            Source::Mnist => RealSource::Mnist,
+            Source::FashionMnist => RealSource::FashionMnist,
+            Source::Cifar10 => RealSource::Cifar10,
+            Source::Optdigits => RealSource::Optdigits,
+        };
+        let dir = data_dir.ok_or_else(|| {
+            DataError::Missing(format!(
+                "source {:?} needs real data: pass --data-dir DIR, set {DATA_DIR_ENV}, or set data.dir in the scenario \
+                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/)",
+                self.data.source
+            ))
+        })?;
+        Ok(Some(loaders::load(source, dir)?))
+    }
+
+    /// The federation of one run: generated (synthetic) or subsampled and split (real), from the
+    /// run's data stream.
+    pub fn federation(
+        &self,
+        real: Option<&loaders::RealData>,
+        rng: &mut StdRng,
+    ) -> Result<Federation, ScenarioError> {
+        let d = &self.data;
+        let sp = &self.split;
+        let fed = match (d.source, real) {
+            (Source::Mixture, _) => synthetic::label_group_mixture(
+                &MixtureParams {
+                    clients: sp.clients,
+                    groups: sp.groups,
+                    classes_per_group: d.classes_per_group,
+                    dim: d.dim,
+                    train: d.train,
+                    test: d.test,
+                    separation: d.separation,
+                },
+                rng,
+            )?,
+            (Source::Sine, _) => {
+                synthetic::sine(sp.clients, sp.groups, d.train, d.test, d.noise, rng)?
+            }
+            (_, None) => return Err(ScenarioError::Invalid("real data was not loaded".into())),
+            (_, Some(real)) => {
+                let pool = if d.fraction < 1.0 {
+                    partition::subsample(&real.train, d.fraction, rng)?
+                } else {
+                    real.train.clone()
+                };
+                match sp.kind {
+                    SplitKind::LabelGroups => partition::label_groups(
+                        &pool,
+                        sp.clients,
+                        sp.groups,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Dirichlet => partition::dirichlet(
+                        &pool,
+                        sp.clients,
+                        sp.clusters,
+                        sp.alpha,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Shards => partition::shards(
+                        &pool,
+                        sp.clients,
+                        sp.shards_per_client,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Iid => partition::iid(&pool, sp.clients, sp.train_fraction, rng)?,
+                }
+            }
+        };
+        Ok(fed)
+    }
+
+    /// The architecture for data whose samples have `sample_shape` and `classes` classes
+    /// (`None` for regression).
+    pub fn model_spec(
+        &self,
+        sample_shape: &[usize],
+        classes: Option<usize>,
+    ) -> Result<ModelSpec, ScenarioError> {
+        let inputs: usize = sample_shape.iter().product();
+        let m = &self.model;
+        let need_classes = || {
+            classes.ok_or_else(|| {
+                ScenarioError::Invalid(format!(
+                    "model.kind {:?} needs a classification task",
+                    m.kind
+                ))
+            })
+        };
+        Ok(match m.kind {
+            ModelKind::Linear => ModelSpec::Linear { inputs, outputs: 1 },
+            ModelKind::Softmax => ModelSpec::Softmax {
+                inputs,
+                classes: need_classes()?,
+            },
+            ModelKind::Mlp => ModelSpec::Mlp {
+                inputs,
+                hidden: m.hidden.clone(),
+                classes: need_classes()?,
+            },
+            ModelKind::Cnn => {
+                let [channels, height, width] = sample_shape else {
+                    return Err(ScenarioError::Invalid(format!(
+                        "model.kind \"cnn\" needs image samples [channels, height, width], got {sample_shape:?}"
+                    )));
+                };
+                let mut side = (*height).min(*width);
+                for _ in &m.conv {
+                    if side < 4 {
+                        break;
+                    }
+                    side = (side - 2) / 2;
+                }
+                check(
+                    side >= 1 && (*height).min(*width) >= 4 * m.conv.len(),
+                    || {
+                        format!(
+                            "model.conv has {} layers, too many for {height}x{width} images",
+                            m.conv.len()
+                        )
+                    },
+                )?;
+                ModelSpec::Cnn {
+                    channels: *channels,
+                    height: *height,
+                    width: *width,
+                    conv: m.conv.clone(),
+                    classes: need_classes()?,
+                }
+            }
+        })
+    }
+
+    /// The data RNG of a run seed (shared by all silos: the split is one draw).
+    pub fn data_rng(seed: u64) -> StdRng {
+        StdRng::seed_from_u64(crate::ids::stream_seed(
+            seed,
+            crate::ids::NodeId(u32::MAX),
+            crate::ids::Stream::Data,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_papers() {
+        let s = Scenario::parse("").unwrap();
+        assert_eq!(s.federico.neighbours, 3);
+        assert_eq!(s.federico.epsilon, 0.3);
+        assert_eq!(s.federico.beta, 0.6);
+        assert_eq!(s.train.lr, 0.01);
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_the_allowed_ones() {
+        let e = Scenario::parse("[federico]\nepsilom = 0.2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("epsilom") && e.contains("epsilon"), "{e}");
+        let e = Scenario::parse("roundz = 3\n").unwrap_err().to_string();
+        assert!(e.contains("roundz") && e.contains("rounds"), "{e}");
+    }
+
+    #[test]
+    fn bad_enum_value_lists_allowed_values() {
+        let e = Scenario::parse("algorithms = [\"fedprox\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fedprox") && e.contains("federico"), "{e}");
+        let e = Scenario::parse("[split]\nkind = \"random\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("label_groups") && e.contains("dirichlet"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_field() {
+        for (text, field) in [
+            ("[federico]\nepsilon = 1.5\n", "federico.epsilon"),
+            ("[federico]\nbeta = 0\n", "federico.beta"),
+            ("[federico]\nloss_scale = \"median\"\n", "loss_scale"),
+            ("[federico]\nloss_scale = -2\n", "loss_scale"),
+            ("rounds = 0\n", "rounds"),
+            ("[split]\nclients = 2\ngroups = 3\n", "split.groups"),
+            ("[split]\ntrain_fraction = 1.0\n", "split.train_fraction"),
+            ("[train]\nlr = -0.1\n", "train.lr"),
+            ("[data]\nsource = \"sine\"\n", "model.kind"),
+        ] {
+            let e = Scenario::parse(text).unwrap_err().to_string();
+            assert!(e.contains(field), "{text:?} gave {e}");
+        }
+    }
+
+    #[test]
+    fn loss_scale_and_mstep_forms() {
+        let s =
+            Scenario::parse("[federico]\nloss_scale = 50\nmstep = { minibatch = 4 }\n").unwrap();
+        assert_eq!(s.federico.loss_scale, crate::core::LossScale::Fixed(50.0));
+        assert_eq!(s.federico.mstep, MStep::Minibatch(4));
+        let s = Scenario::parse("[federico]\nloss_scale = \"sum\"\nmstep = \"epoch\"\n").unwrap();
+        assert_eq!(s.federico.loss_scale, crate::core::LossScale::Sum);
+        assert_eq!(s.federico.mstep, MStep::Epoch);
+    }
+
+    #[test]
+    fn cnn_spec_from_cifar_shape() {
+        let s = Scenario::parse(
+            "[data]\nsource = \"cifar10\"\n[model]\nkind = \"cnn\"\nconv = [128, 128, 128]\n",
+        )
+        .unwrap();
+        let spec = s.model_spec(&[3, 32, 32], Some(10)).unwrap();
+        assert!(matches!(spec, ModelSpec::Cnn { channels: 3, .. }));
+    }
+
+    #[test]
+    fn missing_data_dir_says_what_to_do() {
+        let s = Scenario::parse("[data]\nsource = \"fashion_mnist\"\n").unwrap();
+        let e = s.load_real(None).unwrap_err().to_string();
+        assert!(e.contains("--data-dir") && e.contains(DATA_DIR_ENV), "{e}");
+    }
+}

@@ -91,6 +91,21 @@ impl LossScale {
     }
 }
 
+/// What the M-step computes each round (spec §5.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MStep {
+    /// One gradient over all local training data per (sampler, model) and one optimizer step per
+    /// model per round (literal Algorithm 1).
+    #[default]
+    Full,
+    /// `minibatch(S)` with S = one local epoch (⌈n_i / batch⌉ lock-step sub-steps), so a model's
+    /// optimizer steps per round match the baselines' one local epoch (spec §8.2).
+    Epoch,
+    /// `minibatch(S)` with a fixed number S of sub-steps.
+    Minibatch(usize),
+}
+
 /// FedeRiCo hyperparameters; defaults are the paper's (spec §4).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -111,6 +126,8 @@ pub struct FedericoConfig {
     pub infer_min_weight: f64,
     /// Consecutive failures after which a peer becomes suspect and is not sampled (spec §6).
     pub suspect_after: u32,
+    /// What the M-step computes per round (spec §5.5).
+    pub mstep: MStep,
 }
 
 impl Default for FedericoConfig {
@@ -124,6 +141,7 @@ impl Default for FedericoConfig {
             loss_tracking: LossTracking::Ema,
             infer_min_weight: 1e-3,
             suspect_after: 3,
+            mstep: MStep::Full,
         }
     }
 }
@@ -149,6 +167,9 @@ impl FedericoConfig {
                 "infer_min_weight must be in [0, 1), got {}",
                 self.infer_min_weight
             ));
+        }
+        if self.mstep == MStep::Minibatch(0) {
+            return Err("mstep minibatch count must be at least 1, got 0".into());
         }
         if self.suspect_after == 0 {
             return Err("suspect_after must be at least 1, got 0".into());
