@@ -20,6 +20,7 @@
 //! Randomness: every stream derives from the run seed and the node id ([`ids::stream_seed`]).
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod cli;
 pub mod core;
 pub mod ids;
 pub mod learn;

@@ -3,4 +3,5 @@
 //! Must not: run algorithms or compute anything but summaries of what it is given.
 
 pub mod plots;
+pub mod records;
 pub mod table;

@@ -1,1 +1,683 @@
-//! The in-process simulator.
+//! The in-process simulator: all silos of a federation in one process, lock-step rounds,
+//! deterministic for a seed (`federico simulate`).
+//!
+//! Owns: building each run (split, learners, identical initial weights for every algorithm),
+//! stepping the algorithms round by round with silos computed in parallel on a thread pool,
+//! evaluating them, and writing the run's files (`rounds.jsonl`, `partition.json`,
+//! `summary.json`, plots).
+//! Must not: make algorithm decisions: FedeRiCo's live in [`crate::core`], and the baselines'
+//! per-round work is the plain recipe of spec §8.3.
+
+mod baselines;
+mod federico;
+
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
+use crate::report::records::{
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, FedericoRound, RoundRecord, RunSummary,
+    Summary,
+};
+use crate::report::{plots, table};
+use crate::scenario::{Algorithm, Scenario, ScenarioError};
+use baselines::{FedAvgRun, LocalRun};
+use federico::FedericoRun;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Errors of a simulation run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The scenario or its data.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A model failed.
+    #[error(transparent)]
+    Learn(#[from] LearnError),
+    /// Writing an output file.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] plots::PlotError),
+    /// The worker pool could not start.
+    #[error("starting {threads} worker threads: {reason}")]
+    Threads {
+        /// Threads asked for.
+        threads: usize,
+        /// Why it failed.
+        reason: String,
+    },
+    /// Something that cannot happen in a fault-free lock-step run did.
+    #[error("simulator invariant broken: {0}")]
+    Invariant(String),
+}
+
+/// How to run a scenario (from the command line).
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Output directory.
+    pub out: PathBuf,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// Show a progress bar on stderr (hidden anyway when stderr is not a terminal).
+    pub progress: bool,
+}
+
+/// What a finished simulation returns.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// What was written to `summary.json`.
+    pub summary: Summary,
+    /// The final table (also written to `table.txt`).
+    pub table: String,
+}
+
+/// A client's test score: summed loss and correct predictions over its test samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct ClientEval {
+    loss_sum: f64,
+    correct: usize,
+    count: usize,
+}
+
+impl From<Evaluation> for ClientEval {
+    fn from(e: Evaluation) -> Self {
+        Self {
+            loss_sum: e.loss_sum,
+            correct: e.correct,
+            count: e.count,
+        }
+    }
+}
+
+/// What one run step needs: the split, one learner workspace per silo and the worker pool.
+pub(crate) struct Ctx<'a> {
+    scenario: &'a Scenario,
+    fed: &'a Federation,
+    seed: u64,
+    learners: Vec<Learner>,
+    pool: &'a rayon::ThreadPool,
+}
+
+impl Ctx<'_> {
+    fn clients(&self) -> usize {
+        self.fed.clients.len()
+    }
+    fn lr(&self) -> f32 {
+        self.scenario.train.lr as f32
+    }
+    fn batch_size(&self) -> usize {
+        self.scenario.train.batch_size
+    }
+}
+
+/// Mini-batches without replacement over one silo's rows, reshuffled when exhausted.
+pub(crate) struct BatchCursor {
+    order: Vec<usize>,
+    pos: usize,
+    rng: StdRng,
+}
+
+impl BatchCursor {
+    fn new(n: usize, rng: StdRng) -> Self {
+        Self {
+            order: (0..n).collect(),
+            pos: n,
+            rng,
+        }
+    }
+
+    /// The next `batch` rows (all rows when the silo has fewer).
+    fn next(&mut self, batch: usize) -> Vec<usize> {
+        let batch = batch.min(self.order.len());
+        if self.pos + batch > self.order.len() {
+            self.order.shuffle(&mut self.rng);
+            self.pos = 0;
+        }
+        let rows = self.order[self.pos..self.pos + batch].to_vec();
+        self.pos += batch;
+        rows
+    }
+}
+
+/// Scores a mixture `Σ w_j · model_j` on `test`: mixed class probabilities (accuracy and the
+/// mixture's cross-entropy) or mixed regression outputs (squared error).
+pub(crate) fn mix_eval(
+    learner: &mut Learner,
+    parts: &[(&[f32], f64)],
+    test: &Dataset,
+) -> Result<ClientEval, SimError> {
+    if let [(params, _)] = parts {
+        return Ok(learner.evaluate(params, test)?.into());
+    }
+    let width = learner.outputs();
+    let mut mixed = vec![0f64; test.len() * width];
+    for &(params, w) in parts {
+        for (m, p) in mixed.iter_mut().zip(learner.predict(params, test)?) {
+            *m += w * p as f64;
+        }
+    }
+    let mut eval = ClientEval {
+        count: test.len(),
+        ..Default::default()
+    };
+    match &test.labels {
+        crate::learn::Labels::Class { ids, .. } => {
+            for (row, &y) in mixed.chunks(width).zip(ids) {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(0, |b| b.0);
+                eval.correct += (best == y as usize) as usize;
+                eval.loss_sum -= row[y as usize].clamp(1e-12, 1.0).ln();
+            }
+        }
+        crate::learn::Labels::Real(ys) => {
+            for (row, &y) in mixed.chunks(width).zip(ys) {
+                eval.loss_sum += (row[0] - y as f64).powi(2);
+            }
+        }
+    }
+    Ok(eval)
+}
+
+/// Mean over silos of the weight each puts on its own group, self included (spec §8.1 item 6).
+pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
+    let total: f64 = weights
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .filter(|(j, _)| groups[*j] == groups[i])
+                .map(|(_, w)| w)
+                .sum::<f64>()
+        })
+        .sum();
+    total / weights.len().max(1) as f64
+}
+
+/// Algorithms in table order.
+fn ordered(algs: &[Algorithm]) -> Vec<Algorithm> {
+    let mut a = algs.to_vec();
+    a.sort();
+    a
+}
+
+/// One seed's scores of one algorithm at one evaluation.
+struct Scored {
+    algorithm: Algorithm,
+    clients: Vec<ClientEval>,
+}
+
+fn to_round(s: &Scored, regression: bool) -> AlgorithmRound {
+    let count: usize = s.clients.iter().map(|c| c.count).sum::<usize>().max(1);
+    let loss = s.clients.iter().map(|c| c.loss_sum).sum::<f64>() / count as f64;
+    let correct: usize = s.clients.iter().map(|c| c.correct).sum();
+    let per_client_loss: Vec<f64> = s
+        .clients
+        .iter()
+        .map(|c| c.loss_sum / c.count.max(1) as f64)
+        .collect();
+    let per_client = if regression {
+        per_client_loss.clone()
+    } else {
+        s.clients
+            .iter()
+            .map(|c| c.correct as f64 / c.count.max(1) as f64)
+            .collect()
+    };
+    AlgorithmRound {
+        algorithm: s.algorithm.name().into(),
+        accuracy: (!regression).then(|| correct as f64 / count as f64),
+        mse: regression.then_some(loss),
+        loss,
+        per_client,
+        per_client_loss,
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
+    move |source| SimError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), SimError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| SimError::Io {
+        path: path.into(),
+        source: e.into(),
+    })?;
+    std::fs::write(path, text + "\n").map_err(io_err(path))
+}
+
+/// Runs every seed of `scenario` and writes the reports under `opts.out`.
+pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
+    let threads = match scenario.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("silo-worker-{i}"))
+        .build()
+        .map_err(|e| SimError::Threads {
+            threads,
+            reason: e.to_string(),
+        })?;
+    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    let data_dir = scenario.data_dir(opts.data_dir.as_deref());
+    let real = scenario.load_real(data_dir.as_deref())?;
+
+    let algorithms = ordered(&scenario.algorithms);
+    let bar = if opts.progress {
+        let b = ProgressBar::new((scenario.rounds * scenario.seeds.len()) as u64);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} rounds  {msg}",
+            )
+            .expect("the template is a valid constant"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let mut runs = Vec::new();
+    let mut curves: Vec<Vec<(String, Vec<(usize, f64)>)>> = Vec::new();
+    let mut meta = None;
+    for &seed in &scenario.seeds {
+        let dir = opts.out.join(format!("seed-{seed}"));
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let r = run_seed(scenario, seed, real.as_ref(), &pool, &dir, &bar)?;
+        meta.get_or_insert((r.spec.clone(), r.num_params, r.clients, r.regression));
+        curves.push(r.curves);
+        runs.push(r.summary);
+    }
+    bar.finish_and_clear();
+    let (spec, num_params, clients, regression) = meta.expect("seeds is validated non-empty");
+
+    let algorithms: Vec<AlgorithmSummary> = algorithms
+        .iter()
+        .map(|alg| {
+            let results: Vec<&AlgorithmResult> = runs
+                .iter()
+                .map(|r| {
+                    r.algorithms
+                        .iter()
+                        .find(|a| a.algorithm == alg.name())
+                        .expect("every run scores every algorithm")
+                })
+                .collect();
+            let per_seed: Vec<f64> = results
+                .iter()
+                .map(|a| a.accuracy.or(a.mse).unwrap_or(f64::NAN))
+                .collect();
+            let (mean, std) = table::mean_std(&per_seed);
+            let per_client = (0..clients)
+                .map(|i| {
+                    results.iter().map(|a| a.per_client[i]).sum::<f64>() / results.len() as f64
+                })
+                .collect();
+            let masses: Vec<f64> = results.iter().filter_map(|a| a.same_group_mass).collect();
+            AlgorithmSummary {
+                algorithm: alg.name().into(),
+                accuracy: (!regression).then_some(mean),
+                accuracy_std: (!regression).then_some(std),
+                mse: regression.then_some(mean),
+                mse_std: regression.then_some(std),
+                per_seed,
+                per_client,
+                same_group_mass: (!masses.is_empty())
+                    .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
+                wall_seconds: results.iter().map(|a| a.wall_seconds).sum::<f64>()
+                    / results.len() as f64,
+            }
+        })
+        .collect();
+    let metric = if regression { "mse" } else { "accuracy" };
+    let summary = Summary {
+        scenario: scenario.name.clone(),
+        metric: metric.into(),
+        model: serde_json::to_value(&spec).unwrap_or_default(),
+        num_params,
+        clients,
+        rounds: scenario.rounds,
+        seeds: scenario.seeds.clone(),
+        algorithms,
+        runs,
+    };
+    write_json(&opts.out.join("summary.json"), &summary)?;
+
+    // The seed-mean curve of every algorithm (seeds share evaluation rounds).
+    let mean_curves: Vec<(String, Vec<(usize, f64)>)> = curves[0]
+        .iter()
+        .enumerate()
+        .map(|(a, (name, pts))| {
+            let pts = pts
+                .iter()
+                .enumerate()
+                .map(|(p, &(round, _))| {
+                    (
+                        round,
+                        curves.iter().map(|c| c[a].1[p].1).sum::<f64>() / curves.len() as f64,
+                    )
+                })
+                .collect();
+            (name.clone(), pts)
+        })
+        .collect();
+    plots::metric_curves(
+        &opts.out.join(format!("{metric}.svg")),
+        &format!(
+            "{}: test {metric} per round (mean over {} seeds)",
+            scenario.name,
+            scenario.seeds.len()
+        ),
+        metric,
+        &mean_curves,
+    )?;
+
+    let rows: Vec<table::Row> = summary
+        .algorithms
+        .iter()
+        .map(|a| table::Row {
+            algorithm: a.algorithm.clone(),
+            values: a.per_seed.clone(),
+        })
+        .collect();
+    let text = table::render(metric, !regression, &rows);
+    let table_path = opts.out.join("table.txt");
+    std::fs::write(&table_path, &text).map_err(io_err(&table_path))?;
+    Ok(Outcome {
+        summary,
+        table: text,
+    })
+}
+
+/// What one seed produced.
+struct SeedRun {
+    summary: RunSummary,
+    curves: Vec<(String, Vec<(usize, f64)>)>,
+    spec: ModelSpec,
+    num_params: usize,
+    clients: usize,
+    regression: bool,
+}
+
+fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    real: Option<&crate::learn::loaders::RealData>,
+    pool: &rayon::ThreadPool,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> Result<SeedRun, SimError> {
+    let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
+    write_json(&dir.join("partition.json"), &fed.report())?;
+    let first = &fed.clients[0].train;
+    let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
+    let regression = spec.is_regression();
+    let learners = (0..fed.clients.len())
+        .map(|_| Learner::new(&spec, scenario.train.batch_size))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Identical initial weights for every algorithm: silo i always starts from init[i].
+    let init: Vec<Vec<f32>> = (0..fed.clients.len() as u32)
+        .map(|i| {
+            learners[0].init_params(&mut StdRng::seed_from_u64(stream_seed(
+                seed,
+                NodeId(i),
+                Stream::Init,
+            )))
+        })
+        .collect();
+    let num_params = init[0].len();
+    let mut ctx = Ctx {
+        scenario,
+        fed: &fed,
+        seed,
+        learners,
+        pool,
+    };
+    let groups = fed.groups();
+    let wants = |a| scenario.algorithms.contains(&a);
+
+    let mut local = wants(Algorithm::Local).then(|| LocalRun::new(&ctx, &init));
+    let mut fedavg = (wants(Algorithm::Fedavg) || wants(Algorithm::FedavgPlus))
+        .then(|| FedAvgRun::new(&ctx, &init));
+    let mut fedrc = wants(Algorithm::Federico).then(|| FedericoRun::new(&ctx, &init));
+    let algorithms = ordered(&scenario.algorithms);
+    let mut seconds = vec![0f64; algorithms.len()];
+    let slot = |a: Algorithm| {
+        algorithms
+            .iter()
+            .position(|&x| x == a)
+            .expect("only requested algorithms are timed")
+    };
+    let mut curves: Vec<(String, Vec<(usize, f64)>)> = algorithms
+        .iter()
+        .map(|a| (a.name().to_string(), Vec::new()))
+        .collect();
+    let mut last: Vec<AlgorithmRound> = Vec::new();
+    let mut last_mass = None;
+
+    let log_path = dir.join("rounds.jsonl");
+    let mut log =
+        std::io::BufWriter::new(std::fs::File::create(&log_path).map_err(io_err(&log_path))?);
+    for round in 1..=scenario.rounds {
+        // Train. FedAvg's time is shared by its two rows and charged to both.
+        if let Some(run) = local.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            seconds[slot(Algorithm::Local)] += t.elapsed().as_secs_f64();
+        }
+        if let Some(run) = fedavg.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            let s = t.elapsed().as_secs_f64();
+            for a in [Algorithm::Fedavg, Algorithm::FedavgPlus] {
+                if wants(a) {
+                    seconds[slot(a)] += s;
+                }
+            }
+        }
+        if let Some(run) = fedrc.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            seconds[slot(Algorithm::Federico)] += t.elapsed().as_secs_f64();
+        }
+
+        // Evaluate.
+        let mut scored = Vec::new();
+        if round % scenario.eval_every == 0 || round == scenario.rounds {
+            for &a in &algorithms {
+                let t = Instant::now();
+                let clients = match a {
+                    Algorithm::Local => local.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    Algorithm::Fedavg => fedavg.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    Algorithm::FedavgPlus => {
+                        fedavg.as_mut().map(|r| r.evaluate_plus(&mut ctx, round))
+                    }
+                    Algorithm::Federico => fedrc.as_mut().map(|r| r.evaluate(&mut ctx)),
+                }
+                .expect("every requested algorithm has a run")?;
+                seconds[slot(a)] += t.elapsed().as_secs_f64();
+                scored.push(Scored {
+                    algorithm: a,
+                    clients,
+                });
+            }
+        }
+        let rounds_scored: Vec<AlgorithmRound> =
+            scored.iter().map(|s| to_round(s, regression)).collect();
+        for (r, (_, pts)) in rounds_scored.iter().zip(curves.iter_mut()) {
+            pts.push((round, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
+        }
+        let federico = fedrc.as_ref().map(|run| {
+            let weights = run.weight_matrix();
+            let mass = groups.as_deref().map(|g| same_group_mass(&weights, g));
+            last_mass = mass;
+            FedericoRound {
+                sampled: run
+                    .last_sampled
+                    .iter()
+                    .map(|s| s.iter().map(|n| n.0).collect())
+                    .collect(),
+                same_group_mass: mass,
+                weights,
+            }
+        });
+        let record = RoundRecord {
+            seed,
+            round,
+            algorithms: rounds_scored.clone(),
+            federico,
+        };
+        serde_json::to_writer(&mut log, &record).map_err(|e| SimError::Io {
+            path: log_path.clone(),
+            source: e.into(),
+        })?;
+        writeln!(log)
+            .and_then(|_| log.flush())
+            .map_err(io_err(&log_path))?;
+
+        if !rounds_scored.is_empty() {
+            let msg: Vec<String> = rounds_scored
+                .iter()
+                .map(|r| match r.accuracy {
+                    Some(acc) => format!("{} {:.1}%", r.algorithm, 100.0 * acc),
+                    None => format!("{} mse {:.4}", r.algorithm, r.mse.unwrap_or(f64::NAN)),
+                })
+                .collect();
+            bar.set_message(format!("seed {seed}: {}", msg.join("  ")));
+            last = rounds_scored;
+        }
+        bar.inc(1);
+    }
+
+    let summary = RunSummary {
+        seed,
+        rounds: scenario.rounds,
+        algorithms: last
+            .iter()
+            .zip(&algorithms)
+            .enumerate()
+            .map(|(s, (r, &a))| AlgorithmResult {
+                algorithm: r.algorithm.clone(),
+                accuracy: r.accuracy,
+                mse: r.mse,
+                per_client: r.per_client.clone(),
+                same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
+                wall_seconds: seconds[s],
+            })
+            .collect(),
+    };
+    write_json(&dir.join("summary.json"), &summary)?;
+    write_seed_plots(
+        scenario,
+        dir,
+        &log_path,
+        &curves,
+        groups.as_deref(),
+        regression,
+    )?;
+    Ok(SeedRun {
+        summary,
+        curves,
+        spec,
+        num_params,
+        clients: fed.clients.len(),
+        regression,
+    })
+}
+
+/// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
+fn write_seed_plots(
+    scenario: &Scenario,
+    dir: &Path,
+    log_path: &Path,
+    curves: &[(String, Vec<(usize, f64)>)],
+    groups: Option<&[usize]>,
+    regression: bool,
+) -> Result<(), SimError> {
+    let metric = if regression { "mse" } else { "accuracy" };
+    plots::metric_curves(
+        &dir.join(format!("{metric}.svg")),
+        &format!("{}: test {metric}", scenario.name),
+        metric,
+        curves,
+    )?;
+    if !scenario.algorithms.contains(&Algorithm::Federico) {
+        return Ok(());
+    }
+    // Re-read the weights from the run log rather than keeping every round in memory.
+    let text = std::fs::read_to_string(log_path).map_err(io_err(log_path))?;
+    let mut rounds = Vec::new();
+    let mut weights = Vec::new();
+    for line in text.lines() {
+        let rec: RoundRecord = serde_json::from_str(line).map_err(|e| SimError::Io {
+            path: log_path.to_owned(),
+            source: e.into(),
+        })?;
+        if let Some(f) = rec.federico {
+            rounds.push(rec.round);
+            weights.push(f.weights);
+        }
+    }
+    plots::weights_over_rounds(
+        &dir.join("weights_over_rounds.svg"),
+        &rounds,
+        &weights,
+        groups,
+    )?;
+    if let Some(fin) = weights.last() {
+        plots::weight_heatmap(
+            &dir.join("weights_final.svg"),
+            &format!(
+                "{}: FedeRiCo weights after round {}",
+                scenario.name,
+                rounds.last().copied().unwrap_or(0)
+            ),
+            fin,
+            groups,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_cursor_covers_every_row_once_per_epoch() {
+        let mut c = BatchCursor::new(10, StdRng::seed_from_u64(1));
+        let mut seen: Vec<usize> = (0..5).flat_map(|_| c.next(2)).collect();
+        seen.sort();
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(c.next(50).len(), 10);
+    }
+
+    #[test]
+    fn same_group_mass_counts_self_and_group_peers() {
+        let w = vec![
+            vec![0.5, 0.4, 0.1],
+            vec![0.2, 0.2, 0.6],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let m = same_group_mass(&w, &[0, 0, 1]);
+        assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
+    }
+}

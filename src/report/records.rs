@@ -1,0 +1,132 @@
+//! The machine-readable records of a run: one `rounds.jsonl` line per round, a `summary.json`
+//! per seed and one for the whole scenario.
+//! Must not: compute metrics; the driver fills them in.
+
+use serde::{Deserialize, Serialize};
+
+/// One algorithm's scores at one round.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AlgorithmRound {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Test accuracy pooled over clients (classification).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// Test mean squared error pooled over clients (regression).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mse: Option<f64>,
+    /// Mean test loss pooled over clients (cross-entropy of the predictive distribution, or MSE).
+    pub loss: f64,
+    /// Per-client test accuracy (classification) or MSE (regression).
+    pub per_client: Vec<f64>,
+    /// Per-client mean test loss.
+    pub per_client_loss: Vec<f64>,
+}
+
+/// FedeRiCo's collaboration state at the end of a round.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FedericoRound {
+    /// w_ij: row i = silo, column j = model, self included.
+    pub weights: Vec<Vec<f64>>,
+    /// The peers each silo sampled this round.
+    pub sampled: Vec<Vec<u32>>,
+    /// Mean over silos of the weight on same-group peers, self included (known groups only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_group_mass: Option<f64>,
+}
+
+/// One line of `rounds.jsonl`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// Run seed.
+    pub seed: u64,
+    /// Round, counted from 1.
+    pub round: usize,
+    /// Scores (empty on rounds that were not evaluated).
+    pub algorithms: Vec<AlgorithmRound>,
+    /// FedeRiCo's weights, when it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub federico: Option<FedericoRound>,
+}
+
+/// One algorithm's final result on one seed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AlgorithmResult {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Final test accuracy, pooled over clients (weighted by test-set size, as the paper reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// Final test MSE, pooled over clients (regression).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mse: Option<f64>,
+    /// Per-client final accuracy or MSE.
+    pub per_client: Vec<f64>,
+    /// FedeRiCo only: final mean weight mass on same-group peers, self included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_group_mass: Option<f64>,
+    /// Seconds spent training and evaluating this algorithm.
+    pub wall_seconds: f64,
+}
+
+/// `seed-N/summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Run seed.
+    pub seed: u64,
+    /// Rounds run.
+    pub rounds: usize,
+    /// Final results per algorithm.
+    pub algorithms: Vec<AlgorithmResult>,
+}
+
+/// One algorithm across seeds, in the scenario's `summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AlgorithmSummary {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Mean over seeds of the final pooled accuracy (classification).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// Sample standard deviation over seeds of the accuracy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy_std: Option<f64>,
+    /// Mean over seeds of the final pooled MSE (regression).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mse: Option<f64>,
+    /// Sample standard deviation over seeds of the MSE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mse_std: Option<f64>,
+    /// The metric on each seed, in seed order.
+    pub per_seed: Vec<f64>,
+    /// Per-client metric, averaged over seeds (client i of every seed's split).
+    pub per_client: Vec<f64>,
+    /// FedeRiCo only: mean over seeds of `same_group_mass`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_group_mass: Option<f64>,
+    /// Mean wall seconds per seed.
+    pub wall_seconds: f64,
+}
+
+/// The scenario's `summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// "accuracy" or "mse".
+    pub metric: String,
+    /// The architecture, as a JSON value.
+    pub model: serde_json::Value,
+    /// Parameters per model.
+    pub num_params: usize,
+    /// Number of silos.
+    pub clients: usize,
+    /// Rounds per run.
+    pub rounds: usize,
+    /// Seeds run.
+    pub seeds: Vec<u64>,
+    /// One entry per algorithm.
+    pub algorithms: Vec<AlgorithmSummary>,
+    /// Every seed's own summary.
+    pub runs: Vec<RunSummary>,
+}
