@@ -65,8 +65,6 @@ pub struct AlgorithmResult {
     /// FedeRiCo only: final mean weight mass on same-group peers, self included.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_group_mass: Option<f64>,
-    /// Seconds spent training and evaluating this algorithm.
-    pub wall_seconds: f64,
 }
 
 /// `seed-N/summary.json`.
@@ -104,8 +102,6 @@ pub struct AlgorithmSummary {
     /// FedeRiCo only: mean over seeds of `same_group_mass`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_group_mass: Option<f64>,
-    /// Mean wall seconds per seed.
-    pub wall_seconds: f64,
 }
 
 /// The scenario's `summary.json`.
@@ -129,4 +125,32 @@ pub struct Summary {
     pub algorithms: Vec<AlgorithmSummary>,
     /// Every seed's own summary.
     pub runs: Vec<RunSummary>,
+}
+
+/// `seed-N/timing.json`: wall-clock figures, kept out of `summary.json` so that the summary of a
+/// seed is bit-identical from run to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Timing {
+    /// Run seed.
+    pub seed: u64,
+    /// Worker threads used.
+    pub threads: usize,
+    /// Seconds for the whole seed (data split, training, evaluation, files).
+    pub total_seconds: f64,
+    /// Per algorithm: seconds spent training and evaluating it (FedAvg's training is charged to
+    /// both FedAvg and FedAvg+).
+    pub algorithms: Vec<AlgorithmTiming>,
+}
+
+/// One algorithm's time on one seed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AlgorithmTiming {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Training seconds over all rounds.
+    pub train_seconds: f64,
+    /// Evaluation seconds over all evaluated rounds.
+    pub eval_seconds: f64,
+    /// Median training seconds of one round.
+    pub median_round_seconds: f64,
 }

@@ -208,6 +208,16 @@ pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
     total / weights.len().max(1) as f64
 }
 
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Algorithms in table order.
 fn ordered(algs: &[Algorithm]) -> Vec<Algorithm> {
     let mut a = algs.to_vec();
@@ -459,7 +469,9 @@ fn run_seed(
         .then(|| FedAvgRun::new(&ctx, &init));
     let mut fedrc = wants(Algorithm::Federico).then(|| FedericoRun::new(&ctx, &init));
     let algorithms = ordered(&scenario.algorithms);
-    let mut seconds = vec![0f64; algorithms.len()];
+    let started = Instant::now();
+    let mut train_rounds: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+    let mut eval_seconds = vec![0f64; algorithms.len()];
     let slot = |a: Algorithm| {
         algorithms
             .iter()
@@ -481,7 +493,7 @@ fn run_seed(
         if let Some(run) = local.as_mut() {
             let t = Instant::now();
             run.round(&mut ctx)?;
-            seconds[slot(Algorithm::Local)] += t.elapsed().as_secs_f64();
+            train_rounds[slot(Algorithm::Local)].push(t.elapsed().as_secs_f64());
         }
         if let Some(run) = fedavg.as_mut() {
             let t = Instant::now();
@@ -489,14 +501,14 @@ fn run_seed(
             let s = t.elapsed().as_secs_f64();
             for a in [Algorithm::Fedavg, Algorithm::FedavgPlus] {
                 if wants(a) {
-                    seconds[slot(a)] += s;
+                    train_rounds[slot(a)].push(s);
                 }
             }
         }
         if let Some(run) = fedrc.as_mut() {
             let t = Instant::now();
             run.round(&mut ctx)?;
-            seconds[slot(Algorithm::Federico)] += t.elapsed().as_secs_f64();
+            train_rounds[slot(Algorithm::Federico)].push(t.elapsed().as_secs_f64());
         }
 
         // Evaluate.
@@ -513,7 +525,7 @@ fn run_seed(
                     Algorithm::Federico => fedrc.as_mut().map(|r| r.evaluate(&mut ctx)),
                 }
                 .expect("every requested algorithm has a run")?;
-                seconds[slot(a)] += t.elapsed().as_secs_f64();
+                eval_seconds[slot(a)] += t.elapsed().as_secs_f64();
                 scored.push(Scored {
                     algorithm: a,
                     clients,
@@ -573,14 +585,12 @@ fn run_seed(
         algorithms: last
             .iter()
             .zip(&algorithms)
-            .enumerate()
-            .map(|(s, (r, &a))| AlgorithmResult {
+            .map(|(r, &a)| AlgorithmResult {
                 algorithm: r.algorithm.clone(),
                 accuracy: r.accuracy,
                 mse: r.mse,
                 per_client: r.per_client.clone(),
                 same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
-                wall_seconds: seconds[s],
             })
             .collect(),
     };
