@@ -352,8 +352,6 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
                 per_client,
                 same_group_mass: (!masses.is_empty())
                     .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
-                wall_seconds: results.iter().map(|a| a.wall_seconds).sum::<f64>()
-                    / results.len() as f64,
             }
         })
         .collect();
@@ -603,6 +601,22 @@ fn run_seed(
         groups.as_deref(),
         regression,
     )?;
+    let timing = Timing {
+        seed,
+        threads: pool.current_num_threads(),
+        total_seconds: started.elapsed().as_secs_f64(),
+        algorithms: algorithms
+            .iter()
+            .enumerate()
+            .map(|(s, a)| AlgorithmTiming {
+                algorithm: a.name().into(),
+                train_seconds: train_rounds[s].iter().sum(),
+                eval_seconds: eval_seconds[s],
+                median_round_seconds: median(&train_rounds[s]),
+            })
+            .collect(),
+    };
+    write_json(&dir.join("timing.json"), &timing)?;
     Ok(SeedRun {
         summary,
         curves,
