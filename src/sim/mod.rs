@@ -14,8 +14,8 @@ mod federico;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
 use crate::report::records::{
-    AlgorithmResult, AlgorithmRound, AlgorithmSummary, FedericoRound, RoundRecord, RunSummary,
-    Summary,
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
+    RunSummary, Summary, Timing,
 };
 use crate::report::{plots, table};
 use crate::scenario::{Algorithm, Scenario, ScenarioError};
