@@ -11,31 +11,56 @@ fn bad_scenario_fails_naming_the_field_and_allowed_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "rounds = 5\n[federico]\nepsilom = 0.2\n").unwrap();
-    let out = federico().args(["simulate", path.to_str().unwrap(), "--quiet"]).output().unwrap();
+    let out = federico()
+        .args(["simulate", path.to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("epsilom") && err.contains("`epsilon`") && err.contains("bad.toml"), "{err}");
+    assert!(
+        err.contains("epsilom") && err.contains("`epsilon`") && err.contains("bad.toml"),
+        "{err}"
+    );
 
     std::fs::write(&path, "[federico]\nbeta = 2.0\n").unwrap();
-    let out = federico().args(["simulate", path.to_str().unwrap(), "--quiet"]).output().unwrap();
+    let out = federico()
+        .args(["simulate", path.to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("federico.beta must be in (0, 1], got 2"), "{err}");
+    assert!(
+        err.contains("federico.beta must be in (0, 1], got 2"),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_data_directory_tells_the_user_what_to_put_where() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fm.toml");
-    std::fs::write(&path, "[data]\nsource = \"fashion_mnist\"\n[model]\nkind = \"mlp\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "[data]\nsource = \"fashion_mnist\"\n[model]\nkind = \"mlp\"\n",
+    )
+    .unwrap();
     let empty = dir.path().join("nothing-here");
     let out = federico()
-        .args(["simulate", path.to_str().unwrap(), "--quiet", "--data-dir", empty.to_str().unwrap()])
+        .args([
+            "simulate",
+            path.to_str().unwrap(),
+            "--quiet",
+            "--data-dir",
+            empty.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nothing-here") && err.contains("train-images-idx3-ubyte"), "{err}");
+    assert!(
+        err.contains("nothing-here") && err.contains("train-images-idx3-ubyte"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -43,12 +68,18 @@ fn simulate_writes_reports_and_prints_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/quickstart.toml");
     let out = federico()
-        .args(["simulate", scenario, "--quiet", "--rounds", "5", "--seed", "7", "--out"])
+        .args([
+            "simulate", scenario, "--quiet", "--rounds", "5", "--seed", "7", "--out",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for alg in ["local", "fedavg", "fedavg_plus", "federico"] {
         assert!(stdout.contains(alg), "{stdout}");
     }

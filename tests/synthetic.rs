@@ -5,16 +5,31 @@ use federico::sim::{self, Outcome};
 use std::path::Path;
 
 fn scenario(file: &str) -> Scenario {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("simulations")
+        .join(file);
     Scenario::load(&path).expect("the shipped scenario is valid")
 }
 
 fn run(s: &Scenario, out: &Path) -> Outcome {
-    sim::run(s, &sim::Options { out: out.to_owned(), data_dir: None, progress: false }).expect("simulation runs")
+    sim::run(
+        s,
+        &sim::Options {
+            out: out.to_owned(),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .expect("simulation runs")
 }
 
 fn metric(o: &Outcome, alg: &str) -> f64 {
-    let a = o.summary.algorithms.iter().find(|a| a.algorithm == alg).expect("algorithm was run");
+    let a = o
+        .summary
+        .algorithms
+        .iter()
+        .find(|a| a.algorithm == alg)
+        .expect("algorithm was run");
     a.accuracy.or(a.mse).expect("a metric is reported")
 }
 
@@ -23,15 +38,38 @@ fn federico_finds_its_group_and_beats_local_and_fedavg_on_label_groups() {
     let s = scenario("quickstart.toml");
     let dir = tempfile::tempdir().unwrap();
     let o = run(&s, dir.path());
-    let (fed, local, fedavg) = (metric(&o, "federico"), metric(&o, "local"), metric(&o, "fedavg"));
-    let mass = o.summary.algorithms.iter().find_map(|a| a.same_group_mass).unwrap();
+    let (fed, local, fedavg) = (
+        metric(&o, "federico"),
+        metric(&o, "local"),
+        metric(&o, "fedavg"),
+    );
+    let mass = o
+        .summary
+        .algorithms
+        .iter()
+        .find_map(|a| a.same_group_mass)
+        .unwrap();
     eprintln!("federico {fed:.4} local {local:.4} fedavg {fedavg:.4} same-group mass {mass:.3}");
-    assert!(fed > local + 0.03, "FedeRiCo {fed} should clearly beat Local {local}");
-    assert!(fed > fedavg + 0.2, "FedeRiCo {fed} should clearly beat FedAvg {fedavg}");
+    assert!(
+        fed > local + 0.03,
+        "FedeRiCo {fed} should clearly beat Local {local}"
+    );
+    assert!(
+        fed > fedavg + 0.2,
+        "FedeRiCo {fed} should clearly beat FedAvg {fedavg}"
+    );
     assert!(mass >= 0.9, "same-group weight mass {mass} < 0.9");
-    for f in ["summary.json", "table.txt", "accuracy.svg", "seed-1/rounds.jsonl", "seed-1/partition.json",
-        "seed-1/weights_over_rounds.svg", "seed-1/weights_final.svg", "seed-1/accuracy.svg", "seed-1/timing.json"]
-    {
+    for f in [
+        "summary.json",
+        "table.txt",
+        "accuracy.svg",
+        "seed-1/rounds.jsonl",
+        "seed-1/partition.json",
+        "seed-1/weights_over_rounds.svg",
+        "seed-1/weights_final.svg",
+        "seed-1/accuracy.svg",
+        "seed-1/timing.json",
+    ] {
         assert!(dir.path().join(f).is_file(), "{f} was not written");
     }
 }
@@ -42,10 +80,17 @@ fn sine_toy_federico_beats_local_and_fedavg() {
     s.seeds = vec![1];
     let dir = tempfile::tempdir().unwrap();
     let o = run(&s, dir.path());
-    let (fed, local, fedavg) = (metric(&o, "federico"), metric(&o, "local"), metric(&o, "fedavg"));
+    let (fed, local, fedavg) = (
+        metric(&o, "federico"),
+        metric(&o, "local"),
+        metric(&o, "fedavg"),
+    );
     eprintln!("test MSE: federico {fed:.4} local {local:.4} fedavg {fedavg:.4}");
     assert!(fed < local, "FedeRiCo MSE {fed} should beat Local {local}");
-    assert!(fed < fedavg, "FedeRiCo MSE {fed} should beat FedAvg {fedavg}");
+    assert!(
+        fed < fedavg,
+        "FedeRiCo MSE {fed} should beat FedAvg {fedavg}"
+    );
 }
 
 #[test]
@@ -55,7 +100,11 @@ fn same_seed_gives_bit_identical_summary_and_run_log() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     run(&s, a.path());
     run(&s, b.path());
-    for f in ["summary.json", "seed-1/rounds.jsonl", "seed-1/partition.json"] {
+    for f in [
+        "summary.json",
+        "seed-1/rounds.jsonl",
+        "seed-1/partition.json",
+    ] {
         let x = std::fs::read(a.path().join(f)).unwrap();
         let y = std::fs::read(b.path().join(f)).unwrap();
         assert!(x == y, "{f} differs between two runs of the same seed");
@@ -74,18 +123,43 @@ fn same_seed_gives_bit_identical_summary_and_run_log() {
 fn m_zero_behaves_like_local() {
     let mut s = scenario("quickstart.toml");
     s.federico.neighbours = 0;
-    s.algorithms = vec![federico::scenario::Algorithm::Local, federico::scenario::Algorithm::Federico];
+    s.algorithms = vec![
+        federico::scenario::Algorithm::Local,
+        federico::scenario::Algorithm::Federico,
+    ];
     let dir = tempfile::tempdir().unwrap();
     let o = run(&s, dir.path());
-    let per = |alg: &str| o.summary.algorithms.iter().find(|a| a.algorithm == alg).unwrap().per_client.clone();
+    let per = |alg: &str| {
+        o.summary
+            .algorithms
+            .iter()
+            .find(|a| a.algorithm == alg)
+            .unwrap()
+            .per_client
+            .clone()
+    };
     let (fed, local) = (per("federico"), per("local"));
-    let gap = fed.iter().zip(&local).map(|(a, b)| (a - b).abs()).sum::<f64>() / fed.len() as f64;
+    let gap = fed
+        .iter()
+        .zip(&local)
+        .map(|(a, b)| (a - b).abs())
+        .sum::<f64>()
+        / fed.len() as f64;
     eprintln!("per-client federico(M=0) {fed:?}\nper-client local        {local:?}");
-    assert!(gap < 0.03, "mean per-client gap {gap} between FedeRiCo with M = 0 and Local");
+    assert!(
+        gap < 0.03,
+        "mean per-client gap {gap} between FedeRiCo with M = 0 and Local"
+    );
     // nobody was ever sampled
     let log = std::fs::read_to_string(dir.path().join("seed-1/rounds.jsonl")).unwrap();
     let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
-    assert!(last["federico"]["sampled"].as_array().unwrap().iter().all(|s| s.as_array().unwrap().is_empty()));
+    assert!(
+        last["federico"]["sampled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s.as_array().unwrap().is_empty())
+    );
 }
 
 #[test]
@@ -100,7 +174,13 @@ fn accumulated_loss_drives_weights_one_hot_and_ema_keeps_them_soft() {
         let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
         let rows = last["federico"]["weights"].as_array().unwrap().clone();
         rows.iter()
-            .map(|r| r.as_array().unwrap().iter().map(|w| w.as_f64().unwrap()).fold(0.0, f64::max))
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|w| w.as_f64().unwrap())
+                    .fold(0.0, f64::max)
+            })
             .sum::<f64>()
             / rows.len() as f64
     };
@@ -108,6 +188,12 @@ fn accumulated_loss_drives_weights_one_hot_and_ema_keeps_them_soft() {
     s.federico.loss_tracking = federico::core::LossTracking::Accumulated;
     let acc = max_row_weight(&s);
     eprintln!("mean max row weight: ema {ema:.3}, accumulated {acc:.3}");
-    assert!(acc > 0.99, "accumulated-loss rows should be one-hot, mean max weight {acc}");
-    assert!(ema < 0.9, "EMA rows should stay spread, mean max weight {ema}");
+    assert!(
+        acc > 0.99,
+        "accumulated-loss rows should be one-hot, mean max weight {acc}"
+    );
+    assert!(
+        ema < 0.9,
+        "EMA rows should stay spread, mean max weight {ema}"
+    );
 }

@@ -25,6 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use rayon::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -703,5 +704,109 @@ mod tests {
         ];
         let m = same_group_mass(&w, &[0, 0, 1]);
         assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
+    }
+}
+
+/// One seed's FedeRiCo run held in memory and stepped by the caller, for benchmarks: a full
+/// round, or only the model passes a round makes, to measure what the algorithm adds.
+pub struct RoundBench {
+    scenario: Scenario,
+    fed: Federation,
+    pool: rayon::ThreadPool,
+    learners: Vec<Learner>,
+    init: Vec<Vec<f32>>,
+    run: Option<FedericoRun>,
+    seed: u64,
+}
+
+impl RoundBench {
+    /// Builds seed `seed` of `scenario` with `threads` workers.
+    pub fn new(
+        scenario: &Scenario,
+        seed: u64,
+        threads: usize,
+        data_dir: Option<&Path>,
+    ) -> Result<Self, SimError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| SimError::Threads {
+                threads,
+                reason: e.to_string(),
+            })?;
+        let real = scenario.load_real(scenario.data_dir(data_dir).as_deref())?;
+        let fed = scenario.federation(real.as_ref(), &mut Scenario::data_rng(seed))?;
+        let first = &fed.clients[0].train;
+        let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
+        let learners = (0..fed.clients.len())
+            .map(|_| Learner::new(&spec, scenario.train.batch_size))
+            .collect::<Result<Vec<_>, _>>()?;
+        let init = (0..fed.clients.len() as u32)
+            .map(|i| {
+                learners[0].init_params(&mut StdRng::seed_from_u64(stream_seed(
+                    seed,
+                    NodeId(i),
+                    Stream::Init,
+                )))
+            })
+            .collect();
+        let mut bench = Self {
+            scenario: scenario.clone(),
+            fed,
+            pool,
+            learners,
+            init,
+            run: None,
+            seed,
+        };
+        let init = bench.init.clone();
+        let ctx = bench.ctx();
+        let run = FedericoRun::new(&ctx, &init);
+        bench.learners = ctx.learners;
+        bench.run = Some(run);
+        Ok(bench)
+    }
+
+    fn ctx(&mut self) -> Ctx<'_> {
+        Ctx {
+            scenario: &self.scenario,
+            fed: &self.fed,
+            seed: self.seed,
+            learners: std::mem::take(&mut self.learners),
+            pool: &self.pool,
+        }
+    }
+
+    /// Parameters per model.
+    pub fn num_params(&self) -> usize {
+        self.init[0].len()
+    }
+
+    /// One whole FedeRiCo round: sampling, E-step, weighted gradients, one step per model.
+    pub fn federico_round(&mut self) -> Result<(), SimError> {
+        let mut run = self.run.take().expect("set in new");
+        let mut ctx = self.ctx();
+        let res = run.round(&mut ctx);
+        self.learners = ctx.learners;
+        self.run = Some(run);
+        res
+    }
+
+    /// Only the model compute of a round with M = `neighbours`: every silo computes loss and
+    /// summed gradient of M + 1 models on its training data, in parallel, with no algorithm.
+    pub fn compute_only(&mut self) -> Result<(), SimError> {
+        let m = self.scenario.federico.neighbours;
+        let k = self.fed.clients.len();
+        let fed = &self.fed;
+        let init = &self.init;
+        let learners = &mut self.learners;
+        self.pool.install(|| {
+            learners.par_iter_mut().enumerate().try_for_each(|(i, l)| {
+                for b in 0..=m {
+                    l.loss_and_grad(&init[(i + b) % k], &fed.clients[i].train, None)?;
+                }
+                Ok::<(), SimError>(())
+            })
+        })
     }
 }
