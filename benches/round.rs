@@ -25,10 +25,13 @@ fn scenario(model: &str) -> Scenario {
 }
 
 fn rounds(c: &mut Criterion) {
+    // As the binary does: one silo per worker thread, candle's own per-op threads off.
+    // SAFETY: set before this benchmark starts any thread.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
     if std::env::var_os("FEDERICO_DATA_DIR").is_none() {
         panic!("set FEDERICO_DATA_DIR to the data directory (e.g. ../shared/data)");
     }
-    let mut g = c.benchmark_group("fedrico_round");
+    let mut g = c.benchmark_group("federico_round");
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(2))
         .measurement_time(Duration::from_secs(20));
