@@ -3,19 +3,62 @@
 //! shards, IID; the per-client train/test split; subsampling a pool.
 //! Must not: read files or generate data.
 
-use super::data::{DataError, Dataset, Federation};
+use super::data::{ClientData, DataError, Dataset, Federation, Labels};
+use rand::RngExt;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand_distr::{Binomial, Distribution, Gamma};
+
+/// Tries at drawing a group assignment with every group non-empty before falling back to a
+/// balanced random assignment (only reached when `groups` is close to `clients` and large).
+const MAX_GROUP_DRAWS: usize = 100_000;
+
+/// Tries at drawing Dirichlet counts that leave every client at least one train and one test
+/// sample before giving up with [`DataError::Invalid`].
+const MAX_DIRICHLET_DRAWS: usize = 1_000;
 
 /// A random `fraction` of `pool` (e.g. the paper's 10% of CIFAR-10's training set).
+///
+/// Keeps `round(fraction · len)` samples drawn without replacement, in their original order.
+/// `fraction` must be in (0, 1] (1 keeps the whole pool) and keep at least one sample.
 pub fn subsample(pool: &Dataset, fraction: f64, rng: &mut StdRng) -> Result<Dataset, DataError> {
-    let _ = (pool, fraction, rng);
-    todo!()
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(DataError::Invalid(format!(
+            "subsample fraction = {fraction} is outside the allowed range (0, 1]"
+        )));
+    }
+    let n = pool.len();
+    let keep = (fraction * n as f64).round() as usize;
+    if keep == 0 {
+        return Err(DataError::Invalid(format!(
+            "subsample fraction = {fraction} of {n} samples keeps none; it must keep at least 1"
+        )));
+    }
+    let mut idx: Vec<usize> = (0..n).collect();
+    idx.shuffle(rng);
+    idx.truncate(keep);
+    idx.sort_unstable();
+    Ok(pool.subset(&idx))
 }
 
 /// Label groups (spec §7.1): shuffle the labels into `groups` near-equal disjoint sets, assign
 /// each client a group uniformly at random (re-drawn until every group has a client), split each
 /// group's samples into equal disjoint shards for its clients, then `train_fraction` of each
 /// client's samples for training and the rest for test.
+///
+/// Details: the labels are all of `0..num_classes` (not only those present), shuffled and cut
+/// into contiguous chunks whose sizes differ by at most one (the first `num_classes % groups`
+/// groups get the extra label); each group's label set is reported sorted in
+/// [`Federation::group_labels`], and every client's [`ClientData::group`] is set. A group's
+/// samples are shuffled and cut into `floor(n_g / c_g)`-sample shards (the remainder, fewer than
+/// `c_g` samples, is left out), given to the group's clients in increasing client id. Each client
+/// then shuffles its shard and keeps `round(train_fraction · n)` samples for training.
+/// If `MAX_GROUP_DRAWS` (100 000) draws all leave a group empty (only plausible when `groups`
+/// is close to a large `clients`), the assignment falls back to a random balanced one.
+///
+/// Errors ([`DataError::Invalid`]): regression labels, `clients == 0`, `groups` outside
+/// `1..=min(clients, num_classes)`, `train_fraction` outside (0, 1), or a client left with no
+/// training or no test sample.
 pub fn label_groups(
     pool: &Dataset,
     clients: usize,
@@ -23,11 +66,62 @@ pub fn label_groups(
     train_fraction: f64,
     rng: &mut StdRng,
 ) -> Result<Federation, DataError> {
-    let _ = (pool, clients, groups, train_fraction, rng);
-    todo!()
+    let (ids, num_classes) = class_labels(pool, "label_groups")?;
+    check_clients(clients)?;
+    check_fraction(train_fraction)?;
+    if groups == 0 || groups > clients || groups > num_classes {
+        return Err(DataError::Invalid(format!(
+            "label_groups: groups = {groups} is outside the allowed range 1..={} (at most the \
+             {clients} clients and the {num_classes} classes)",
+            clients.min(num_classes)
+        )));
+    }
+    let group_labels = shuffled_label_sets(num_classes, groups, rng);
+    let group_of_label = label_to_set(&group_labels, num_classes);
+    let assignment = assign_groups(clients, groups, rng);
+
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for (i, &y) in ids.iter().enumerate() {
+        members[group_of_label[y as usize]].push(i);
+    }
+    let mut client_rows: Vec<Vec<usize>> = vec![Vec::new(); clients];
+    for (g, rows) in members.iter_mut().enumerate() {
+        rows.shuffle(rng);
+        let owners: Vec<usize> = (0..clients).filter(|&c| assignment[c] == g).collect();
+        let shard = rows.len() / owners.len();
+        for (k, &c) in owners.iter().enumerate() {
+            client_rows[c] = rows[k * shard..(k + 1) * shard].to_vec();
+        }
+    }
+    let groups_of: Vec<Option<usize>> = assignment.into_iter().map(Some).collect();
+    build(
+        pool,
+        client_rows,
+        &groups_of,
+        train_fraction,
+        Some(group_labels),
+        "label_groups",
+        rng,
+    )
 }
 
 /// Dirichlet over label clusters (spec §7.1, Table 4; FedEM's `split_dataset_by_labels`).
+///
+/// The labels `0..num_classes` are shuffled into `clusters` near-equal disjoint clusters (as in
+/// [`label_groups`]); each cluster's samples are shuffled; for each cluster the client proportions
+/// are drawn from Dirichlet(`alpha` · 1_K) and the cluster's samples are cut into contiguous
+/// slices of multinomial(n_cluster, proportions) sizes, client 0 first. Each client then shuffles
+/// its samples and keeps `round(train_fraction · n)` for training. Small `alpha` gives very
+/// unequal mixtures (and sizes), large `alpha` near-IID clients.
+///
+/// [`ClientData::group`] is `None` (clients are mixtures); [`Federation::group_labels`] holds the
+/// clusters' label sets, sorted. When a draw leaves a client with no training or no test sample
+/// the whole draw is repeated (up to `MAX_DIRICHLET_DRAWS` = 1 000 times, so the split is
+/// conditioned on every client being usable), then [`DataError::Invalid`] is returned.
+///
+/// Errors ([`DataError::Invalid`]): regression labels, `clients == 0`, `clusters` outside
+/// `1..=num_classes`, `alpha` not a finite value > 0, `train_fraction` outside (0, 1), or no
+/// usable draw.
 pub fn dirichlet(
     pool: &Dataset,
     clients: usize,
@@ -36,12 +130,70 @@ pub fn dirichlet(
     train_fraction: f64,
     rng: &mut StdRng,
 ) -> Result<Federation, DataError> {
-    let _ = (pool, clients, clusters, alpha, train_fraction, rng);
-    todo!()
+    let (ids, num_classes) = class_labels(pool, "dirichlet")?;
+    check_clients(clients)?;
+    check_fraction(train_fraction)?;
+    if clusters == 0 || clusters > num_classes {
+        return Err(DataError::Invalid(format!(
+            "dirichlet: clusters = {clusters} is outside the allowed range 1..={num_classes} (the number of classes)"
+        )));
+    }
+    if !(alpha > 0.0 && alpha.is_finite()) {
+        return Err(DataError::Invalid(format!(
+            "dirichlet: alpha = {alpha} is outside the allowed range (0, ∞)"
+        )));
+    }
+    let cluster_labels = shuffled_label_sets(num_classes, clusters, rng);
+    let cluster_of_label = label_to_set(&cluster_labels, num_classes);
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); clusters];
+    for (i, &y) in ids.iter().enumerate() {
+        members[cluster_of_label[y as usize]].push(i);
+    }
+    for rows in &mut members {
+        rows.shuffle(rng);
+    }
+    let gamma = Gamma::new(alpha, 1.0)
+        .map_err(|e| DataError::Invalid(format!("dirichlet: alpha = {alpha}: {e}")))?;
+    for _ in 0..MAX_DIRICHLET_DRAWS {
+        let mut client_rows: Vec<Vec<usize>> = vec![Vec::new(); clients];
+        for rows in &members {
+            let p = dirichlet_draw(&gamma, clients, rng);
+            let counts = multinomial(rows.len(), &p, rng);
+            let mut start = 0;
+            for (c, &k) in counts.iter().enumerate() {
+                client_rows[c].extend_from_slice(&rows[start..start + k]);
+                start += k;
+            }
+        }
+        if client_rows.iter().all(|r| usable(r.len(), train_fraction)) {
+            let groups_of = vec![None; clients];
+            return build(
+                pool,
+                client_rows,
+                &groups_of,
+                train_fraction,
+                Some(cluster_labels),
+                "dirichlet",
+                rng,
+            );
+        }
+    }
+    Err(DataError::Invalid(format!(
+        "dirichlet: {MAX_DIRICHLET_DRAWS} draws with alpha = {alpha} over {} samples all left some of \
+         the {clients} clients without a training or test sample; use a larger alpha, fewer \
+         clients or more data",
+        pool.len()
+    )))
 }
 
 /// Pathological shards (McMahan et al.): sort by label, cut into `clients * shards_per_client`
 /// shards, give each client `shards_per_client` random shards.
+///
+/// Samples of one label are in random order; shards have `floor(n / (clients ·
+/// shards_per_client))` samples (the remainder is left out). No groups are known.
+///
+/// Errors ([`DataError::Invalid`]): regression labels, `clients == 0`, `shards_per_client == 0`,
+/// `train_fraction` outside (0, 1), or a client left with no training or no test sample.
 pub fn shards(
     pool: &Dataset,
     clients: usize,
@@ -49,17 +201,595 @@ pub fn shards(
     train_fraction: f64,
     rng: &mut StdRng,
 ) -> Result<Federation, DataError> {
-    let _ = (pool, clients, shards_per_client, train_fraction, rng);
-    todo!()
+    let (ids, _) = class_labels(pool, "shards")?;
+    check_clients(clients)?;
+    check_fraction(train_fraction)?;
+    if shards_per_client == 0 {
+        return Err(DataError::Invalid(
+            "shards: shards_per_client = 0 is outside the allowed range 1..".to_string(),
+        ));
+    }
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    order.shuffle(rng);
+    order.sort_by_key(|&i| ids[i]);
+    let total = clients * shards_per_client;
+    let size = order.len() / total;
+    let mut shard_ids: Vec<usize> = (0..total).collect();
+    shard_ids.shuffle(rng);
+    let client_rows: Vec<Vec<usize>> = shard_ids
+        .chunks(shards_per_client)
+        .map(|mine| {
+            mine.iter()
+                .flat_map(|&s| order[s * size..(s + 1) * size].iter().copied())
+                .collect()
+        })
+        .collect();
+    build(
+        pool,
+        client_rows,
+        &vec![None; clients],
+        train_fraction,
+        None,
+        "shards",
+        rng,
+    )
 }
 
 /// IID: a uniformly random equal split.
+///
+/// Each client gets `floor(n / clients)` samples (the remainder is left out). Works for
+/// regression data too. No groups are known.
+///
+/// Errors ([`DataError::Invalid`]): `clients == 0`, `train_fraction` outside (0, 1), or a
+/// client left with no training or no test sample.
 pub fn iid(
     pool: &Dataset,
     clients: usize,
     train_fraction: f64,
     rng: &mut StdRng,
 ) -> Result<Federation, DataError> {
-    let _ = (pool, clients, train_fraction, rng);
-    todo!()
+    check_clients(clients)?;
+    check_fraction(train_fraction)?;
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    order.shuffle(rng);
+    let size = order.len() / clients;
+    let client_rows: Vec<Vec<usize>> = (0..clients)
+        .map(|c| order[c * size..(c + 1) * size].to_vec())
+        .collect();
+    build(
+        pool,
+        client_rows,
+        &vec![None; clients],
+        train_fraction,
+        None,
+        "iid",
+        rng,
+    )
+}
+
+/// Class ids and class count, or `Invalid` for regression data.
+fn class_labels<'a>(pool: &'a Dataset, split: &str) -> Result<(&'a [u32], usize), DataError> {
+    match &pool.labels {
+        Labels::Class { ids, num_classes } => Ok((ids, *num_classes)),
+        Labels::Real(_) => Err(DataError::Invalid(format!(
+            "{split}: the data set has real-valued (regression) labels; this split needs class labels"
+        ))),
+    }
+}
+
+fn check_clients(clients: usize) -> Result<(), DataError> {
+    if clients == 0 {
+        return Err(DataError::Invalid(
+            "clients = 0 is outside the allowed range 1..".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_fraction(train_fraction: f64) -> Result<(), DataError> {
+    if !(train_fraction > 0.0 && train_fraction < 1.0) {
+        return Err(DataError::Invalid(format!(
+            "train_fraction = {train_fraction} is outside the allowed range (0, 1)"
+        )));
+    }
+    Ok(())
+}
+
+/// Training samples a client with `n` samples keeps.
+fn train_count(n: usize, train_fraction: f64) -> usize {
+    (train_fraction * n as f64).round() as usize
+}
+
+/// True when `n` samples give at least one training and one test sample.
+fn usable(n: usize, train_fraction: f64) -> bool {
+    let t = train_count(n, train_fraction);
+    t >= 1 && t < n
+}
+
+/// Labels `0..num_classes` shuffled and cut into `sets` chunks of near-equal size (the first
+/// `num_classes % sets` get one more); each chunk sorted.
+fn shuffled_label_sets(num_classes: usize, sets: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
+    let mut labels: Vec<u32> = (0..num_classes as u32).collect();
+    labels.shuffle(rng);
+    let (base, extra) = (num_classes / sets, num_classes % sets);
+    let mut out = Vec::with_capacity(sets);
+    let mut start = 0;
+    for s in 0..sets {
+        let len = base + usize::from(s < extra);
+        let mut set = labels[start..start + len].to_vec();
+        set.sort_unstable();
+        out.push(set);
+        start += len;
+    }
+    out
+}
+
+/// For each label, the index of the set holding it.
+fn label_to_set(sets: &[Vec<u32>], num_classes: usize) -> Vec<usize> {
+    let mut of = vec![0; num_classes];
+    for (s, labels) in sets.iter().enumerate() {
+        for &y in labels {
+            of[y as usize] = s;
+        }
+    }
+    of
+}
+
+/// Each client's group, uniform at random, re-drawn until every group has a client.
+fn assign_groups(clients: usize, groups: usize, rng: &mut StdRng) -> Vec<usize> {
+    for _ in 0..MAX_GROUP_DRAWS {
+        let a: Vec<usize> = (0..clients).map(|_| rng.random_range(0..groups)).collect();
+        let mut seen = vec![false; groups];
+        for &g in &a {
+            seen[g] = true;
+        }
+        if seen.iter().all(|&s| s) {
+            return a;
+        }
+    }
+    let mut a: Vec<usize> = (0..clients).map(|c| c % groups).collect();
+    a.shuffle(rng);
+    a
+}
+
+/// Proportions ~ Dirichlet(alpha · 1_k), from normalised Gamma(alpha, 1) draws (re-drawn in the
+/// rare case that all underflow to 0 for a tiny alpha).
+fn dirichlet_draw(gamma: &Gamma<f64>, k: usize, rng: &mut StdRng) -> Vec<f64> {
+    loop {
+        let g: Vec<f64> = (0..k).map(|_| gamma.sample(rng)).collect();
+        let s: f64 = g.iter().sum();
+        if s > 0.0 && s.is_finite() {
+            return g.into_iter().map(|x| x / s).collect();
+        }
+    }
+}
+
+/// Multinomial(n, p) counts by sequential conditional binomials.
+fn multinomial(n: usize, p: &[f64], rng: &mut StdRng) -> Vec<usize> {
+    let mut counts = vec![0; p.len()];
+    let mut left = n as u64;
+    let mut mass = 1.0f64;
+    for (c, &pc) in p.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        if c + 1 == p.len() {
+            counts[c] = left as usize;
+            break;
+        }
+        let q = if mass > 0.0 {
+            (pc / mass).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let k = Binomial::new(left, q)
+            .map(|b| b.sample(rng))
+            .unwrap_or(left);
+        counts[c] = k as usize;
+        left -= k;
+        mass -= pc;
+    }
+    counts
+}
+
+/// Per client: shuffle its rows, split `round(train_fraction · n)` / rest into train / test.
+fn build(
+    pool: &Dataset,
+    client_rows: Vec<Vec<usize>>,
+    groups_of: &[Option<usize>],
+    train_fraction: f64,
+    group_labels: Option<Vec<Vec<u32>>>,
+    split: &str,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
+    for (c, rows) in client_rows.iter().enumerate() {
+        if !usable(rows.len(), train_fraction) {
+            return Err(DataError::Invalid(format!(
+                "{split}: client {c} gets {} samples, which with train_fraction = {train_fraction} \
+                 leaves {} for training and {} for test; each client needs at least 1 of each \
+                 (use more data, fewer clients or another train_fraction)",
+                rows.len(),
+                train_count(rows.len(), train_fraction),
+                rows.len() - train_count(rows.len(), train_fraction).min(rows.len()),
+            )));
+        }
+    }
+    let clients = client_rows
+        .into_iter()
+        .zip(groups_of)
+        .map(|(mut rows, &group)| {
+            rows.shuffle(rng);
+            let t = train_count(rows.len(), train_fraction);
+            ClientData {
+                train: pool.subset(&rows[..t]),
+                test: pool.subset(&rows[t..]),
+                group,
+            }
+        })
+        .collect();
+    Ok(Federation {
+        clients,
+        group_labels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use std::collections::{BTreeSet, HashSet};
+
+    /// `n` samples whose single feature is their index; label `i % classes`.
+    fn pool(n: usize, classes: usize) -> Dataset {
+        let ids = (0..n).map(|i| (i % classes) as u32).collect();
+        Dataset::new(
+            (0..n).map(|i| i as f32).collect(),
+            vec![1],
+            Labels::Class {
+                ids,
+                num_classes: classes,
+            },
+        )
+        .unwrap()
+    }
+
+    fn rows(d: &Dataset) -> Vec<usize> {
+        d.features.iter().map(|&x| x as usize).collect()
+    }
+
+    fn labels(d: &Dataset) -> Vec<u32> {
+        match &d.labels {
+            Labels::Class { ids, .. } => ids.clone(),
+            Labels::Real(_) => panic!("real labels"),
+        }
+    }
+
+    fn rng(seed: u64) -> StdRng {
+        StdRng::seed_from_u64(seed)
+    }
+
+    /// Asserts no sample is used twice; returns the set of samples used.
+    fn assert_disjoint(f: &Federation) -> HashSet<usize> {
+        let mut seen = HashSet::new();
+        for c in &f.clients {
+            for r in rows(&c.train).into_iter().chain(rows(&c.test)) {
+                assert!(seen.insert(r), "sample {r} given twice");
+            }
+        }
+        seen
+    }
+
+    fn same(a: &Federation, b: &Federation) -> bool {
+        a.group_labels == b.group_labels
+            && a.clients.len() == b.clients.len()
+            && a.clients
+                .iter()
+                .zip(&b.clients)
+                .all(|(x, y)| x.train == y.train && x.test == y.test && x.group == y.group)
+    }
+
+    fn assert_invalid<T: std::fmt::Debug>(r: Result<T, DataError>, needles: &[&str]) {
+        match r.expect_err("expected an error") {
+            DataError::Invalid(msg) => {
+                for n in needles {
+                    assert!(msg.contains(n), "message lacks {n:?}: {msg}");
+                }
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn label_groups_structure() {
+        let p = pool(1000, 10);
+        for (seed, clients, groups) in [(1, 8, 2), (2, 8, 3), (3, 8, 4), (4, 5, 5), (5, 10, 10)] {
+            let f = label_groups(&p, clients, groups, 0.8, &mut rng(seed)).unwrap();
+            assert_eq!(f.clients.len(), clients);
+            let gl = f.group_labels.clone().unwrap();
+            assert_eq!(gl.len(), groups);
+            // Label sets: disjoint, covering, near-equal.
+            let all: Vec<u32> = gl.iter().flatten().copied().collect();
+            assert_eq!(
+                all.iter().copied().collect::<BTreeSet<_>>(),
+                (0..10).collect()
+            );
+            assert_eq!(all.len(), 10);
+            let sizes: Vec<usize> = gl.iter().map(Vec::len).collect();
+            assert!(
+                sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+                "{sizes:?}"
+            );
+            // Every group has a client; labels stay within the group.
+            let groups_of = f.groups().unwrap();
+            for g in 0..groups {
+                assert!(groups_of.contains(&g), "group {g} empty: {groups_of:?}");
+            }
+            for c in &f.clients {
+                let set = &gl[c.group.unwrap()];
+                for y in labels(&c.train).into_iter().chain(labels(&c.test)) {
+                    assert!(set.contains(&y), "label {y} outside group {set:?}");
+                }
+                // 80/20.
+                let n = c.train.len() + c.test.len();
+                assert_eq!(c.train.len(), (0.8 * n as f64).round() as usize);
+            }
+            // Disjoint; coverage up to the shard remainders (< clients of the group per group).
+            let used = assert_disjoint(&f);
+            for (g, set) in gl.iter().enumerate() {
+                let members: Vec<&ClientData> =
+                    f.clients.iter().filter(|c| c.group == Some(g)).collect();
+                let n_g = 100 * set.len();
+                let sizes: Vec<usize> = members
+                    .iter()
+                    .map(|c| c.train.len() + c.test.len())
+                    .collect();
+                assert!(
+                    sizes.iter().all(|&s| s == n_g / members.len()),
+                    "unequal shards {sizes:?}"
+                );
+            }
+            assert!(
+                used.len() > 1000 - clients,
+                "only {} of 1000 samples used",
+                used.len()
+            );
+        }
+    }
+
+    #[test]
+    fn label_groups_deterministic_and_seed_dependent() {
+        let p = pool(600, 10);
+        let a = label_groups(&p, 8, 3, 0.8, &mut rng(7)).unwrap();
+        let b = label_groups(&p, 8, 3, 0.8, &mut rng(7)).unwrap();
+        let c = label_groups(&p, 8, 3, 0.8, &mut rng(8)).unwrap();
+        assert!(same(&a, &b));
+        assert!(!same(&a, &c));
+        // Assignments are random, not a fixed pattern: over seeds several distinct ones appear,
+        // including unbalanced ones.
+        let assignments: HashSet<Vec<usize>> = (0..20)
+            .map(|s| {
+                label_groups(&p, 8, 2, 0.8, &mut rng(s))
+                    .unwrap()
+                    .groups()
+                    .unwrap()
+            })
+            .collect();
+        assert!(assignments.len() > 10);
+        assert!(
+            assignments
+                .iter()
+                .any(|a| a.iter().filter(|&&g| g == 0).count() != 4)
+        );
+    }
+
+    #[test]
+    fn label_groups_errors() {
+        let p = pool(200, 10);
+        assert_invalid(
+            label_groups(&p, 0, 1, 0.8, &mut rng(0)),
+            &["clients = 0", "1.."],
+        );
+        assert_invalid(
+            label_groups(&p, 4, 5, 0.8, &mut rng(0)),
+            &["groups = 5", "1..=4"],
+        );
+        assert_invalid(
+            label_groups(&p, 12, 11, 0.8, &mut rng(0)),
+            &["groups = 11", "1..=10"],
+        );
+        assert_invalid(label_groups(&p, 4, 0, 0.8, &mut rng(0)), &["groups = 0"]);
+        for bad in [0.0, 1.0, -0.2, 1.5, f64::NAN] {
+            assert_invalid(
+                label_groups(&p, 4, 2, bad, &mut rng(0)),
+                &["train_fraction", "(0, 1)"],
+            );
+        }
+        // 20 samples for 10 clients in 1 group: 2 each, round(1.6) = 2 train, 0 test.
+        assert_invalid(
+            label_groups(&pool(20, 10), 10, 1, 0.8, &mut rng(0)),
+            &["client", "0 for test"],
+        );
+        let real = Dataset::new(vec![0.0; 10], vec![1], Labels::Real(vec![0.0; 10])).unwrap();
+        assert_invalid(label_groups(&real, 2, 1, 0.8, &mut rng(0)), &["regression"]);
+    }
+
+    #[test]
+    fn dirichlet_structure_and_counts() {
+        let p = pool(2000, 10);
+        let f = dirichlet(&p, 8, 4, 0.4, 0.8, &mut rng(3)).unwrap();
+        assert_eq!(f.clients.len(), 8);
+        assert!(f.clients.iter().all(|c| c.group.is_none()));
+        let cl = f.group_labels.clone().unwrap();
+        assert_eq!(cl.len(), 4);
+        let sizes: Vec<usize> = cl.iter().map(Vec::len).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), 10);
+        assert!(sizes.iter().all(|&s| s == 2 || s == 3), "{sizes:?}");
+        assert_eq!(
+            cl.iter().flatten().copied().collect::<BTreeSet<_>>(),
+            (0..10).collect()
+        );
+        // Every sample is given out exactly once (multinomial counts sum to the cluster sizes).
+        let used = assert_disjoint(&f);
+        assert_eq!(used.len(), 2000);
+        for c in &f.clients {
+            let n = c.train.len() + c.test.len();
+            assert!(!c.test.is_empty() && !c.train.is_empty());
+            assert_eq!(c.train.len(), (0.8 * n as f64).round() as usize);
+        }
+        let again = dirichlet(&p, 8, 4, 0.4, 0.8, &mut rng(3)).unwrap();
+        assert!(same(&f, &again));
+        assert!(!same(
+            &f,
+            &dirichlet(&p, 8, 4, 0.4, 0.8, &mut rng(4)).unwrap()
+        ));
+    }
+
+    /// Mean total-variation distance between each client's cluster mixture and the pool's.
+    fn heterogeneity(f: &Federation) -> f64 {
+        let cl = f.group_labels.as_ref().unwrap();
+        let cluster_of = label_to_set(cl, 10);
+        let mut total = 0.0;
+        for c in &f.clients {
+            let ys: Vec<u32> = labels(&c.train)
+                .into_iter()
+                .chain(labels(&c.test))
+                .collect();
+            let mut share = vec![0.0; cl.len()];
+            for y in &ys {
+                share[cluster_of[*y as usize]] += 1.0 / ys.len() as f64;
+            }
+            let global: Vec<f64> = cl.iter().map(|s| s.len() as f64 / 10.0).collect();
+            total += 0.5
+                * share
+                    .iter()
+                    .zip(&global)
+                    .map(|(a, b)| (a - b).abs())
+                    .sum::<f64>();
+        }
+        total / f.clients.len() as f64
+    }
+
+    #[test]
+    fn dirichlet_alpha_controls_heterogeneity() {
+        let p = pool(4000, 10);
+        let mut low = 0.0;
+        let mut high = 0.0;
+        for s in 0..5 {
+            low += heterogeneity(&dirichlet(&p, 8, 4, 0.1, 0.8, &mut rng(s)).unwrap());
+            high += heterogeneity(&dirichlet(&p, 8, 4, 100.0, 0.8, &mut rng(s)).unwrap());
+        }
+        let (low, high) = (low / 5.0, high / 5.0);
+        assert!(low > 0.4, "alpha 0.1 should give skewed clients, TV {low}");
+        assert!(
+            high < 0.1,
+            "alpha 100 should give near-IID clients, TV {high}"
+        );
+    }
+
+    #[test]
+    fn dirichlet_errors() {
+        let p = pool(200, 10);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_invalid(
+                dirichlet(&p, 4, 2, bad, 0.8, &mut rng(0)),
+                &["alpha", "(0, ∞)"],
+            );
+        }
+        assert_invalid(
+            dirichlet(&p, 4, 0, 0.4, 0.8, &mut rng(0)),
+            &["clusters = 0", "1..=10"],
+        );
+        assert_invalid(
+            dirichlet(&p, 4, 11, 0.4, 0.8, &mut rng(0)),
+            &["clusters = 11"],
+        );
+        assert_invalid(dirichlet(&p, 0, 2, 0.4, 0.8, &mut rng(0)), &["clients = 0"]);
+        assert_invalid(
+            dirichlet(&p, 4, 2, 0.4, 1.0, &mut rng(0)),
+            &["train_fraction = 1"],
+        );
+        // 20 samples, 50 clients: impossible.
+        assert_invalid(
+            dirichlet(&pool(20, 10), 50, 2, 0.4, 0.8, &mut rng(0)),
+            &["alpha = 0.4", "draws"],
+        );
+        let real = Dataset::new(vec![0.0; 10], vec![1], Labels::Real(vec![0.0; 10])).unwrap();
+        assert_invalid(
+            dirichlet(&real, 2, 1, 0.4, 0.8, &mut rng(0)),
+            &["regression"],
+        );
+    }
+
+    #[test]
+    fn shards_structure() {
+        let p = pool(1000, 10);
+        let f = shards(&p, 10, 2, 0.8, &mut rng(1)).unwrap();
+        assert_eq!(f.clients.len(), 10);
+        assert!(f.group_labels.is_none() && f.clients.iter().all(|c| c.group.is_none()));
+        let used = assert_disjoint(&f);
+        assert_eq!(used.len(), 1000);
+        for c in &f.clients {
+            assert_eq!(c.train.len() + c.test.len(), 100);
+            assert_eq!(c.train.len(), 80);
+            // 2 shards of 50 samples, each inside one label (100 samples per label).
+            let set: BTreeSet<u32> = labels(&c.train)
+                .into_iter()
+                .chain(labels(&c.test))
+                .collect();
+            assert!(set.len() <= 2, "client has labels {set:?}");
+        }
+        assert!(same(&f, &shards(&p, 10, 2, 0.8, &mut rng(1)).unwrap()));
+        assert_invalid(
+            shards(&p, 10, 0, 0.8, &mut rng(1)),
+            &["shards_per_client = 0"],
+        );
+        assert_invalid(shards(&p, 600, 1, 0.8, &mut rng(1)), &["client"]);
+    }
+
+    #[test]
+    fn iid_structure() {
+        let p = pool(1003, 10);
+        let f = iid(&p, 4, 0.75, &mut rng(2)).unwrap();
+        let used = assert_disjoint(&f);
+        assert_eq!(used.len(), 1000);
+        for c in &f.clients {
+            assert_eq!((c.train.len(), c.test.len()), (188, 62));
+            assert_eq!(c.group, None);
+        }
+        assert!(same(&f, &iid(&p, 4, 0.75, &mut rng(2)).unwrap()));
+        // Regression data is fine for IID.
+        let real = Dataset::new(
+            (0..10).map(|i| i as f32).collect(),
+            vec![1],
+            Labels::Real(vec![0.5; 10]),
+        )
+        .unwrap();
+        let f = iid(&real, 2, 0.8, &mut rng(0)).unwrap();
+        assert_eq!(f.clients[0].train.len(), 4);
+        assert_invalid(iid(&p, 0, 0.8, &mut rng(0)), &["clients = 0"]);
+        assert_invalid(iid(&p, 600, 0.8, &mut rng(0)), &["client 0 gets 1 samples"]);
+    }
+
+    #[test]
+    fn subsample_fraction() {
+        let p = pool(5000, 10);
+        let s = subsample(&p, 0.1, &mut rng(9)).unwrap();
+        assert_eq!(s.len(), 500);
+        let r = rows(&s);
+        assert!(
+            r.windows(2).all(|w| w[0] < w[1]),
+            "distinct, original order"
+        );
+        assert_eq!(
+            labels(&s),
+            r.iter().map(|&i| (i % 10) as u32).collect::<Vec<_>>()
+        );
+        assert_eq!(s, subsample(&p, 0.1, &mut rng(9)).unwrap());
+        assert_ne!(s, subsample(&p, 0.1, &mut rng(10)).unwrap());
+        assert_eq!(subsample(&p, 1.0, &mut rng(9)).unwrap(), p);
+        for bad in [0.0, -0.1, 1.01, f64::NAN] {
+            assert_invalid(subsample(&p, bad, &mut rng(0)), &["fraction", "(0, 1]"]);
+        }
+        assert_invalid(subsample(&pool(3, 3), 0.1, &mut rng(0)), &["keeps none"]);
+    }
 }
