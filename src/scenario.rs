@@ -122,9 +122,9 @@ impl Default for DataConfig {
             dir: None,
             fraction: 0.1,
             classes_per_group: 4,
-            dim: 20,
+            dim: 40,
             train: 40,
-            test: 100,
+            test: 200,
             separation: 3.0,
             noise: 0.3,
         }
