@@ -3,10 +3,16 @@
 //! Owns: architectures, seeded initialisation, losses, summed gradients, inference.
 //! Must not: keep parameters between calls (callers pass them in) or know about peers.
 
-use super::data::Dataset;
+use super::data::{Dataset, Labels};
 use super::optim::Adam;
+use super::params::{FlatVars, with_f32_slice};
+use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::{Conv2d, Conv2dConfig, Init, VarMap};
+use rand::RngExt;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Errors from building or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -69,13 +75,175 @@ impl ModelSpec {
     }
 
     /// A stable hash of the architecture, sent with every model so peers can refuse a mismatch.
+    ///
+    /// FNV-1a (64 bit) over the spec's JSON form, so it is the same in every process and build.
     pub fn fingerprint(&self) -> u64 {
-        todo!()
+        let json = serde_json::to_vec(self)
+            .expect("a ModelSpec has only integer fields and always serializes");
+        json.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
     }
 
     /// Number of f32 parameters.
     pub fn num_params(&self) -> usize {
-        todo!()
+        let plan = Plan::of(self);
+        let conv: usize = plan
+            .convs
+            .iter()
+            .map(|&(i, o)| o * i * KERNEL * KERNEL + o)
+            .sum();
+        let dense: usize = plan.dense.iter().map(|&(i, o)| i * o + o).sum();
+        conv + dense
+    }
+
+    /// Width of the model's output: classes, or regression outputs.
+    pub fn outputs(&self) -> usize {
+        match self {
+            ModelSpec::Linear { outputs, .. } => *outputs,
+            ModelSpec::Softmax { classes, .. }
+            | ModelSpec::Mlp { classes, .. }
+            | ModelSpec::Cnn { classes, .. } => *classes,
+        }
+    }
+
+    /// Shape of one input sample: `[inputs]`, or `[channels, height, width]` for the CNN.
+    pub fn input_shape(&self) -> Vec<usize> {
+        match self {
+            ModelSpec::Linear { inputs, .. }
+            | ModelSpec::Softmax { inputs, .. }
+            | ModelSpec::Mlp { inputs, .. } => vec![*inputs],
+            ModelSpec::Cnn {
+                channels,
+                height,
+                width,
+                ..
+            } => vec![*channels, *height, *width],
+        }
+    }
+
+    /// Checks that the architecture can be built: every width positive, a regression model with
+    /// one output (labels hold one target per sample), and a CNN input large enough for its
+    /// conv layers.
+    pub fn validate(&self) -> Result<(), LearnError> {
+        let bad = |what: &str| Err(LearnError::Shape(format!("invalid model {self:?}: {what}")));
+        if self.input_shape().contains(&0) {
+            return bad("input sizes must be positive");
+        }
+        if self.outputs() == 0 {
+            return bad("the output width must be positive");
+        }
+        match self {
+            ModelSpec::Linear { outputs, .. } if *outputs != 1 => bad(&format!(
+                "regression has one target per sample, so outputs must be 1, got {outputs}"
+            )),
+            ModelSpec::Mlp { hidden, .. } if hidden.contains(&0) => {
+                bad("hidden widths must be positive")
+            }
+            ModelSpec::Cnn {
+                height,
+                width,
+                conv,
+                ..
+            } => {
+                if conv.contains(&0) {
+                    return bad("conv channels must be positive");
+                }
+                let (mut h, mut w) = (*height, *width);
+                for (i, _) in conv.iter().enumerate() {
+                    if h < KERNEL + 1 || w < KERNEL + 1 {
+                        return bad(&format!(
+                            "conv layer {i} gets a {h}x{w} input; a 3x3 conv then 2x2 pool needs at least 4x4"
+                        ));
+                    }
+                    (h, w) = (pooled(h), pooled(w));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Side of the (square) convolution kernels.
+const KERNEL: usize = 3;
+
+/// Side after a 3×3 convolution without padding and a 2×2 max-pool (floor).
+fn pooled(side: usize) -> usize {
+    side.saturating_sub(KERNEL - 1) / 2
+}
+
+/// The layers of an architecture: conv layers as `(in_channels, out_channels)`, then dense
+/// layers as `(in, out)`. Conv layers are named `conv{i}`, dense layers `fc{i}`.
+struct Plan {
+    convs: Vec<(usize, usize)>,
+    dense: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Never fails: sizes of an invalid spec saturate at zero ([`ModelSpec::validate`] rejects it).
+    fn of(spec: &ModelSpec) -> Self {
+        match spec {
+            ModelSpec::Linear { inputs, outputs } => Plan {
+                convs: vec![],
+                dense: vec![(*inputs, *outputs)],
+            },
+            ModelSpec::Softmax { inputs, classes } => Plan {
+                convs: vec![],
+                dense: vec![(*inputs, *classes)],
+            },
+            ModelSpec::Mlp {
+                inputs,
+                hidden,
+                classes,
+            } => {
+                let widths: Vec<usize> = std::iter::once(*inputs)
+                    .chain(hidden.iter().copied())
+                    .chain([*classes])
+                    .collect();
+                Plan {
+                    convs: vec![],
+                    dense: widths.windows(2).map(|w| (w[0], w[1])).collect(),
+                }
+            }
+            ModelSpec::Cnn {
+                channels,
+                height,
+                width,
+                conv,
+                classes,
+            } => {
+                let (mut c, mut h, mut w) = (*channels, *height, *width);
+                let mut convs = Vec::with_capacity(conv.len());
+                for &out in conv {
+                    convs.push((c, out));
+                    (c, h, w) = (out, pooled(h), pooled(w));
+                }
+                Plan {
+                    convs,
+                    dense: vec![(c * h * w, *classes)],
+                }
+            }
+        }
+    }
+
+    /// `(name, shape, fan_in)` of every variable.
+    fn variables(&self) -> Vec<(String, Vec<usize>, usize)> {
+        let mut v = Vec::new();
+        for (i, &(cin, cout)) in self.convs.iter().enumerate() {
+            let fan_in = cin * KERNEL * KERNEL;
+            v.push((
+                format!("conv{i}.weight"),
+                vec![cout, cin, KERNEL, KERNEL],
+                fan_in,
+            ));
+            v.push((format!("conv{i}.bias"), vec![cout], fan_in));
+        }
+        for (i, &(din, dout)) in self.dense.iter().enumerate() {
+            v.push((format!("fc{i}.weight"), vec![din, dout], din));
+            v.push((format!("fc{i}.bias"), vec![dout], din));
+        }
+        v
     }
 }
 
@@ -101,43 +269,352 @@ impl Evaluation {
     }
 }
 
+/// A dense layer `x · W + b`. The weight is stored `[in, out]` (the transpose of PyTorch's
+/// layout) so that its gradient, `xᵀ · g`, comes out of backprop contiguous and is flattened
+/// without a copy.
+struct Dense {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Dense {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.matmul(&self.weight)?.broadcast_add(&self.bias)
+    }
+}
+
+/// The network of a [`ModelSpec`], built on tensors that are either the variables (training,
+/// records a graph) or detached views of the same storage (inference, no graph).
+struct Net {
+    convs: Vec<Conv2d>,
+    dense: Vec<Dense>,
+}
+
+impl Net {
+    /// Builds the layers of `plan`, fetching each tensor by name.
+    fn build(
+        plan: &Plan,
+        mut get: impl FnMut(&str, &[usize]) -> candle_core::Result<Tensor>,
+    ) -> candle_core::Result<Self> {
+        let mut convs = Vec::with_capacity(plan.convs.len());
+        for (i, &(cin, cout)) in plan.convs.iter().enumerate() {
+            let w = get(&format!("conv{i}.weight"), &[cout, cin, KERNEL, KERNEL])?;
+            let b = get(&format!("conv{i}.bias"), &[cout])?;
+            convs.push(Conv2d::new(w, Some(b), Conv2dConfig::default()));
+        }
+        let mut dense = Vec::with_capacity(plan.dense.len());
+        for (i, &(din, dout)) in plan.dense.iter().enumerate() {
+            let weight = get(&format!("fc{i}.weight"), &[din, dout])?;
+            let bias = get(&format!("fc{i}.bias"), &[dout])?;
+            dense.push(Dense { weight, bias });
+        }
+        Ok(Net { convs, dense })
+    }
+
+    /// Raw outputs (logits) for a batch: `[n, features]` or `[n, c, h, w]` in, `[n, outputs]` out.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let mut x = x.clone();
+        for conv in &self.convs {
+            x = conv.forward(&x)?.contiguous()?.apply_op1(MaxPoolRelu)?;
+        }
+        if !self.convs.is_empty() {
+            x = x.flatten_from(1)?;
+        }
+        let last = self.dense.len().saturating_sub(1);
+        for (i, layer) in self.dense.iter().enumerate() {
+            x = layer.forward(&x)?;
+            if i < last {
+                x = x.relu()?;
+            }
+        }
+        Ok(x)
+    }
+}
+
+/// 2×2 max-pool (stride 2, floor) fused with ReLU, on contiguous f32 `[n, c, h, w]` CPU tensors.
+///
+/// candle 0.11.1's own `max_pool2d` backward is wrong: it scales the gradient of each window's
+/// maximum by 1/4 (k²) and, for odd sizes, aligns its mask with the wrong windows (its
+/// nearest-neighbour upsampling does not follow the floor). This op sends the whole gradient to
+/// the first maximum of each window (as PyTorch does) when the pooled value is positive.
+struct MaxPoolRelu;
+
+/// The backward pass of [`MaxPoolRelu`]: `(input, output gradient)` → input gradient.
+struct MaxPoolReluGrad;
+
+/// Contiguous f32 values of a CPU storage under `layout`.
+fn contiguous_f32<'a>(
+    s: &'a candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+) -> candle_core::Result<&'a [f32]> {
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&s.as_slice::<f32>()?[start..end]),
+        None => candle_core::bail!("max-pool expects a contiguous tensor"),
+    }
+}
+
+/// `(planes, h, w, h/2, w/2)` of a 4-d input to the pool.
+fn pool_dims(
+    layout: &candle_core::Layout,
+) -> candle_core::Result<(usize, usize, usize, usize, usize)> {
+    let (n, c, h, w) = layout.shape().dims4()?;
+    if h < 2 || w < 2 {
+        candle_core::bail!("2x2 max-pool of a {h}x{w} input");
+    }
+    Ok((n * c, h, w, h / 2, w / 2))
+}
+
+/// Index (within the plane) and value of the first maximum of window `(i, j)`.
+#[inline]
+fn window_max(plane: &[f32], w: usize, i: usize, j: usize) -> (usize, f32) {
+    let top = 2 * i * w + 2 * j;
+    let mut best = (top, plane[top]);
+    for k in [top + 1, top + w, top + w + 1] {
+        if plane[k] > best.1 {
+            best = (k, plane[k]);
+        }
+    }
+    best
+}
+
+impl candle_core::CustomOp1 for MaxPoolRelu {
+    fn name(&self) -> &'static str {
+        "max-pool-2x2-relu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = contiguous_f32(storage, layout)?;
+        let (planes, h, w, h2, w2) = pool_dims(layout)?;
+        let mut out = Vec::with_capacity(planes * h2 * w2);
+        for plane in x.chunks_exact(h * w) {
+            for i in 0..h2 {
+                out.extend((0..w2).map(|j| window_max(plane, w, i, j).1.max(0.0)));
+            }
+        }
+        let (n, c, _, _) = layout.shape().dims4()?;
+        Ok((candle_core::CpuStorage::F32(out), (n, c, h2, w2).into()))
+    }
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(arg.apply_op2_no_bwd(
+            &grad_res.contiguous()?,
+            &MaxPoolReluGrad,
+        )?))
+    }
+}
+
+impl candle_core::CustomOp2 for MaxPoolReluGrad {
+    fn name(&self) -> &'static str {
+        "max-pool-2x2-relu-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (x, g) = (contiguous_f32(s1, l1)?, contiguous_f32(s2, l2)?);
+        let (planes, h, w, h2, w2) = pool_dims(l1)?;
+        if g.len() != planes * h2 * w2 {
+            candle_core::bail!(
+                "max-pool gradient of {} values for {planes}x{h2}x{w2} outputs",
+                g.len()
+            );
+        }
+        let mut dx = vec![0f32; x.len()];
+        for ((plane, dplane), gplane) in x
+            .chunks_exact(h * w)
+            .zip(dx.chunks_exact_mut(h * w))
+            .zip(g.chunks_exact(h2 * w2))
+        {
+            for i in 0..h2 {
+                for j in 0..w2 {
+                    let (k, v) = window_max(plane, w, i, j);
+                    if v > 0.0 {
+                        dplane[k] = gplane[i * w2 + j];
+                    }
+                }
+            }
+        }
+        Ok((candle_core::CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}
+
+/// Smallest chunk [`Learner::evaluate`] and [`Learner::predict`] use for dense models (larger
+/// matrix products run faster; the CNN keeps the batch size, its temporaries grow quickly).
+const EVAL_CHUNK: usize = 500;
+
 /// A candle model used as a workspace: each call loads the parameters it is given.
+///
+/// Build one per thread and reuse it: the variables, the training network and the inference
+/// network (detached views of the same storage) are made once in [`Learner::new`].
 pub struct Learner {
-    _todo: (),
+    /// The architecture.
+    spec: ModelSpec,
+    /// Rows per chunk for gradients and training steps.
+    batch_size: usize,
+    /// Rows per chunk for inference.
+    eval_chunk: usize,
+    /// Where tensors live (the CPU).
+    dev: Device,
+    /// The variables, in flattening order.
+    vars: FlatVars,
+    /// `(values, bound)` per variable, in flattening order: init draws U(−bound, bound).
+    init_bounds: Vec<(usize, f32)>,
+    /// Network on the variables: records a graph for backprop.
+    train_net: Net,
+    /// Network on detached views of the variables: inference without a graph.
+    eval_net: Net,
+    /// Shape of one sample as the network takes it.
+    input_shape: Vec<usize>,
+    /// Reused buffer for gathered feature rows.
+    xbuf: Vec<f32>,
+    /// Reused buffer for one batch's gradient (training).
+    gbuf: Vec<f32>,
+}
+
+/// The targets of one chunk, as the loss needs them.
+enum Target {
+    /// Class ids, `[n]` u32.
+    Class(Tensor),
+    /// Real targets, `[n, 1]` f32.
+    Real(Tensor),
 }
 
 impl Learner {
     /// Builds the workspace for `spec`; `batch_size` chunks every pass over data.
     pub fn new(spec: &ModelSpec, batch_size: usize) -> Result<Self, LearnError> {
-        let _ = (spec, batch_size);
-        todo!()
+        spec.validate()?;
+        if batch_size == 0 {
+            return Err(LearnError::Shape(
+                "batch size must be positive, got 0".into(),
+            ));
+        }
+        let dev = Device::Cpu;
+        let plan = Plan::of(spec);
+        let vm = VarMap::new();
+        // Zero-initialised here; real values come from `init_params` (candle's CPU init is unseeded).
+        let train_net = Net::build(&plan, |name, shape| {
+            vm.get(shape, name, Init::Const(0.0), DType::F32, &dev)
+        })?;
+        let detached: HashMap<String, Tensor> = {
+            let data = vm
+                .data()
+                .lock()
+                .expect("the VarMap lock is only taken briefly, never across a panic");
+            data.iter()
+                .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
+                .collect()
+        };
+        let eval_net = Net::build(&plan, |name, _| {
+            detached
+                .get(name)
+                .cloned()
+                .ok_or_else(|| candle_core::Error::Msg(format!("no variable {name}")))
+        })?;
+        let vars = FlatVars::new(&vm);
+        let fan_in: HashMap<String, usize> = plan
+            .variables()
+            .into_iter()
+            .map(|(n, _, f)| (n, f))
+            .collect();
+        let init_bounds = vars
+            .layout()
+            .map(|(name, dims)| {
+                (
+                    dims.iter().product(),
+                    1.0 / (fan_in[name].max(1) as f32).sqrt(),
+                )
+            })
+            .collect();
+        debug_assert_eq!(vars.len(), spec.num_params());
+        let eval_chunk = if matches!(spec, ModelSpec::Cnn { .. }) {
+            batch_size
+        } else {
+            batch_size.max(EVAL_CHUNK)
+        };
+        Ok(Learner {
+            spec: spec.clone(),
+            batch_size,
+            eval_chunk,
+            dev,
+            gbuf: vec![0.0; vars.len()],
+            vars,
+            init_bounds,
+            train_net,
+            eval_net,
+            input_shape: spec.input_shape(),
+            xbuf: Vec::new(),
+        })
     }
 
     /// The architecture.
     pub fn spec(&self) -> &ModelSpec {
-        todo!()
+        &self.spec
     }
 
     /// Number of parameters.
     pub fn num_params(&self) -> usize {
-        todo!()
+        self.vars.len()
     }
 
     /// Width of the output (classes, or regression outputs).
     pub fn outputs(&self) -> usize {
-        todo!()
+        self.spec.outputs()
     }
 
     /// Fresh parameters from the caller's seeded RNG (candle's CPU init cannot be seeded).
+    ///
+    /// PyTorch's default: weights and biases of a layer drawn from U(−1/√fan_in, 1/√fan_in).
     pub fn init_params(&self, rng: &mut StdRng) -> Vec<f32> {
-        let _ = rng;
-        todo!()
+        let mut p = Vec::with_capacity(self.vars.len());
+        for &(n, bound) in &self.init_bounds {
+            p.extend((0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * bound));
+        }
+        p
     }
 
     /// Summed loss and accuracy of `params` on `data`, in inference mode, without a graph.
     pub fn evaluate(&mut self, params: &[f32], data: &Dataset) -> Result<Evaluation, LearnError> {
-        let _ = (params, data);
-        todo!()
+        self.vars.set(params)?;
+        self.check_data(data)?;
+        let mut ev = Evaluation {
+            count: data.len(),
+            ..Evaluation::default()
+        };
+        let k = self.outputs();
+        for start in (0..data.len()).step_by(self.eval_chunk) {
+            let end = (start + self.eval_chunk).min(data.len());
+            let out = self
+                .eval_net
+                .forward(&self.x_contiguous(data, start, end)?)?;
+            with_f32_slice(&out, |out| match &data.labels {
+                Labels::Class { ids, .. } => {
+                    for (row, &y) in out.chunks_exact(k).zip(&ids[start..end]) {
+                        let (loss, arg) = log_loss_and_argmax(row, y as usize);
+                        ev.loss_sum += loss;
+                        ev.correct += usize::from(arg == y as usize);
+                    }
+                }
+                Labels::Real(ys) => {
+                    for (&o, &y) in out.iter().zip(&ys[start..end]) {
+                        ev.loss_sum += (f64::from(o) - f64::from(y)).powi(2);
+                    }
+                }
+            })?;
+        }
+        Ok(ev)
     }
 
     /// Summed loss and **summed** gradient (over samples) of `params` on the given rows of
@@ -148,19 +625,62 @@ impl Learner {
         data: &Dataset,
         rows: Option<&[usize]>,
     ) -> Result<(f64, Vec<f32>), LearnError> {
-        let _ = (params, data, rows);
-        todo!()
+        self.vars.set(params)?;
+        self.check_data(data)?;
+        if let Some(rows) = rows {
+            check_rows(rows, data.len())?;
+        }
+        let mut grad = vec![0.0; self.vars.len()];
+        let mut loss_sum = 0.0;
+        let n = rows.map_or(data.len(), <[usize]>::len);
+        for start in (0..n).step_by(self.batch_size) {
+            let end = (start + self.batch_size).min(n);
+            let (x, y) = match rows {
+                None => (
+                    self.x_contiguous(data, start, end)?,
+                    self.y_contiguous(data, start, end)?,
+                ),
+                Some(rows) => self.xy_gathered(data, &rows[start..end])?,
+            };
+            let loss = self.loss(&x, &y, 1.0)?;
+            loss_sum += f64::from(loss.to_scalar::<f32>()?);
+            self.vars.grads_into(&loss.backward()?, &mut grad, true)?;
+        }
+        Ok((loss_sum, grad))
     }
 
     /// Outputs for every sample, row-major `len × outputs()`: class probabilities (softmax)
     /// for classifiers, raw outputs for regression.
     pub fn predict(&mut self, params: &[f32], data: &Dataset) -> Result<Vec<f32>, LearnError> {
-        let _ = (params, data);
-        todo!()
+        self.vars.set(params)?;
+        self.check_data(data)?;
+        let k = self.outputs();
+        let mut all = Vec::with_capacity(data.len() * k);
+        for start in (0..data.len()).step_by(self.eval_chunk) {
+            let end = (start + self.eval_chunk).min(data.len());
+            let out = self
+                .eval_net
+                .forward(&self.x_contiguous(data, start, end)?)?;
+            with_f32_slice(&out, |out| {
+                if self.spec.is_regression() {
+                    all.extend_from_slice(out);
+                } else {
+                    for row in out.chunks_exact(k) {
+                        let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                        let base = all.len();
+                        all.extend(row.iter().map(|&v| (v - max).exp()));
+                        let sum: f32 = all[base..].iter().sum();
+                        all[base..].iter_mut().for_each(|p| *p /= sum);
+                    }
+                }
+            })?;
+        }
+        Ok(all)
     }
 
     /// One epoch of mini-batch training: shuffle with `rng`, one optimizer step per batch on
-    /// the batch-mean loss. Returns the mean training loss over the epoch.
+    /// the batch-mean loss. Returns the mean training loss over the epoch (the loss of each
+    /// batch before its step, averaged over samples; 0 for an empty data set).
     pub fn train_epoch(
         &mut self,
         params: &mut [f32],
@@ -168,7 +688,774 @@ impl Learner {
         data: &Dataset,
         rng: &mut StdRng,
     ) -> Result<f64, LearnError> {
-        let _ = (params, opt, data, rng);
-        todo!()
+        if params.len() != self.vars.len() {
+            return Err(LearnError::Shape(format!(
+                "expected {} parameters, got {}",
+                self.vars.len(),
+                params.len()
+            )));
+        }
+        if opt.num_params() != self.vars.len() {
+            return Err(LearnError::Shape(format!(
+                "optimizer state for {} parameters, model has {}",
+                opt.num_params(),
+                self.vars.len()
+            )));
+        }
+        self.check_data(data)?;
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        let mut grad = std::mem::take(&mut self.gbuf);
+        let mut loss_sum = 0.0;
+        let result = (|| {
+            for batch in order.chunks(self.batch_size) {
+                self.vars.set(params)?;
+                let (x, y) = self.xy_gathered(data, batch)?;
+                let loss = self.loss(&x, &y, 1.0 / batch.len() as f64)?;
+                loss_sum += f64::from(loss.to_scalar::<f32>()?) * batch.len() as f64;
+                self.vars.grads_into(&loss.backward()?, &mut grad, false)?;
+                opt.step(params, &grad);
+            }
+            Ok(())
+        })();
+        self.gbuf = grad;
+        result.map(|()| loss_sum / data.len().max(1) as f64)
+    }
+
+    /// `scale ×` the summed loss of a chunk, on the training network (records a graph).
+    fn loss(&self, x: &Tensor, y: &Target, scale: f64) -> Result<Tensor, LearnError> {
+        let out = self.train_net.forward(x)?;
+        let loss = match y {
+            Target::Class(ids) => {
+                let logp = candle_nn::ops::log_softmax(&out, D::Minus1)?;
+                logp.gather(&ids.unsqueeze(1)?, 1)?
+                    .sum_all()?
+                    .affine(-scale, 0.0)?
+            }
+            Target::Real(ys) => (out - ys)?.sqr()?.sum_all()?.affine(scale, 0.0)?,
+        };
+        Ok(loss)
+    }
+
+    /// Features of rows `start..end`, straight from the data set's slice.
+    fn x_contiguous(&self, data: &Dataset, start: usize, end: usize) -> Result<Tensor, LearnError> {
+        let d = data.feature_len();
+        Ok(Tensor::from_slice(
+            &data.features[start * d..end * d],
+            self.batch_shape(end - start),
+            &self.dev,
+        )?)
+    }
+
+    /// Targets of rows `start..end`.
+    fn y_contiguous(&self, data: &Dataset, start: usize, end: usize) -> Result<Target, LearnError> {
+        Ok(match &data.labels {
+            Labels::Class { ids, .. } => Target::Class(Tensor::from_slice(
+                &ids[start..end],
+                end - start,
+                &self.dev,
+            )?),
+            Labels::Real(ys) => Target::Real(Tensor::from_slice(
+                &ys[start..end],
+                (end - start, 1),
+                &self.dev,
+            )?),
+        })
+    }
+
+    /// Features and targets of the given rows (in bounds), gathered into one chunk.
+    fn xy_gathered(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+    ) -> Result<(Tensor, Target), LearnError> {
+        self.xbuf.clear();
+        for &i in rows {
+            self.xbuf.extend_from_slice(data.row(i));
+        }
+        let x = Tensor::from_slice(&self.xbuf, self.batch_shape(rows.len()), &self.dev)?;
+        let y = match &data.labels {
+            Labels::Class { ids, .. } => {
+                let ys: Vec<u32> = rows.iter().map(|&i| ids[i]).collect();
+                Target::Class(Tensor::from_vec(ys, rows.len(), &self.dev)?)
+            }
+            Labels::Real(v) => {
+                let ys: Vec<f32> = rows.iter().map(|&i| v[i]).collect();
+                Target::Real(Tensor::from_vec(ys, (rows.len(), 1), &self.dev)?)
+            }
+        };
+        Ok((x, y))
+    }
+
+    /// `[n, ..sample shape]`.
+    fn batch_shape(&self, n: usize) -> Vec<usize> {
+        std::iter::once(n)
+            .chain(self.input_shape.iter().copied())
+            .collect()
+    }
+
+    /// Data the model cannot take: wrong feature count, or labels of the other kind.
+    fn check_data(&self, data: &Dataset) -> Result<(), LearnError> {
+        let want: usize = self.input_shape.iter().product();
+        if data.feature_len() != want {
+            return Err(LearnError::Shape(format!(
+                "model expects samples of {want} features {:?}, got {} (sample shape {:?})",
+                self.input_shape,
+                data.feature_len(),
+                data.sample_shape
+            )));
+        }
+        let n = data.len();
+        if data.features.len() != n * want {
+            return Err(LearnError::Shape(format!(
+                "{} feature values do not make {n} samples of {want}",
+                data.features.len()
+            )));
+        }
+        match (&data.labels, self.spec.is_regression()) {
+            (Labels::Real(_), true) => Ok(()),
+            (Labels::Class { ids, num_classes }, false) => {
+                let classes = self.outputs();
+                match ids.iter().find(|&&c| c as usize >= classes) {
+                    Some(bad) => Err(LearnError::Shape(format!(
+                        "label {bad} out of range for a model of {classes} classes (data has {num_classes})"
+                    ))),
+                    None => Ok(()),
+                }
+            }
+            (Labels::Real(_), false) => Err(LearnError::Shape(
+                "expected class labels for a classifier, got real targets".into(),
+            )),
+            (Labels::Class { .. }, true) => Err(LearnError::Shape(
+                "expected real targets for a regression model, got class labels".into(),
+            )),
+        }
+    }
+}
+
+/// Row indices beyond the data set are a shape error, not a panic.
+fn check_rows(rows: &[usize], len: usize) -> Result<(), LearnError> {
+    match rows.iter().find(|&&i| i >= len) {
+        Some(bad) => Err(LearnError::Shape(format!(
+            "row {bad} out of range for {len} samples"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Cross-entropy of one row of logits against class `y` (in f64), and the row's argmax (first
+/// of ties).
+fn log_loss_and_argmax(logits: &[f32], y: usize) -> (f64, usize) {
+    let (mut arg, mut max) = (0, f32::NEG_INFINITY);
+    for (i, &v) in logits.iter().enumerate() {
+        if v > max {
+            (arg, max) = (i, v);
+        }
+    }
+    let max = f64::from(max);
+    let lse = logits
+        .iter()
+        .map(|&v| (f64::from(v) - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    (lse - f64::from(logits[y]), arg)
+}
+
+/// Sets flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) for the **calling thread**
+/// on x86_64; a no-op elsewhere.
+///
+/// Denormal floats can slow CPU arithmetic by orders of magnitude per operation. Call it at the
+/// start of a training thread; threads spawned later by rayon or candle keep their own
+/// (default) setting. Results then differ from IEEE arithmetic only for values below 1.2e-38,
+/// which become zero.
+pub fn flush_denormals_to_zero() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut csr: u32 = 0;
+        // SAFETY: stmxcsr/ldmxcsr only read and write the 4 bytes given and the MXCSR register;
+        // the value written is the current one with the FTZ and DAZ bits set, which all x86_64
+        // CPUs support (SSE2 is baseline, DAZ is on every SSE2 CPU made since 2001).
+        unsafe {
+            core::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags));
+            csr |= (1 << 15) | (1 << 6);
+            core::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags));
+        }
+    }
+}
+
+/// Whether [`flush_denormals_to_zero`] is in effect on the calling thread (always false off
+/// x86_64).
+pub fn denormals_flushed() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut csr: u32 = 0;
+        // SAFETY: stmxcsr only stores the MXCSR register into the 4 bytes given.
+        unsafe {
+            core::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags));
+        }
+        csr & ((1 << 15) | (1 << 6)) == (1 << 15) | (1 << 6)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    /// `n` samples of shape `shape` with features in [-1, 1): class labels for a classifier
+    /// spec, real targets for regression.
+    fn random_data(spec: &ModelSpec, n: usize, rng: &mut StdRng) -> Dataset {
+        let shape = spec.input_shape();
+        let d: usize = shape.iter().product();
+        let features = (0..n * d)
+            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+            .collect();
+        let labels = if spec.is_regression() {
+            Labels::Real((0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect())
+        } else {
+            let k = spec.outputs();
+            Labels::Class {
+                ids: (0..n).map(|_| rng.random_range(0..k as u32)).collect(),
+                num_classes: k,
+            }
+        };
+        Dataset::new(features, shape, labels).unwrap()
+    }
+
+    fn tiny_specs() -> Vec<ModelSpec> {
+        vec![
+            ModelSpec::Linear {
+                inputs: 3,
+                outputs: 1,
+            },
+            ModelSpec::Softmax {
+                inputs: 4,
+                classes: 3,
+            },
+            ModelSpec::Mlp {
+                inputs: 4,
+                hidden: vec![5, 4],
+                classes: 3,
+            },
+            ModelSpec::Cnn {
+                channels: 2,
+                height: 6,
+                width: 7,
+                conv: vec![2],
+                classes: 3,
+            },
+            ModelSpec::Cnn {
+                channels: 1,
+                height: 10,
+                width: 10,
+                conv: vec![3, 2],
+                classes: 3,
+            },
+        ]
+    }
+
+    /// Central differences of the summed loss (from `evaluate`, the inference path) against
+    /// the summed gradient (from `loss_and_grad`, backprop), coordinate by coordinate.
+    fn check_gradient(spec: &ModelSpec, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let data = random_data(spec, 7, &mut rng);
+        let mut l = Learner::new(spec, 3).unwrap();
+        let p = l.init_params(&mut rng);
+        let (loss, g) = l.loss_and_grad(&p, &data, None).unwrap();
+        let ev = l.evaluate(&p, &data).unwrap();
+        assert!(
+            (loss - ev.loss_sum).abs() <= 1e-4 * ev.loss_sum.abs().max(1.0),
+            "{loss} vs {}",
+            ev.loss_sum
+        );
+        let norm: f64 = g.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+        assert!(
+            norm > 1e-2,
+            "{spec:?}: gradient norm {norm} too small to test anything"
+        );
+        let h = 3e-4f32;
+        let mut q = p.clone();
+        for j in 0..p.len() {
+            q[j] = p[j] + h;
+            let up = l.evaluate(&q, &data).unwrap().loss_sum;
+            q[j] = p[j] - h;
+            let down = l.evaluate(&q, &data).unwrap().loss_sum;
+            let width = f64::from(p[j] + h) - f64::from(p[j] - h);
+            q[j] = p[j];
+            let fd = (up - down) / width;
+            let gj = f64::from(g[j]);
+            assert!(
+                (fd - gj).abs() <= 2e-3 + 1e-2 * fd.abs().max(gj.abs()),
+                "{spec:?}: parameter {j}: finite difference {fd}, backprop {gj}"
+            );
+        }
+    }
+
+    #[test]
+    fn gradients_match_finite_differences_for_every_architecture() {
+        for (i, spec) in tiny_specs().iter().enumerate() {
+            check_gradient(spec, 10 + i as u64);
+        }
+    }
+
+    #[test]
+    fn cnn_of_the_paper_has_303882_parameters() {
+        let spec = ModelSpec::Cnn {
+            channels: 3,
+            height: 32,
+            width: 32,
+            conv: vec![128, 128, 128],
+            classes: 10,
+        };
+        assert_eq!(spec.num_params(), 303_882);
+        assert_eq!(Learner::new(&spec, 50).unwrap().num_params(), 303_882);
+    }
+
+    #[test]
+    fn analytic_parameter_count_matches_the_built_model() {
+        let mut specs = tiny_specs();
+        specs.push(ModelSpec::Mlp {
+            inputs: 784,
+            hidden: vec![200],
+            classes: 10,
+        });
+        for spec in specs {
+            assert_eq!(
+                spec.num_params(),
+                Learner::new(&spec, 4).unwrap().num_params(),
+                "{spec:?}"
+            );
+        }
+        assert_eq!(
+            ModelSpec::Mlp {
+                inputs: 784,
+                hidden: vec![200],
+                classes: 10
+            }
+            .num_params(),
+            159_010
+        );
+    }
+
+    #[test]
+    fn fingerprint_is_pinned_and_tells_specs_apart() {
+        let spec = ModelSpec::Mlp {
+            inputs: 784,
+            hidden: vec![200],
+            classes: 10,
+        };
+        // FNV-1a 64 of {"kind":"mlp","inputs":784,"hidden":[200],"classes":10}, computed
+        // independently in Python (offset 0xcbf29ce484222325, prime 0x100000001b3).
+        assert_eq!(spec.fingerprint(), PINNED_FINGERPRINT);
+        let other = ModelSpec::Mlp {
+            inputs: 784,
+            hidden: vec![201],
+            classes: 10,
+        };
+        assert_ne!(spec.fingerprint(), other.fingerprint());
+    }
+    const PINNED_FINGERPRINT: u64 = 0xeed5_ac80_1eb7_764f;
+
+    #[test]
+    fn loss_and_grad_sums_over_samples() {
+        let spec = ModelSpec::Mlp {
+            inputs: 4,
+            hidden: vec![6],
+            classes: 3,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        let data = random_data(&spec, 7, &mut rng);
+        let mut l = Learner::new(&spec, 3).unwrap();
+        let p = l.init_params(&mut rng);
+        let (loss, grad) = l.loss_and_grad(&p, &data, None).unwrap();
+        let (mut loss_rows, mut grad_rows) = (0.0, vec![0.0f32; p.len()]);
+        for i in 0..data.len() {
+            let (li, gi) = l.loss_and_grad(&p, &data, Some(&[i])).unwrap();
+            loss_rows += li;
+            grad_rows.iter_mut().zip(&gi).for_each(|(a, b)| *a += b);
+        }
+        assert!(
+            (loss - loss_rows).abs() < 1e-5 * loss.abs(),
+            "{loss} vs {loss_rows}"
+        );
+        for (j, (a, b)) in grad.iter().zip(&grad_rows).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 + 1e-4 * a.abs(),
+                "parameter {j}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn loss_and_grad_on_rows_equals_the_subset() {
+        let spec = ModelSpec::Cnn {
+            channels: 1,
+            height: 6,
+            width: 6,
+            conv: vec![2],
+            classes: 4,
+        };
+        let mut rng = StdRng::seed_from_u64(2);
+        let data = random_data(&spec, 9, &mut rng);
+        let mut l = Learner::new(&spec, 2).unwrap();
+        let p = l.init_params(&mut rng);
+        let rows = [4, 1, 8, 1, 5];
+        let (loss, grad) = l.loss_and_grad(&p, &data, Some(&rows)).unwrap();
+        let (loss_sub, grad_sub) = l.loss_and_grad(&p, &data.subset(&rows), None).unwrap();
+        assert_eq!(loss, loss_sub);
+        assert_eq!(grad, grad_sub);
+        let (all, _) = l.loss_and_grad(&p, &data, None).unwrap();
+        assert_ne!(loss, all);
+        let (none, zero) = l.loss_and_grad(&p, &data, Some(&[])).unwrap();
+        assert_eq!(none, 0.0);
+        assert!(zero.iter().all(|&v| v == 0.0));
+        assert!(matches!(
+            l.loss_and_grad(&p, &data, Some(&[9])),
+            Err(LearnError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn flatten_order_is_the_same_in_every_learner() {
+        // Each VarMap is a HashMap with its own random order: without sorting, these differ.
+        let spec = ModelSpec::Mlp {
+            inputs: 5,
+            hidden: vec![4, 3, 4],
+            classes: 3,
+        };
+        let mut rng = StdRng::seed_from_u64(3);
+        let data = random_data(&spec, 6, &mut rng);
+        let p = Learner::new(&spec, 4).unwrap().init_params(&mut rng);
+        let reference = Learner::new(&spec, 4)
+            .unwrap()
+            .loss_and_grad(&p, &data, None)
+            .unwrap();
+        for _ in 0..8 {
+            let mut l = Learner::new(&spec, 4).unwrap();
+            assert_eq!(l.loss_and_grad(&p, &data, None).unwrap(), reference);
+        }
+        let names: Vec<String> = Learner::new(&spec, 4)
+            .unwrap()
+            .vars
+            .layout()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert_eq!(names[0], "fc0.bias");
+    }
+
+    #[test]
+    fn wrong_sizes_are_errors_not_panics() {
+        let spec = ModelSpec::Softmax {
+            inputs: 4,
+            classes: 3,
+        };
+        let mut rng = StdRng::seed_from_u64(4);
+        let data = random_data(&spec, 5, &mut rng);
+        let mut l = Learner::new(&spec, 2).unwrap();
+        let p = l.init_params(&mut rng);
+        let short = &p[..p.len() - 1];
+        let shape_err = |r: Result<(), LearnError>| match r {
+            Err(LearnError::Shape(m)) => m,
+            other => panic!("expected a shape error, got {other:?}"),
+        };
+        let m = shape_err(l.evaluate(short, &data).map(drop));
+        assert!(m.contains("15") && m.contains("14"), "{m}");
+        shape_err(l.loss_and_grad(short, &data, None).map(drop));
+        shape_err(l.predict(short, &data).map(drop));
+        let mut long = p.clone();
+        long.push(0.0);
+        let mut opt = Adam::new(p.len(), 0.1);
+        shape_err(
+            l.train_epoch(&mut long, &mut opt, &data, &mut rng)
+                .map(drop),
+        );
+        shape_err(
+            l.train_epoch(&mut p.clone(), &mut Adam::new(3, 0.1), &data, &mut rng)
+                .map(drop),
+        );
+
+        let wide = random_data(
+            &ModelSpec::Softmax {
+                inputs: 5,
+                classes: 3,
+            },
+            5,
+            &mut rng,
+        );
+        let m = shape_err(l.evaluate(&p, &wide).map(drop));
+        assert!(m.contains('4') && m.contains('5'), "{m}");
+        let many = random_data(
+            &ModelSpec::Softmax {
+                inputs: 4,
+                classes: 9,
+            },
+            50,
+            &mut rng,
+        );
+        shape_err(l.loss_and_grad(&p, &many, None).map(drop));
+        let real = random_data(
+            &ModelSpec::Linear {
+                inputs: 4,
+                outputs: 1,
+            },
+            5,
+            &mut rng,
+        );
+        shape_err(l.evaluate(&p, &real).map(drop));
+
+        assert!(
+            Learner::new(
+                &ModelSpec::Linear {
+                    inputs: 3,
+                    outputs: 2
+                },
+                4
+            )
+            .is_err()
+        );
+        assert!(Learner::new(&spec, 0).is_err());
+        assert!(
+            Learner::new(
+                &ModelSpec::Cnn {
+                    channels: 1,
+                    height: 8,
+                    width: 8,
+                    conv: vec![2, 2],
+                    classes: 2
+                },
+                4
+            )
+            .is_err()
+        );
+        assert!(
+            Learner::new(
+                &ModelSpec::Mlp {
+                    inputs: 3,
+                    hidden: vec![0],
+                    classes: 2
+                },
+                4
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn cnn_takes_flat_samples_of_the_right_size() {
+        let spec = ModelSpec::Cnn {
+            channels: 2,
+            height: 6,
+            width: 6,
+            conv: vec![2],
+            classes: 3,
+        };
+        let mut rng = StdRng::seed_from_u64(5);
+        let data = random_data(&spec, 4, &mut rng);
+        let flat = Dataset {
+            sample_shape: vec![72],
+            ..data.clone()
+        };
+        let mut l = Learner::new(&spec, 3).unwrap();
+        let p = l.init_params(&mut rng);
+        assert_eq!(
+            l.evaluate(&p, &data).unwrap(),
+            l.evaluate(&p, &flat).unwrap()
+        );
+    }
+
+    /// Three well-separated clusters in the plane (centres 3 apart on a circle, noise in a
+    /// unit square): linearly separable.
+    fn clusters(n: usize, rng: &mut StdRng) -> Dataset {
+        let centres = [(3.0f32, 0.0f32), (-1.5, 2.6), (-1.5, -2.6)];
+        let mut features = Vec::with_capacity(2 * n);
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = rng.random_range(0..3u32);
+            let (x, y) = centres[c as usize];
+            features.push(x + rng.random::<f32>() * 2.0 - 1.0);
+            features.push(y + rng.random::<f32>() * 2.0 - 1.0);
+            ids.push(c);
+        }
+        Dataset::new(
+            features,
+            vec![2],
+            Labels::Class {
+                ids,
+                num_classes: 3,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn softmax_learns_separable_clusters() {
+        let spec = ModelSpec::Softmax {
+            inputs: 2,
+            classes: 3,
+        };
+        let mut rng = StdRng::seed_from_u64(6);
+        let (train, test) = (clusters(300, &mut rng), clusters(200, &mut rng));
+        let mut l = Learner::new(&spec, 20).unwrap();
+        let mut p = l.init_params(&mut rng);
+        let mut opt = Adam::new(p.len(), 0.05);
+        let before = l.evaluate(&p, &test).unwrap();
+        let mut losses = Vec::new();
+        for _ in 0..20 {
+            losses.push(l.train_epoch(&mut p, &mut opt, &train, &mut rng).unwrap());
+        }
+        assert_eq!(opt.steps(), 20 * 15);
+        let after = l.evaluate(&p, &test).unwrap();
+        assert!(
+            after.accuracy() > 0.95,
+            "accuracy {} (before {})",
+            after.accuracy(),
+            before.accuracy()
+        );
+        assert!(losses[19] < losses[0] / 2.0, "{losses:?}");
+        assert!(after.mean_loss() < before.mean_loss());
+    }
+
+    #[test]
+    fn linear_regression_fits_a_line() {
+        let spec = ModelSpec::Linear {
+            inputs: 1,
+            outputs: 1,
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        let xs: Vec<f32> = (0..200).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+        let ys = xs.iter().map(|x| 2.0 * x + 1.0).collect();
+        let data = Dataset::new(xs, vec![1], Labels::Real(ys)).unwrap();
+        let mut l = Learner::new(&spec, 10).unwrap();
+        let mut p = l.init_params(&mut rng);
+        let mut opt = Adam::new(p.len(), 0.05);
+        for epoch in 0..60 {
+            if epoch == 40 {
+                opt.lr = 0.005;
+            }
+            l.train_epoch(&mut p, &mut opt, &data, &mut rng).unwrap();
+        }
+        // Name order: fc0.bias, then fc0.weight.
+        assert!(
+            (p[0] - 1.0).abs() < 0.02 && (p[1] - 2.0).abs() < 0.02,
+            "{p:?}"
+        );
+        let ev = l.evaluate(&p, &data).unwrap();
+        assert!(ev.mean_loss() < 1e-3, "{}", ev.mean_loss());
+        assert_eq!(ev.correct, 0);
+        let out = l.predict(&p, &data).unwrap();
+        assert_eq!(out.len(), data.len());
+        assert!((out[0] - (2.0 * data.features[0] + 1.0)).abs() < 0.05);
+    }
+
+    #[test]
+    fn predicted_probabilities_sum_to_one() {
+        for spec in &tiny_specs()[1..] {
+            let mut rng = StdRng::seed_from_u64(8);
+            let data = random_data(spec, 11, &mut rng);
+            let mut l = Learner::new(spec, 4).unwrap();
+            let p = l.init_params(&mut rng);
+            let probs = l.predict(&p, &data).unwrap();
+            assert_eq!(probs.len(), 11 * 3);
+            for row in probs.chunks(3) {
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
+                assert!(row.iter().all(|&q| q > 0.0 && q < 1.0));
+            }
+            // The most probable class is the one evaluate counts as the prediction.
+            let Labels::Class { ids, .. } = &data.labels else {
+                unreachable!()
+            };
+            let hits = probs
+                .chunks(3)
+                .zip(ids)
+                .filter(|(row, y)| log_loss_and_argmax(row, 0).1 == **y as usize)
+                .count();
+            assert_eq!(hits, l.evaluate(&p, &data).unwrap().correct);
+        }
+    }
+
+    #[test]
+    fn init_is_seeded_and_bounded_by_fan_in() {
+        let spec = ModelSpec::Mlp {
+            inputs: 16,
+            hidden: vec![4],
+            classes: 2,
+        };
+        let l = Learner::new(&spec, 4).unwrap();
+        let a = l.init_params(&mut StdRng::seed_from_u64(9));
+        assert_eq!(a, l.init_params(&mut StdRng::seed_from_u64(9)));
+        assert_ne!(a, l.init_params(&mut StdRng::seed_from_u64(10)));
+        // Sorted: fc0.bias (4), fc0.weight (64): fan-in 16; fc1.bias (2), fc1.weight (8): fan-in 4.
+        assert!(a[..68].iter().all(|v| v.abs() <= 0.25));
+        assert!(a[..68].iter().any(|v| v.abs() > 0.2));
+        assert!(a[68..].iter().any(|v| v.abs() > 0.25) && a[68..].iter().all(|v| v.abs() <= 0.5));
+    }
+
+    #[test]
+    fn inference_builds_no_graph() {
+        let spec = ModelSpec::Mlp {
+            inputs: 3,
+            hidden: vec![4],
+            classes: 2,
+        };
+        let l = Learner::new(&spec, 4).unwrap();
+        let x = Tensor::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
+        assert!(!l.eval_net.forward(&x).unwrap().track_op());
+        assert!(l.train_net.forward(&x).unwrap().track_op());
+    }
+
+    #[test]
+    fn max_pool_sends_the_whole_gradient_to_the_first_positive_maximum() {
+        // candle 0.11.1's max_pool2d backward gives 0.25 here instead of 1.
+        let dev = Device::Cpu;
+        #[rustfmt::skip]
+        let x = candle_core::Var::new(&[[
+            [[1f32, 2., 9., 9., 7.], [3., 4., -1., 0., 7.], [5., 5., 5., 5., 5.]],
+            [[-1f32, -2., 0., 0., 1.], [-3., -4., 0., 0., 1.], [1., 1., 1., 1., 1.]],
+        ]], &dev).unwrap();
+        let y = x.as_tensor().apply_op1(MaxPoolRelu).unwrap();
+        assert_eq!(y.dims(), [1, 2, 1, 2]);
+        assert_eq!(
+            y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            [4., 9., 0., 0.]
+        );
+        let w = Tensor::new(&[[[[10f32, 20.]], [[30., 40.]]]], &dev).unwrap();
+        let grads = (y * w).unwrap().sum_all().unwrap().backward().unwrap();
+        let g = grads
+            .get(x.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        #[rustfmt::skip]
+        let want = [
+            0., 0., 20., 0., 0., 0., 10., 0., 0., 0., 0., 0., 0., 0., 0.,
+            0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0.,
+        ];
+        assert_eq!(g, want);
+    }
+
+    #[test]
+    fn flushing_denormals_affects_only_the_calling_thread() {
+        let tiny = std::hint::black_box(1e-39f32);
+        assert!(tiny * std::hint::black_box(1.0f32) != 0.0 || !cfg!(target_arch = "x86_64"));
+        std::thread::spawn(move || {
+            flush_denormals_to_zero();
+            if cfg!(target_arch = "x86_64") {
+                assert!(denormals_flushed());
+                assert_eq!(tiny * std::hint::black_box(1.0f32), 0.0);
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(!denormals_flushed());
     }
 }
