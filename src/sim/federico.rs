@@ -95,17 +95,17 @@ impl FedericoRun {
                             })
                             .collect()
                     });
-                let mut inboxes = self.open_inboxes(&evaluated);
+                let mut mail = Mail::new(self.params.len());
                 for (i, res) in out.into_iter().enumerate() {
                     let res = res?;
                     let measured: Vec<(NodeId, f64)> = res.iter().map(|r| (r.0, r.1)).collect();
                     self.peers[i].handle_losses(fed.clients[i].train.len(), &measured);
                     for (b, _, mut grad) in res {
                         scale(&mut grad, self.peers[i].weight(b));
-                        self.deliver(&mut inboxes, NodeId(i as u32), b, grad)?;
+                        mail.post(NodeId(i as u32), b, grad);
                     }
                 }
-                self.step_all(&inboxes);
+                self.apply(ctx, &evaluated, mail)?;
             }
             MStep::Epoch | MStep::Minibatch(_) => {
                 let out: Vec<Result<Vec<(NodeId, f64)>, SimError>> = ctx.pool.install(|| {
@@ -176,13 +176,13 @@ impl FedericoRun {
                             })
                             .collect()
                     });
-                    let mut inboxes = self.open_inboxes(&evaluated);
+                    let mut mail = Mail::new(self.params.len());
                     for (i, res) in out.into_iter().enumerate() {
                         for (&b, grad) in evaluated[i].iter().zip(res?) {
-                            self.deliver(&mut inboxes, NodeId(i as u32), b, grad)?;
+                            mail.post(NodeId(i as u32), b, grad);
                         }
                     }
-                    self.step_all(&inboxes);
+                    self.apply(ctx, &evaluated, mail)?;
                 }
             }
         }
@@ -190,45 +190,52 @@ impl FedericoRun {
         Ok(())
     }
 
-    /// An inbox per owner expecting exactly the silos it served this version, itself included.
-    fn open_inboxes(&self, evaluated: &[Vec<NodeId>]) -> Vec<GradientInbox> {
-        let mut inboxes: Vec<GradientInbox> = self
-            .params
-            .iter()
-            .zip(&self.versions)
-            .map(|(p, &v)| GradientInbox::new(v, p.len()))
-            .collect();
+    /// The owners' side, every owner in parallel: a [`GradientInbox`] for the current version
+    /// expects exactly the silos that evaluated the model (itself included), accepts what they
+    /// sent, and the owner takes one optimizer step on the sum (spec §5.4), then bumps its version.
+    fn apply(
+        &mut self,
+        ctx: &Ctx<'_>,
+        evaluated: &[Vec<NodeId>],
+        mail: Mail,
+    ) -> Result<(), SimError> {
+        let mut served: Vec<Vec<NodeId>> = vec![Vec::new(); self.params.len()];
         for (i, models) in evaluated.iter().enumerate() {
             for b in models {
-                inboxes[b.index()].expect(NodeId(i as u32));
+                served[b.index()].push(NodeId(i as u32));
             }
         }
-        inboxes
-    }
-
-    fn deliver(
-        &self,
-        inboxes: &mut [GradientInbox],
-        from: NodeId,
-        to: NodeId,
-        grad: Vec<f32>,
-    ) -> Result<(), SimError> {
-        let version = self.versions[to.index()];
-        inboxes[to.index()]
-            .handle_gradient(from, version, grad)
-            .map_err(|r| SimError::Invariant(format!("{to} rejected the gradient of {from}: {r}")))
-    }
-
-    /// One optimizer step per model on the sum of what it received (spec §5.4).
-    fn step_all(&mut self, inboxes: &[GradientInbox]) {
-        for (b, inbox) in inboxes.iter().enumerate() {
-            debug_assert!(
-                inbox.is_complete(),
-                "no faults in lock-step: every served silo answers"
-            );
-            self.opts[b].step(&mut self.params[b], &inbox.sum());
-            self.versions[b] += 1;
-        }
+        let owners = self
+            .params
+            .iter_mut()
+            .zip(&mut self.opts)
+            .zip(&mut self.versions);
+        let jobs: Vec<_> = owners.zip(served).zip(mail.boxes).collect();
+        ctx.pool.install(|| {
+            jobs.into_par_iter().enumerate().try_for_each(
+                |(b, ((((params, opt), version), served), letters))| {
+                    let mut inbox = GradientInbox::new(*version, params.len());
+                    for from in served {
+                        inbox.expect(from);
+                    }
+                    for (from, grad) in letters {
+                        inbox.handle_gradient(from, *version, grad).map_err(|r| {
+                            SimError::Invariant(format!(
+                                "silo-{b} rejected the gradient of {from}: {r}"
+                            ))
+                        })?;
+                    }
+                    if !inbox.is_complete() {
+                        return Err(SimError::Invariant(format!(
+                            "silo-{b} is missing gradients in a fault-free round"
+                        )));
+                    }
+                    opt.step(params, &inbox.sum());
+                    *version += 1;
+                    Ok(())
+                },
+            )
+        })
     }
 
     /// Each silo's test score with its mixture of measured peers (spec §3 inference).
@@ -258,6 +265,22 @@ impl FedericoRun {
             .iter()
             .map(|p| p.weights().into_iter().map(|(_, w)| w).collect())
             .collect()
+    }
+}
+
+/// Weighted gradients on their way to the owners, moved, never copied.
+struct Mail {
+    boxes: Vec<Vec<(NodeId, Vec<f32>)>>,
+}
+
+impl Mail {
+    fn new(owners: usize) -> Self {
+        Self {
+            boxes: (0..owners).map(|_| Vec::new()).collect(),
+        }
+    }
+    fn post(&mut self, from: NodeId, to: NodeId, grad: Vec<f32>) {
+        self.boxes[to.index()].push((from, grad));
     }
 }
 
