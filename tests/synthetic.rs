@@ -165,7 +165,6 @@ fn m_zero_behaves_like_local() {
 #[test]
 fn accumulated_loss_drives_weights_one_hot_and_ema_keeps_them_soft() {
     let mut s = scenario("quickstart.toml");
-    s.rounds = 40;
     s.algorithms = vec![federico::scenario::Algorithm::Federico];
     let max_row_weight = |s: &Scenario| {
         let dir = tempfile::tempdir().unwrap();
