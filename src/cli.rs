@@ -44,6 +44,9 @@ pub struct SimulateArgs {
     /// Worker threads (0 = all cores) instead of the scenario's.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Override a scenario field, e.g. `--set federico.loss_scale=10` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -57,7 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    let mut scenario = Scenario::load(&args.scenario)
+    let mut scenario = Scenario::load_with(&args.scenario, &args.set)
         .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
     if let Some(seed) = args.seed {
         scenario.seeds = vec![seed];

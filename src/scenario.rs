@@ -299,11 +299,16 @@ fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        Self::load_with(path, &[])
+    }
+
+    /// Reads a scenario file with `--set` overrides (see [`Self::parse_with`]).
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
             path: path.to_owned(),
             source,
         })?;
-        let mut s = Self::parse(&text).map_err(|e| match e {
+        let mut s = Self::parse_with(&text, overrides).map_err(|e| match e {
             ScenarioError::Parse { message, .. } => ScenarioError::Parse {
                 path: path.to_owned(),
                 message,
@@ -320,10 +325,47 @@ impl Scenario {
 
     /// Parses and validates scenario text.
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
-        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+        Self::parse_with(text, &[])
+    }
+
+    /// Parses scenario text with `key=value` overrides applied first (`--set`): `key` is a dotted
+    /// path such as `federico.loss_scale`, `value` a TOML value (`10`, `"sum"`, `[1, 2]`); a bare
+    /// word that is not valid TOML is taken as a string. The result is validated as a whole.
+    pub fn parse_with(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
+        let parse_err = |message: String| ScenarioError::Parse {
             path: PathBuf::from("<scenario>"),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let mut doc: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+        for o in overrides {
+            let (key, value) = o.split_once('=').ok_or_else(|| {
+                ScenarioError::Invalid(format!("--set {o:?}: expected KEY=VALUE"))
+            })?;
+            let value: toml::Value =
+                toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
+                    .ok()
+                    .and_then(|mut t| t.remove("v"))
+                    .unwrap_or_else(|| toml::Value::String(value.trim().to_string()));
+            let mut path: Vec<&str> = key.trim().split('.').collect();
+            let last = path
+                .pop()
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| ScenarioError::Invalid(format!("--set {o:?}: empty key")))?;
+            let mut table = &mut doc;
+            for part in path {
+                table = table
+                    .entry(part)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .ok_or_else(|| {
+                        ScenarioError::Invalid(format!("--set {o:?}: {part} is not a table"))
+                    })?;
+            }
+            table.insert(last.to_string(), value);
+        }
+        let s: Scenario = doc
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
         s.validate()?;
         Ok(s)
     }
@@ -681,6 +723,32 @@ mod tests {
         let s = Scenario::parse("[federico]\nloss_scale = \"sum\"\nmstep = \"epoch\"\n").unwrap();
         assert_eq!(s.federico.loss_scale, crate::core::LossScale::Sum);
         assert_eq!(s.federico.mstep, MStep::Epoch);
+    }
+
+    #[test]
+    fn overrides_set_nested_fields_and_are_validated() {
+        let s = Scenario::parse_with(
+            "[federico]\nepsilon = 0.3\n",
+            &[
+                "federico.loss_scale=10".into(),
+                "seeds=[4, 5]".into(),
+                "data.source=sine".into(),
+                "model.kind=linear".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.federico.loss_scale, crate::core::LossScale::Fixed(10.0));
+        assert_eq!(s.seeds, vec![4, 5]);
+        assert_eq!(s.data.source, Source::Sine);
+        let e = Scenario::parse_with("", &["federico.epsilon=2".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("federico.epsilon"), "{e}");
+        let e = Scenario::parse_with("", &["federico.epsilom=0.1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("epsilom"), "{e}");
+        assert!(Scenario::parse_with("", &["rounds".into()]).is_err());
     }
 
     #[test]
