@@ -11,6 +11,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
 
+/// A model a silo evaluated: its owner, mean loss on the silo's data, summed gradient.
+type Measured = (NodeId, f64, Vec<f32>);
+
 /// Per-silo state of a FedeRiCo run.
 pub(crate) struct FedericoRun {
     cfg: FedericoConfig,
@@ -74,27 +77,23 @@ impl FedericoRun {
         match self.cfg.mstep {
             MStep::Full => {
                 // Loss and gradient come from one pass at the same parameters (spec §5.5).
-                let out: Vec<Result<Vec<(NodeId, f64, Vec<f32>)>, SimError>> =
-                    ctx.pool.install(|| {
-                        ctx.learners
-                            .par_iter_mut()
-                            .enumerate()
-                            .map(|(i, learner)| {
-                                let train = &fed.clients[i].train;
-                                evaluated[i]
-                                    .iter()
-                                    .map(|&b| {
-                                        let (loss_sum, grad) = learner.loss_and_grad(
-                                            &params[b.index()],
-                                            train,
-                                            None,
-                                        )?;
-                                        Ok((b, loss_sum / train.len() as f64, grad))
-                                    })
-                                    .collect()
-                            })
-                            .collect()
-                    });
+                let out: Vec<Result<Vec<Measured>, SimError>> = ctx.pool.install(|| {
+                    ctx.learners
+                        .par_iter_mut()
+                        .enumerate()
+                        .map(|(i, learner)| {
+                            let train = &fed.clients[i].train;
+                            evaluated[i]
+                                .iter()
+                                .map(|&b| {
+                                    let (loss_sum, grad) =
+                                        learner.loss_and_grad(&params[b.index()], train, None)?;
+                                    Ok((b, loss_sum / train.len() as f64, grad))
+                                })
+                                .collect()
+                        })
+                        .collect()
+                });
                 let mut mail = Mail::new(self.params.len());
                 for (i, res) in out.into_iter().enumerate() {
                     let res = res?;

@@ -226,6 +226,9 @@ fn ordered(algs: &[Algorithm]) -> Vec<Algorithm> {
     a
 }
 
+/// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
+type Curves = Vec<(String, Vec<(usize, f64)>)>;
+
 /// One seed's scores of one algorithm at one evaluation.
 struct Scored {
     algorithm: Algorithm,
@@ -307,7 +310,7 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     };
 
     let mut runs = Vec::new();
-    let mut curves: Vec<Vec<(String, Vec<(usize, f64)>)>> = Vec::new();
+    let mut curves: Vec<Curves> = Vec::new();
     let mut meta = None;
     for &seed in &scenario.seeds {
         let dir = opts.out.join(format!("seed-{seed}"));
@@ -682,31 +685,6 @@ fn write_seed_plots(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_cursor_covers_every_row_once_per_epoch() {
-        let mut c = BatchCursor::new(10, StdRng::seed_from_u64(1));
-        let mut seen: Vec<usize> = (0..5).flat_map(|_| c.next(2)).collect();
-        seen.sort();
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        assert_eq!(c.next(50).len(), 10);
-    }
-
-    #[test]
-    fn same_group_mass_counts_self_and_group_peers() {
-        let w = vec![
-            vec![0.5, 0.4, 0.1],
-            vec![0.2, 0.2, 0.6],
-            vec![0.0, 0.0, 1.0],
-        ];
-        let m = same_group_mass(&w, &[0, 0, 1]);
-        assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
-    }
-}
-
 /// One seed's FedeRiCo run held in memory and stepped by the caller, for benchmarks: a full
 /// round, or only the model passes a round makes, to measure what the algorithm adds.
 pub struct RoundBench {
@@ -808,5 +786,30 @@ impl RoundBench {
                 Ok::<(), SimError>(())
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_cursor_covers_every_row_once_per_epoch() {
+        let mut c = BatchCursor::new(10, StdRng::seed_from_u64(1));
+        let mut seen: Vec<usize> = (0..5).flat_map(|_| c.next(2)).collect();
+        seen.sort();
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(c.next(50).len(), 10);
+    }
+
+    #[test]
+    fn same_group_mass_counts_self_and_group_peers() {
+        let w = vec![
+            vec![0.5, 0.4, 0.1],
+            vec![0.2, 0.2, 0.6],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let m = same_group_mass(&w, &[0, 0, 1]);
+        assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
     }
 }
