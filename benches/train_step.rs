@@ -2,11 +2,12 @@
 //!
 //! Run: `RAYON_NUM_THREADS=1 cargo bench --bench train_step` (one thread is the project's
 //! setting on shared cores; `flush_denormals_to_zero` only covers the calling thread).
+//! `FEDERICO_BENCH_MALLOPT=1` calls `retain_freed_memory` first.
 //! The MLP and denormal groups use the first MNIST samples when `$FEDERICO_DATA/mnist` (default
 //! `../shared/data` next to the crate) holds the IDX files, and random sparse images otherwise.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use federico::learn::models::{denormals_flushed, flush_denormals_to_zero};
+use federico::learn::models::{denormals_flushed, flush_denormals_to_zero, retain_freed_memory};
 use federico::learn::{Adam, Dataset, Labels, Learner, ModelSpec};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -96,6 +97,10 @@ fn images(n: usize, rng: &mut StdRng) -> (Dataset, &'static str) {
 }
 
 fn loss_and_grad(c: &mut Criterion) {
+    if std::env::var("FEDERICO_BENCH_MALLOPT").is_ok_and(|v| v == "1") {
+        assert!(retain_freed_memory(), "mallopt refused");
+        eprintln!("retain_freed_memory: on");
+    }
     let mut rng = StdRng::seed_from_u64(1);
     let (data, source) = images(600, &mut rng);
     let mut g = c.benchmark_group(format!("mlp_784_200_10_{source}"));
@@ -178,54 +183,114 @@ fn subnormals(v: &[f32]) -> usize {
     v.iter().filter(|x| x.is_subnormal()).count()
 }
 
-fn denormals(c: &mut Criterion) {
-    // A model trained for a while (confident outputs, small gradients), then 300 more Adam
-    // steps timed from that same state, with and without FTZ/DAZ on the training thread.
-    let pretrain_epochs: usize = std::env::var("FEDERICO_BENCH_PRETRAIN_EPOCHS")
+/// The cookbook's Adam, without the subnormal flush of `federico::learn::Adam`: the baseline
+/// that shows where this model's denormals came from.
+struct PlainAdam {
+    m: Vec<f32>,
+    v: Vec<f32>,
+    t: i32,
+    lr: f32,
+}
+
+impl PlainAdam {
+    fn step(&mut self, p: &mut [f32], g: &[f32]) {
+        let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
+        self.t += 1;
+        let (c1, c2) = (1.0 - b1.powi(self.t), 1.0 - b2.powi(self.t));
+        for i in 0..p.len() {
+            self.m[i] = b1 * self.m[i] + (1.0 - b1) * g[i];
+            self.v[i] = b2 * self.v[i] + (1.0 - b2) * g[i] * g[i];
+            p[i] -= self.lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + eps);
+        }
+    }
+}
+
+/// Parameters after `FEDERICO_BENCH_PRETRAIN_EPOCHS` (default 3) epochs of 300 plain-Adam
+/// steps, and that Adam state. Prints how many values are subnormal.
+fn pretrained(data: &Dataset, source: &str) -> (Vec<f32>, PlainAdam) {
+    let epochs: usize = std::env::var("FEDERICO_BENCH_PRETRAIN_EPOCHS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let mut rng = StdRng::seed_from_u64(4);
-    let (data, source) = images(15_000, &mut rng);
     let mut l = Learner::new(&mlp_spec(), 50).unwrap();
     let mut p = l.init_params(&mut rng);
-    let mut opt = Adam::new(p.len(), 1e-3);
-    for _ in 0..pretrain_epochs {
-        l.train_epoch(&mut p, &mut opt, &data, &mut rng).unwrap();
+    let mut opt = PlainAdam {
+        m: vec![0.0; p.len()],
+        v: vec![0.0; p.len()],
+        t: 0,
+        lr: 1e-3,
+    };
+    for _ in 0..epochs {
+        plain_epoch(&mut l, &mut p, &mut opt, data, &mut rng);
     }
-    let ev = l.evaluate(&p, &data).unwrap();
+    let ev = l.evaluate(&p, data).unwrap();
     let (_, grad) = l
-        .loss_and_grad(&p, &data.subset(&(0..50).collect::<Vec<_>>()), None)
+        .loss_and_grad(&p, data, Some(&(0..50).collect::<Vec<_>>()))
         .unwrap();
     let probs = l
         .predict(&p, &data.subset(&(0..1000).collect::<Vec<_>>()))
         .unwrap();
-    let adam = serde_json::to_value(&opt).unwrap();
-    let adam_m: Vec<f32> = serde_json::from_value(adam["m"].clone()).unwrap();
-    let adam_v: Vec<f32> = serde_json::from_value(adam["v"].clone()).unwrap();
     eprintln!(
-        "denormals ({source}, {pretrain_epochs} epochs of 300 steps): train acc {:.3}, loss {:.4}; \
-         subnormal values: params {}/{}, batch gradient {}/{}, probabilities {}/{}, Adam m {}, v {}",
+        "denormals ({source}, {epochs} epochs of 300 steps): train acc {:.3}, loss {:.4}; \
+         subnormal values: params {}/{}, batch gradient {}, probabilities {}/{}, Adam m {}, v {}",
         ev.accuracy(),
         ev.mean_loss(),
         subnormals(&p),
         p.len(),
         subnormals(&grad),
-        grad.len(),
         subnormals(&probs),
         probs.len(),
-        subnormals(&adam_m),
-        subnormals(&adam_v),
+        subnormals(&opt.m),
+        subnormals(&opt.v),
     );
-    let state = (p, opt);
+    (p, opt)
+}
 
+/// One epoch of batch-mean steps with [`PlainAdam`] (what `Learner::train_epoch` does with
+/// `federico::learn::Adam`).
+fn plain_epoch(
+    l: &mut Learner,
+    p: &mut [f32],
+    opt: &mut PlainAdam,
+    data: &Dataset,
+    rng: &mut StdRng,
+) {
+    use rand::seq::SliceRandom;
+    let mut order: Vec<usize> = (0..data.len()).collect();
+    order.shuffle(rng);
+    for batch in order.chunks(50) {
+        let (_, mut g) = l.loss_and_grad(p, data, Some(batch)).unwrap();
+        g.iter_mut().for_each(|x| *x /= batch.len() as f32);
+        opt.step(p, &g);
+    }
+}
+
+fn denormals(c: &mut Criterion) {
+    // A model trained for a while, then 300 more Adam steps (one epoch of 15,000 samples)
+    // timed from that same state, with and without FTZ/DAZ on the training thread; with the
+    // crate's Adam (subnormal moments flushed) and with the cookbook's plain Adam.
+    let mut rng = StdRng::seed_from_u64(4);
+    let (data, source) = images(15_000, &mut rng);
+    let state = std::cell::OnceCell::new();
     let mut g = c.benchmark_group(format!("denormals_mlp_300_steps_{source}"));
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    for flush in [false, true] {
-        let name = if flush { "ftz_daz" } else { "default" };
+    for (plain, flush) in [(false, false), (false, true), (true, false), (true, true)] {
+        let name = format!(
+            "{}_{}",
+            if plain { "plain_adam" } else { "crate_adam" },
+            if flush { "ftz_daz" } else { "default" }
+        );
         g.bench_function(name, |b| {
+            let (p0, opt0) = state.get_or_init(|| pretrained(&data, source));
+            // The same moments in the crate's Adam (its fields are private: via serde).
+            let crate_opt: Adam = serde_json::from_value(serde_json::json!({
+                "lr": opt0.lr, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                "m": opt0.m, "v": opt0.v, "t": opt0.t,
+            }))
+            .unwrap();
             b.iter_custom(|iters| {
                 std::thread::scope(|s| {
                     s.spawn(|| {
@@ -237,9 +302,20 @@ fn denormals(c: &mut Criterion) {
                         let mut rng = StdRng::seed_from_u64(5);
                         let mut total = Duration::ZERO;
                         for _ in 0..iters {
-                            let (mut p, mut opt) = state.clone();
+                            let mut p = p0.clone();
+                            let mut plain_opt = PlainAdam {
+                                m: opt0.m.clone(),
+                                v: opt0.v.clone(),
+                                t: opt0.t,
+                                lr: opt0.lr,
+                            };
+                            let mut opt = crate_opt.clone();
                             let start = Instant::now();
-                            l.train_epoch(&mut p, &mut opt, &data, &mut rng).unwrap();
+                            if plain {
+                                plain_epoch(&mut l, &mut p, &mut plain_opt, &data, &mut rng);
+                            } else {
+                                l.train_epoch(&mut p, &mut opt, &data, &mut rng).unwrap();
+                            }
                             total += start.elapsed();
                         }
                         total
