@@ -633,6 +633,13 @@ const EVAL_CHUNK: usize = 500;
 ///
 /// Build one per thread and reuse it: the variables, the training network and the inference
 /// network (detached views of the same storage) are made once in [`Learner::new`].
+///
+/// # Parameter layout
+/// One f32 vector: the variables sorted by name (`conv0.bias`, `conv0.weight`, `conv1.bias`,
+/// …, `fc0.bias`, `fc0.weight`, `fc1.bias`, …), each row-major. Dense weights are `[in, out]`
+/// (`y = x·W + b`), conv weights `[3, 3, in, out]`, and the CNN flattens its last feature map
+/// channels-last (`h, w, c`) before `fc0`. This is the crate's own order, not PyTorch's
+/// `state_dict`; [`ModelSpec::fingerprint`] checks the architecture, not this layout.
 pub struct Learner {
     /// The architecture.
     spec: ModelSpec,
@@ -969,8 +976,20 @@ impl Learner {
     }
 
     /// Data the model cannot take: wrong feature count, or labels of the other kind.
+    ///
+    /// Images are read channel-first: a CNN takes `[c, h, w]` samples, or flat ones of `c·h·w`
+    /// values in that order; an image of another 3-d shape is refused rather than misread.
     fn check_data(&self, data: &Dataset) -> Result<(), LearnError> {
         let want: usize = self.input_shape.iter().product();
+        if self.input_shape.len() == 3
+            && data.sample_shape.len() > 1
+            && data.sample_shape != self.input_shape
+        {
+            return Err(LearnError::Shape(format!(
+                "model expects samples of shape {:?} (channels, height, width), got {:?}",
+                self.input_shape, data.sample_shape
+            )));
+        }
         if data.feature_len() != want {
             return Err(LearnError::Shape(format!(
                 "model expects samples of {want} features {:?}, got {} (sample shape {:?})",
@@ -1451,6 +1470,12 @@ mod tests {
     }
 
     #[test]
+    fn a_learner_can_move_to_a_trainer_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Learner>();
+    }
+
+    #[test]
     fn cnn_takes_flat_samples_of_the_right_size() {
         let spec = ModelSpec::Cnn {
             channels: 2,
@@ -1471,6 +1496,14 @@ mod tests {
             l.evaluate(&p, &data).unwrap(),
             l.evaluate(&p, &flat).unwrap()
         );
+        let transposed = Dataset {
+            sample_shape: vec![6, 6, 2],
+            ..data.clone()
+        };
+        assert!(matches!(
+            l.evaluate(&p, &transposed),
+            Err(LearnError::Shape(_))
+        ));
     }
 
     /// Three well-separated clusters in the plane (centres 3 apart on a circle, noise in a
