@@ -301,11 +301,17 @@ impl Conv {
         let (n, h, w, c) = layout.dims(x.dims4()?);
         let (oh, ow) = (h + 1 - KERNEL, w + 1 - KERNEL);
         let cout = self.bias.dim(0)?;
+        // The bias is the last row of the matrix, against im2col's column of ones: no separate
+        // broadcast add (and its gradient passes) over the whole output.
         let cols = x.apply_op1(ops::Im2col { layout })?;
-        let w = self.weight.reshape((KERNEL * KERNEL * c, cout))?;
-        cols.matmul(&w)?
-            .broadcast_add(&self.bias)?
-            .reshape((n, oh, ow, cout))
+        let w = Tensor::cat(
+            &[
+                &self.weight.reshape((KERNEL * KERNEL * c, cout))?,
+                &self.bias.reshape((1, cout))?,
+            ],
+            0,
+        )?;
+        cols.matmul(&w)?.reshape((n, oh, ow, cout))
     }
 }
 
@@ -400,14 +406,16 @@ mod ops {
         }
     }
 
-    /// Unfolds each 3×3 patch into a row: `[n, ..]` in `layout` → `[n·oh·ow, 9·c]`, columns in
-    /// `(ky, kx, channel)` order, matching a `[3, 3, c, out]` weight.
+    /// Unfolds each 3×3 patch into a row: `[n, ..]` in `layout` → `[n·oh·ow, 9·c + 1]`,
+    /// columns in `(ky, kx, channel)` order, matching a `[3, 3, c, out]` weight, then a 1 for
+    /// the bias.
     pub(super) struct Im2col {
         pub(super) layout: Layout4,
     }
 
     /// The backward pass of [`Im2col`]: adds each row's values back onto the input positions
-    /// they came from (`[n·oh·ow, 9·c]` → the input's shape and layout).
+    /// they came from (`[n·oh·ow, 9·c + 1]` → the input's shape and layout; the bias column
+    /// has no input).
     struct Col2im {
         layout: Layout4,
         input: Shape,
@@ -434,13 +442,16 @@ mod ops {
             let x = contiguous_f32(storage, layout)?;
             let (n, h, w, c, oh, ow) = conv_dims(self.layout, layout.shape())?;
             let (sn, sy, sx, sc) = self.layout.strides(h, w, c);
-            let row_len = KERNEL * KERNEL * c;
+            let patch = KERNEL * KERNEL * c;
+            let row_len = patch + 1;
             let mut cols = vec![0f32; n * oh * ow * row_len];
             let mut rows = cols.chunks_exact_mut(row_len);
             for b in 0..n {
                 for oy in 0..oh {
                     for ox in 0..ow {
                         let row = rows.next().expect("n·oh·ow rows were allocated");
+                        let (row, one) = row.split_at_mut(patch);
+                        one[0] = 1.0;
                         let base = b * sn + oy * sy + ox * sx;
                         match self.layout {
                             // The three pixels of a kernel row are 3·c contiguous values.
@@ -483,7 +494,8 @@ mod ops {
             let g = contiguous_f32(storage, layout)?;
             let (n, h, w, c, oh, ow) = conv_dims(self.layout, &self.input)?;
             let (sn, sy, sx, sc) = self.layout.strides(h, w, c);
-            let row_len = KERNEL * KERNEL * c;
+            let patch = KERNEL * KERNEL * c;
+            let row_len = patch + 1;
             if g.len() != n * oh * ow * row_len {
                 bail!(
                     "col2im: {} values for {n}x{oh}x{ow} rows of {row_len}",
@@ -495,7 +507,7 @@ mod ops {
             for b in 0..n {
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let row = rows.next().expect("length checked above");
+                        let row = &rows.next().expect("length checked above")[..patch];
                         let base = b * sn + oy * sy + ox * sx;
                         match self.layout {
                             Layout4::Nhwc => {
@@ -1733,9 +1745,16 @@ mod tests {
             let x = candle_core::Var::from_tensor(&Tensor::from_slice(&xv, dims, &dev).unwrap())
                 .unwrap();
             let cols = x.as_tensor().apply_op1(ops::Im2col { layout }).unwrap();
-            assert_eq!(cols.dims(), [2 * 2 * 3, 9 * 3]);
+            assert_eq!(cols.dims(), [2 * 2 * 3, 9 * 3 + 1]);
+            // Zero against the bias column of ones, which has no input to flow back to.
             let gv: Vec<f32> = (0..cols.elem_count())
-                .map(|_| rng.random::<f32>() - 0.5)
+                .map(|i| {
+                    if i % 28 == 27 {
+                        0.0
+                    } else {
+                        rng.random::<f32>() - 0.5
+                    }
+                })
                 .collect();
             let g = Tensor::from_slice(&gv, cols.shape(), &dev).unwrap();
             let lhs = (&cols * &g)
