@@ -444,35 +444,31 @@ mod ops {
             let (sn, sy, sx, sc) = self.layout.strides(h, w, c);
             let patch = KERNEL * KERNEL * c;
             let row_len = patch + 1;
-            let mut cols = vec![0f32; n * oh * ow * row_len];
-            let mut rows = cols.chunks_exact_mut(row_len);
+            let mut cols = Vec::with_capacity(n * oh * ow * row_len);
             for b in 0..n {
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let row = rows.next().expect("n·oh·ow rows were allocated");
-                        let (row, one) = row.split_at_mut(patch);
-                        one[0] = 1.0;
                         let base = b * sn + oy * sy + ox * sx;
                         match self.layout {
                             // The three pixels of a kernel row are 3·c contiguous values.
                             Layout4::Nhwc => {
-                                for (ky, dst) in row.chunks_exact_mut(KERNEL * c).enumerate() {
+                                for ky in 0..KERNEL {
                                     let at = base + ky * sy;
-                                    dst.copy_from_slice(&x[at..at + KERNEL * c]);
+                                    cols.extend_from_slice(&x[at..at + KERNEL * c]);
                                 }
                             }
                             Layout4::Nchw => {
-                                for (k, dst) in row.chunks_exact_mut(c).enumerate() {
+                                for k in 0..KERNEL * KERNEL {
                                     let at = base + (k / KERNEL) * sy + (k % KERNEL) * sx;
-                                    for (ci, d) in dst.iter_mut().enumerate() {
-                                        *d = x[at + ci * sc];
-                                    }
+                                    cols.extend((0..c).map(|ci| x[at + ci * sc]));
                                 }
                             }
                         }
+                        cols.push(1.0);
                     }
                 }
             }
+            debug_assert_eq!(cols.len(), n * oh * ow * row_len);
             Ok((CpuStorage::F32(cols), (n * oh * ow, row_len).into()))
         }
 
