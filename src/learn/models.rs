@@ -6,8 +6,8 @@
 use super::data::{Dataset, Labels};
 use super::optim::Adam;
 use super::params::{FlatVars, with_f32_slice};
-use candle_core::{D, DType, Device, Module, Tensor};
-use candle_nn::{Conv2d, Conv2dConfig, Init, VarMap};
+use candle_core::{D, DType, Device, Tensor};
+use candle_nn::{Init, VarMap};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -234,7 +234,7 @@ impl Plan {
             let fan_in = cin * KERNEL * KERNEL;
             v.push((
                 format!("conv{i}.weight"),
-                vec![cout, cin, KERNEL, KERNEL],
+                vec![KERNEL, KERNEL, cin, cout],
                 fan_in,
             ));
             v.push((format!("conv{i}.bias"), vec![cout], fan_in));
@@ -283,10 +283,42 @@ impl Dense {
     }
 }
 
+/// A 3×3 convolution without padding, as im2col then one matrix product. The weight is stored
+/// `[3, 3, in, out]` so that it reshapes, without a copy, to the `[9·in, out]` matrix the
+/// product takes; its output is channels-last (`[n, h, w, c]`), which the next im2col reads in
+/// runs of `c` contiguous values.
+///
+/// candle's own `conv2d` backward goes through a direct-loop `conv_transpose2d` and a conv with
+/// the gradient as kernel; this layer's backward is two matrix products and a scatter.
+struct Conv {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Conv {
+    /// `x` is `[n, c, h, w]` (`layout` [`ops::Layout4::Nchw`], the data) or `[n, h, w, c]`.
+    fn forward(&self, x: &Tensor, layout: ops::Layout4) -> candle_core::Result<Tensor> {
+        let (n, h, w, c) = layout.dims(x.dims4()?);
+        let (oh, ow) = (h + 1 - KERNEL, w + 1 - KERNEL);
+        let cout = self.bias.dim(0)?;
+        // The bias is the last row of the matrix, against im2col's column of ones: no separate
+        // broadcast add (and its gradient passes) over the whole output.
+        let cols = x.apply_op1(ops::Im2col { layout })?;
+        let w = Tensor::cat(
+            &[
+                &self.weight.reshape((KERNEL * KERNEL * c, cout))?,
+                &self.bias.reshape((1, cout))?,
+            ],
+            0,
+        )?;
+        cols.matmul(&w)?.reshape((n, oh, ow, cout))
+    }
+}
+
 /// The network of a [`ModelSpec`], built on tensors that are either the variables (training,
 /// records a graph) or detached views of the same storage (inference, no graph).
 struct Net {
-    convs: Vec<Conv2d>,
+    convs: Vec<Conv>,
     dense: Vec<Dense>,
 }
 
@@ -298,9 +330,9 @@ impl Net {
     ) -> candle_core::Result<Self> {
         let mut convs = Vec::with_capacity(plan.convs.len());
         for (i, &(cin, cout)) in plan.convs.iter().enumerate() {
-            let w = get(&format!("conv{i}.weight"), &[cout, cin, KERNEL, KERNEL])?;
-            let b = get(&format!("conv{i}.bias"), &[cout])?;
-            convs.push(Conv2d::new(w, Some(b), Conv2dConfig::default()));
+            let weight = get(&format!("conv{i}.weight"), &[KERNEL, KERNEL, cin, cout])?;
+            let bias = get(&format!("conv{i}.bias"), &[cout])?;
+            convs.push(Conv { weight, bias });
         }
         let mut dense = Vec::with_capacity(plan.dense.len());
         for (i, &(din, dout)) in plan.dense.iter().enumerate() {
@@ -314,8 +346,10 @@ impl Net {
     /// Raw outputs (logits) for a batch: `[n, features]` or `[n, c, h, w]` in, `[n, outputs]` out.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let mut x = x.clone();
+        let mut layout = ops::Layout4::Nchw;
         for conv in &self.convs {
-            x = conv.forward(&x)?.contiguous()?.apply_op1(MaxPoolRelu)?;
+            x = conv.forward(&x, layout)?.apply_op1(ops::MaxPoolRelu)?;
+            layout = ops::Layout4::Nhwc;
         }
         if !self.convs.is_empty() {
             x = x.flatten_from(1)?;
@@ -331,123 +365,271 @@ impl Net {
     }
 }
 
-/// 2×2 max-pool (stride 2, floor) fused with ReLU, on contiguous f32 `[n, c, h, w]` CPU tensors.
-///
-/// candle 0.11.1's own `max_pool2d` backward is wrong: it scales the gradient of each window's
-/// maximum by 1/4 (k²) and, for odd sizes, aligns its mask with the wrong windows (its
-/// nearest-neighbour upsampling does not follow the floor). This op sends the whole gradient to
-/// the first maximum of each window (as PyTorch does) when the pooled value is positive.
-struct MaxPoolRelu;
+/// CPU custom ops of the CNN: im2col for 3×3 convolutions and a 2×2 max-pool fused with ReLU,
+/// each with its backward pass.
+mod ops {
+    use super::KERNEL;
+    use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, bail};
 
-/// The backward pass of [`MaxPoolRelu`]: `(input, output gradient)` → input gradient.
-struct MaxPoolReluGrad;
-
-/// Contiguous f32 values of a CPU storage under `layout`.
-fn contiguous_f32<'a>(
-    s: &'a candle_core::CpuStorage,
-    layout: &candle_core::Layout,
-) -> candle_core::Result<&'a [f32]> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&s.as_slice::<f32>()?[start..end]),
-        None => candle_core::bail!("max-pool expects a contiguous tensor"),
-    }
-}
-
-/// `(planes, h, w, h/2, w/2)` of a 4-d input to the pool.
-fn pool_dims(
-    layout: &candle_core::Layout,
-) -> candle_core::Result<(usize, usize, usize, usize, usize)> {
-    let (n, c, h, w) = layout.shape().dims4()?;
-    if h < 2 || w < 2 {
-        candle_core::bail!("2x2 max-pool of a {h}x{w} input");
-    }
-    Ok((n * c, h, w, h / 2, w / 2))
-}
-
-/// Index (within the plane) and value of the first maximum of window `(i, j)`.
-#[inline]
-fn window_max(plane: &[f32], w: usize, i: usize, j: usize) -> (usize, f32) {
-    let top = 2 * i * w + 2 * j;
-    let mut best = (top, plane[top]);
-    for k in [top + 1, top + w, top + w + 1] {
-        if plane[k] > best.1 {
-            best = (k, plane[k]);
-        }
-    }
-    best
-}
-
-impl candle_core::CustomOp1 for MaxPoolRelu {
-    fn name(&self) -> &'static str {
-        "max-pool-2x2-relu"
+    /// Memory order of a 4-d activation tensor.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Layout4 {
+        /// `[n, c, h, w]`: the data as stored in a [`super::Dataset`].
+        Nchw,
+        /// `[n, h, w, c]`: conv outputs (a channel's values for one pixel are contiguous).
+        Nhwc,
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let x = contiguous_f32(storage, layout)?;
-        let (planes, h, w, h2, w2) = pool_dims(layout)?;
-        let mut out = Vec::with_capacity(planes * h2 * w2);
-        for plane in x.chunks_exact(h * w) {
-            for i in 0..h2 {
-                out.extend((0..w2).map(|j| window_max(plane, w, i, j).1.max(0.0)));
+    impl Layout4 {
+        /// `(n, h, w, c)` from the dims of a tensor in this layout.
+        pub(super) fn dims(self, d: (usize, usize, usize, usize)) -> (usize, usize, usize, usize) {
+            match self {
+                Layout4::Nchw => (d.0, d.2, d.3, d.1),
+                Layout4::Nhwc => d,
             }
         }
-        let (n, c, _, _) = layout.shape().dims4()?;
-        Ok((candle_core::CpuStorage::F32(out), (n, c, h2, w2).into()))
-    }
 
-    fn bwd(
-        &self,
-        arg: &Tensor,
-        _res: &Tensor,
-        grad_res: &Tensor,
-    ) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(arg.apply_op2_no_bwd(
-            &grad_res.contiguous()?,
-            &MaxPoolReluGrad,
-        )?))
-    }
-}
-
-impl candle_core::CustomOp2 for MaxPoolReluGrad {
-    fn name(&self) -> &'static str {
-        "max-pool-2x2-relu-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &candle_core::CpuStorage,
-        l1: &candle_core::Layout,
-        s2: &candle_core::CpuStorage,
-        l2: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let (x, g) = (contiguous_f32(s1, l1)?, contiguous_f32(s2, l2)?);
-        let (planes, h, w, h2, w2) = pool_dims(l1)?;
-        if g.len() != planes * h2 * w2 {
-            candle_core::bail!(
-                "max-pool gradient of {} values for {planes}x{h2}x{w2} outputs",
-                g.len()
-            );
+        /// Strides of `(n, y, x, c)` for a contiguous tensor of sizes `(h, w, c)`.
+        fn strides(self, h: usize, w: usize, c: usize) -> (usize, usize, usize, usize) {
+            match self {
+                Layout4::Nchw => (c * h * w, w, 1, h * w),
+                Layout4::Nhwc => (h * w * c, w * c, c, 1),
+            }
         }
-        let mut dx = vec![0f32; x.len()];
-        for ((plane, dplane), gplane) in x
-            .chunks_exact(h * w)
-            .zip(dx.chunks_exact_mut(h * w))
-            .zip(g.chunks_exact(h2 * w2))
-        {
+    }
+
+    /// Contiguous f32 values of a CPU storage under `layout`.
+    fn contiguous_f32<'a>(s: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+        match layout.contiguous_offsets() {
+            Some((start, end)) => Ok(&s.as_slice::<f32>()?[start..end]),
+            None => bail!("expected a contiguous tensor"),
+        }
+    }
+
+    /// Unfolds each 3×3 patch into a row: `[n, ..]` in `layout` → `[n·oh·ow, 9·c + 1]`,
+    /// columns in `(ky, kx, channel)` order, matching a `[3, 3, c, out]` weight, then a 1 for
+    /// the bias.
+    pub(super) struct Im2col {
+        pub(super) layout: Layout4,
+    }
+
+    /// The backward pass of [`Im2col`]: adds each row's values back onto the input positions
+    /// they came from (`[n·oh·ow, 9·c + 1]` → the input's shape and layout; the bias column
+    /// has no input).
+    struct Col2im {
+        layout: Layout4,
+        input: Shape,
+    }
+
+    /// `(n, h, w, c, oh, ow)` of an im2col input.
+    fn conv_dims(
+        layout: Layout4,
+        shape: &Shape,
+    ) -> Result<(usize, usize, usize, usize, usize, usize)> {
+        let (n, h, w, c) = layout.dims(shape.dims4()?);
+        if h < KERNEL || w < KERNEL {
+            bail!("3x3 convolution of a {h}x{w} input");
+        }
+        Ok((n, h, w, c, h + 1 - KERNEL, w + 1 - KERNEL))
+    }
+
+    impl CustomOp1 for Im2col {
+        fn name(&self) -> &'static str {
+            "im2col-3x3"
+        }
+
+        fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+            let x = contiguous_f32(storage, layout)?;
+            let (n, h, w, c, oh, ow) = conv_dims(self.layout, layout.shape())?;
+            let (sn, sy, sx, sc) = self.layout.strides(h, w, c);
+            let patch = KERNEL * KERNEL * c;
+            let row_len = patch + 1;
+            let mut cols = Vec::with_capacity(n * oh * ow * row_len);
+            for b in 0..n {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let base = b * sn + oy * sy + ox * sx;
+                        match self.layout {
+                            // The three pixels of a kernel row are 3·c contiguous values.
+                            Layout4::Nhwc => {
+                                for ky in 0..KERNEL {
+                                    let at = base + ky * sy;
+                                    cols.extend_from_slice(&x[at..at + KERNEL * c]);
+                                }
+                            }
+                            Layout4::Nchw => {
+                                for k in 0..KERNEL * KERNEL {
+                                    let at = base + (k / KERNEL) * sy + (k % KERNEL) * sx;
+                                    cols.extend((0..c).map(|ci| x[at + ci * sc]));
+                                }
+                            }
+                        }
+                        cols.push(1.0);
+                    }
+                }
+            }
+            debug_assert_eq!(cols.len(), n * oh * ow * row_len);
+            Ok((CpuStorage::F32(cols), (n * oh * ow, row_len).into()))
+        }
+
+        fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+            let op = Col2im {
+                layout: self.layout,
+                input: arg.shape().clone(),
+            };
+            Ok(Some(grad_res.contiguous()?.apply_op1_no_bwd(&op)?))
+        }
+    }
+
+    impl CustomOp1 for Col2im {
+        fn name(&self) -> &'static str {
+            "col2im-3x3"
+        }
+
+        fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+            let g = contiguous_f32(storage, layout)?;
+            let (n, h, w, c, oh, ow) = conv_dims(self.layout, &self.input)?;
+            let (sn, sy, sx, sc) = self.layout.strides(h, w, c);
+            let patch = KERNEL * KERNEL * c;
+            let row_len = patch + 1;
+            if g.len() != n * oh * ow * row_len {
+                bail!(
+                    "col2im: {} values for {n}x{oh}x{ow} rows of {row_len}",
+                    g.len()
+                );
+            }
+            let mut dx = vec![0f32; n * h * w * c];
+            let mut rows = g.chunks_exact(row_len);
+            for b in 0..n {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let row = &rows.next().expect("length checked above")[..patch];
+                        let base = b * sn + oy * sy + ox * sx;
+                        match self.layout {
+                            Layout4::Nhwc => {
+                                for (ky, src) in row.chunks_exact(KERNEL * c).enumerate() {
+                                    let at = base + ky * sy;
+                                    let dst = &mut dx[at..at + KERNEL * c];
+                                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                                }
+                            }
+                            Layout4::Nchw => {
+                                for (k, src) in row.chunks_exact(c).enumerate() {
+                                    let at = base + (k / KERNEL) * sy + (k % KERNEL) * sx;
+                                    for (ci, s) in src.iter().enumerate() {
+                                        dx[at + ci * sc] += s;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok((CpuStorage::F32(dx), self.input.clone()))
+        }
+    }
+
+    /// 2×2 max-pool (stride 2, floor) fused with ReLU, on contiguous f32 `[n, h, w, c]` tensors.
+    ///
+    /// candle 0.11.1's own `max_pool2d` backward is wrong: it scales the gradient of each
+    /// window's maximum by 1/4 (k²) and, for odd sizes, aligns its mask with the wrong windows
+    /// (its nearest-neighbour upsampling does not follow the floor). This op sends the whole
+    /// gradient to the first maximum of each window (as PyTorch does) when the pooled value is
+    /// positive.
+    pub(super) struct MaxPoolRelu;
+
+    /// The backward pass of [`MaxPoolRelu`]: `(input, output gradient)` → input gradient.
+    struct MaxPoolReluGrad;
+
+    /// `(n, h, w, c, h/2, w/2)` of a pool input.
+    fn pool_dims(shape: &Shape) -> Result<(usize, usize, usize, usize, usize, usize)> {
+        let (n, h, w, c) = shape.dims4()?;
+        if h < 2 || w < 2 {
+            bail!("2x2 max-pool of a {h}x{w} input");
+        }
+        Ok((n, h, w, c, h / 2, w / 2))
+    }
+
+    /// Calls `f(output index, input index of the window's first maximum, that maximum)` for
+    /// every output of the pool.
+    #[inline]
+    fn for_each_window(
+        x: &[f32],
+        shape: &Shape,
+        mut f: impl FnMut(usize, usize, f32),
+    ) -> Result<()> {
+        let (n, h, w, c, h2, w2) = pool_dims(shape)?;
+        let mut o = 0;
+        for b in 0..n {
             for i in 0..h2 {
                 for j in 0..w2 {
-                    let (k, v) = window_max(plane, w, i, j);
-                    if v > 0.0 {
-                        dplane[k] = gplane[i * w2 + j];
+                    let top = ((b * h + 2 * i) * w + 2 * j) * c;
+                    let others = [top + c, top + w * c, top + w * c + c];
+                    for ch in 0..c {
+                        let mut best = (top + ch, x[top + ch]);
+                        for k in others {
+                            if x[k + ch] > best.1 {
+                                best = (k + ch, x[k + ch]);
+                            }
+                        }
+                        f(o, best.0, best.1);
+                        o += 1;
                     }
                 }
             }
         }
-        Ok((candle_core::CpuStorage::F32(dx), l1.shape().clone()))
+        Ok(())
+    }
+
+    impl CustomOp1 for MaxPoolRelu {
+        fn name(&self) -> &'static str {
+            "max-pool-2x2-relu"
+        }
+
+        fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+            let x = contiguous_f32(storage, layout)?;
+            let (n, _, _, c, h2, w2) = pool_dims(layout.shape())?;
+            let mut out = vec![0f32; n * h2 * w2 * c];
+            for_each_window(x, layout.shape(), |o, _, v| out[o] = v.max(0.0))?;
+            Ok((CpuStorage::F32(out), (n, h2, w2, c).into()))
+        }
+
+        fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+            Ok(Some(arg.apply_op2_no_bwd(
+                &grad_res.contiguous()?,
+                &MaxPoolReluGrad,
+            )?))
+        }
+    }
+
+    impl candle_core::CustomOp2 for MaxPoolReluGrad {
+        fn name(&self) -> &'static str {
+            "max-pool-2x2-relu-grad"
+        }
+
+        fn cpu_fwd(
+            &self,
+            s1: &CpuStorage,
+            l1: &Layout,
+            s2: &CpuStorage,
+            l2: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            let (x, g) = (contiguous_f32(s1, l1)?, contiguous_f32(s2, l2)?);
+            let (n, _, _, c, h2, w2) = pool_dims(l1.shape())?;
+            if g.len() != n * h2 * w2 * c {
+                bail!(
+                    "max-pool gradient of {} values for {n}x{h2}x{w2}x{c} outputs",
+                    g.len()
+                );
+            }
+            let mut dx = vec![0f32; x.len()];
+            for_each_window(x, l1.shape(), |o, k, v| {
+                if v > 0.0 {
+                    dx[k] = g[o];
+                }
+            })?;
+            Ok((CpuStorage::F32(dx), l1.shape().clone()))
+        }
     }
 }
 
@@ -459,6 +641,13 @@ const EVAL_CHUNK: usize = 500;
 ///
 /// Build one per thread and reuse it: the variables, the training network and the inference
 /// network (detached views of the same storage) are made once in [`Learner::new`].
+///
+/// # Parameter layout
+/// One f32 vector: the variables sorted by name (`conv0.bias`, `conv0.weight`, `conv1.bias`,
+/// …, `fc0.bias`, `fc0.weight`, `fc1.bias`, …), each row-major. Dense weights are `[in, out]`
+/// (`y = x·W + b`), conv weights `[3, 3, in, out]`, and the CNN flattens its last feature map
+/// channels-last (`h, w, c`) before `fc0`. This is the crate's own order, not PyTorch's
+/// `state_dict`; [`ModelSpec::fingerprint`] checks the architecture, not this layout.
 pub struct Learner {
     /// The architecture.
     spec: ModelSpec,
@@ -795,8 +984,20 @@ impl Learner {
     }
 
     /// Data the model cannot take: wrong feature count, or labels of the other kind.
+    ///
+    /// Images are read channel-first: a CNN takes `[c, h, w]` samples, or flat ones of `c·h·w`
+    /// values in that order; an image of another 3-d shape is refused rather than misread.
     fn check_data(&self, data: &Dataset) -> Result<(), LearnError> {
         let want: usize = self.input_shape.iter().product();
+        if self.input_shape.len() == 3
+            && data.sample_shape.len() > 1
+            && data.sample_shape != self.input_shape
+        {
+            return Err(LearnError::Shape(format!(
+                "model expects samples of shape {:?} (channels, height, width), got {:?}",
+                self.input_shape, data.sample_shape
+            )));
+        }
         if data.feature_len() != want {
             return Err(LearnError::Shape(format!(
                 "model expects samples of {want} features {:?}, got {} (sample shape {:?})",
@@ -866,9 +1067,14 @@ fn log_loss_and_argmax(logits: &[f32], y: usize) -> (f64, usize) {
 /// on x86_64; a no-op elsewhere.
 ///
 /// Denormal floats can slow CPU arithmetic by orders of magnitude per operation. Call it at the
-/// start of a training thread; threads spawned later by rayon or candle keep their own
-/// (default) setting. Results then differ from IEEE arithmetic only for values below 1.2e-38,
-/// which become zero.
+/// start of a training thread; rayon's (gemm's) worker threads keep their own (default)
+/// setting, so it covers all the work only with `RAYON_NUM_THREADS=1`. Results then differ
+/// from IEEE arithmetic only for values below 1.2e-38, which become zero.
+///
+/// Measured (`benches/train_step.rs`, MLP 784-200-10 on MNIST, AMD EPYC): the subnormals of
+/// that training were Adam's first moments, which [`Adam`] now flushes itself; candle's matrix
+/// products showed no penalty even on all-subnormal inputs. So this is optional there; CPUs
+/// with costlier denormal assists (many Intel parts) may still gain from it.
 pub fn flush_denormals_to_zero() {
     #[cfg(target_arch = "x86_64")]
     {
@@ -881,6 +1087,34 @@ pub fn flush_denormals_to_zero() {
             csr |= (1 << 15) | (1 << 6);
             core::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags));
         }
+    }
+}
+
+/// Makes glibc keep freed memory for reuse instead of returning it to the kernel; a no-op
+/// (returning false) off glibc. Returns whether both settings took.
+///
+/// candle allocates a fresh buffer for every tensor op; above glibc's mmap threshold each one
+/// is a new mapping that the kernel must zero and fault in page by page, then unmap. Raising the
+/// threshold to its maximum (32 MiB) and never trimming the heap made CNN gradients 1.6× faster
+/// (`benches/train_step.rs`, `FEDERICO_BENCH_MALLOPT=1`) at the cost of a resident set that stays
+/// at its peak. Process-wide: call it once, at the start of `main`, before spawning threads.
+pub fn retain_freed_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn mallopt(param: i32, value: i32) -> i32;
+        }
+        const M_TRIM_THRESHOLD: i32 = -1;
+        const M_MMAP_THRESHOLD: i32 = -3;
+        // SAFETY: mallopt only changes glibc's allocator parameters (under its own lock); the
+        // values are in range (the mmap threshold's maximum is 32 MiB on 64-bit targets).
+        unsafe {
+            mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, i32::MAX) == 1
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
     }
 }
 
@@ -1249,6 +1483,12 @@ mod tests {
     }
 
     #[test]
+    fn a_learner_can_move_to_a_trainer_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Learner>();
+    }
+
+    #[test]
     fn cnn_takes_flat_samples_of_the_right_size() {
         let spec = ModelSpec::Cnn {
             channels: 2,
@@ -1269,6 +1509,14 @@ mod tests {
             l.evaluate(&p, &data).unwrap(),
             l.evaluate(&p, &flat).unwrap()
         );
+        let transposed = Dataset {
+            sample_shape: vec![6, 6, 2],
+            ..data.clone()
+        };
+        assert!(matches!(
+            l.evaluate(&p, &transposed),
+            Err(LearnError::Shape(_))
+        ));
     }
 
     /// Three well-separated clusters in the plane (centres 3 apart on a circle, noise in a
@@ -1415,32 +1663,118 @@ mod tests {
     fn max_pool_sends_the_whole_gradient_to_the_first_positive_maximum() {
         // candle 0.11.1's max_pool2d backward gives 0.25 here instead of 1.
         let dev = Device::Cpu;
+        // Two 3x5 channels, written channel-first for reading, then made channels-last.
         #[rustfmt::skip]
-        let x = candle_core::Var::new(&[[
+        let nchw = Tensor::new(&[[
             [[1f32, 2., 9., 9., 7.], [3., 4., -1., 0., 7.], [5., 5., 5., 5., 5.]],
             [[-1f32, -2., 0., 0., 1.], [-3., -4., 0., 0., 1.], [1., 1., 1., 1., 1.]],
         ]], &dev).unwrap();
-        let y = x.as_tensor().apply_op1(MaxPoolRelu).unwrap();
-        assert_eq!(y.dims(), [1, 2, 1, 2]);
-        assert_eq!(
-            y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            [4., 9., 0., 0.]
-        );
-        let w = Tensor::new(&[[[[10f32, 20.]], [[30., 40.]]]], &dev).unwrap();
+        let x = candle_core::Var::from_tensor(&nchw.permute((0, 2, 3, 1)).unwrap()).unwrap();
+        let y = x.as_tensor().apply_op1(ops::MaxPoolRelu).unwrap();
+        assert_eq!(y.dims(), [1, 1, 2, 2]);
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(flat(&y), [4., 0., 9., 0.]);
+        let w = Tensor::new(&[[[[10f32, 30.], [20., 40.]]]], &dev).unwrap();
         let grads = (y * w).unwrap().sum_all().unwrap().backward().unwrap();
         let g = grads
             .get(x.as_tensor())
             .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
+            .permute((0, 3, 1, 2))
             .unwrap();
         #[rustfmt::skip]
         let want = [
             0., 0., 20., 0., 0., 0., 10., 0., 0., 0., 0., 0., 0., 0., 0.,
             0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0.,
         ];
-        assert_eq!(g, want);
+        assert_eq!(flat(&g), want);
+    }
+
+    #[test]
+    fn im2col_matches_a_direct_convolution() {
+        // One sample, 2 channels, 4x5, 3 output channels: compare with the textbook sum.
+        let (c, h, w, co) = (2, 4, 5, 3);
+        let mut rng = StdRng::seed_from_u64(11);
+        let x: Vec<f32> = (0..c * h * w).map(|_| rng.random::<f32>() - 0.5).collect();
+        let k: Vec<f32> = (0..9 * c * co).map(|_| rng.random::<f32>() - 0.5).collect();
+        let dev = Device::Cpu;
+        let conv = Conv {
+            weight: Tensor::from_slice(&k, (3, 3, c, co), &dev).unwrap(),
+            bias: Tensor::zeros(co, DType::F32, &dev).unwrap(),
+        };
+        let xt = Tensor::from_slice(&x, (1, c, h, w), &dev).unwrap();
+        let out = conv.forward(&xt, ops::Layout4::Nchw).unwrap();
+        assert_eq!(out.dims(), [1, 2, 3, co]);
+        let from_nhwc = conv
+            .forward(
+                &xt.permute((0, 2, 3, 1)).unwrap().contiguous().unwrap(),
+                ops::Layout4::Nhwc,
+            )
+            .unwrap();
+        let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(
+            out,
+            from_nhwc.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
+        for (y, x0, o) in
+            (0..2).flat_map(|y| (0..3).flat_map(move |x0| (0..co).map(move |o| (y, x0, o))))
+        {
+            let mut want = 0.0;
+            for ky in 0..3 {
+                for kx in 0..3 {
+                    for ci in 0..c {
+                        want += x[(ci * h + y + ky) * w + x0 + kx]
+                            * k[((ky * 3 + kx) * c + ci) * co + o];
+                    }
+                }
+            }
+            let got = out[(y * 3 + x0) * co + o];
+            assert!((got - want).abs() < 1e-5, "({y},{x0},{o}): {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn col2im_is_the_adjoint_of_im2col() {
+        // <im2col(x), g> = <x, col2im(g)> for every x, g: the backward pass is exact.
+        let dev = Device::Cpu;
+        let mut rng = StdRng::seed_from_u64(12);
+        for (layout, dims) in [
+            (ops::Layout4::Nchw, (2, 3, 4, 5)),
+            (ops::Layout4::Nhwc, (2, 4, 5, 3)),
+        ] {
+            let n = dims.0 * dims.1 * dims.2 * dims.3;
+            let xv: Vec<f32> = (0..n).map(|_| rng.random::<f32>() - 0.5).collect();
+            let x = candle_core::Var::from_tensor(&Tensor::from_slice(&xv, dims, &dev).unwrap())
+                .unwrap();
+            let cols = x.as_tensor().apply_op1(ops::Im2col { layout }).unwrap();
+            assert_eq!(cols.dims(), [2 * 2 * 3, 9 * 3 + 1]);
+            // Zero against the bias column of ones, which has no input to flow back to.
+            let gv: Vec<f32> = (0..cols.elem_count())
+                .map(|i| {
+                    if i % 28 == 27 {
+                        0.0
+                    } else {
+                        rng.random::<f32>() - 0.5
+                    }
+                })
+                .collect();
+            let g = Tensor::from_slice(&gv, cols.shape(), &dev).unwrap();
+            let lhs = (&cols * &g)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let dx = (cols * g).unwrap().sum_all().unwrap().backward().unwrap();
+            let dx = dx
+                .get(x.as_tensor())
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let rhs: f32 = xv.iter().zip(&dx).map(|(a, b)| a * b).sum();
+            assert!((lhs - rhs).abs() < 1e-4, "{layout:?}: {lhs} vs {rhs}");
+        }
     }
 
     #[test]

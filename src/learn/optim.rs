@@ -59,17 +59,22 @@ impl Adam {
         let c1 = 1.0 - b1.powi(self.t);
         let inv_sc2 = 1.0 / (1.0 - b2.powi(self.t)).sqrt();
         let step = self.lr / c1;
-        let (a1, a2) = (1.0 - b1, 1.0 - b2);
-        for (((p, &g), m), v) in params
-            .iter_mut()
-            .zip(grad)
-            .zip(&mut self.m)
-            .zip(&mut self.v)
-        {
-            *m = b1 * *m + a1 * g;
-            *v = b2 * *v + a2 * g * g;
-            *p -= step * *m / (v.sqrt() * inv_sc2 + eps);
+        let k = StepConsts {
+            b1,
+            b2,
+            a1: 1.0 - b1,
+            a2: 1.0 - b2,
+            step,
+            inv_sc2,
+            eps,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU supports AVX, checked just above.
+            unsafe { step_avx(&k, params, grad, &mut self.m, &mut self.v) };
+            return;
         }
+        step_loop(&k, params, grad, &mut self.m, &mut self.v);
     }
 
     /// Forgets the moments (FedAvg clients restart from the global model each round).
@@ -83,6 +88,50 @@ impl Adam {
     pub fn steps(&self) -> i32 {
         self.t
     }
+}
+
+/// The per-step constants of [`Adam::step`].
+struct StepConsts {
+    b1: f32,
+    b2: f32,
+    a1: f32,
+    a2: f32,
+    step: f32,
+    inv_sc2: f32,
+    eps: f32,
+}
+
+/// The element-wise update; inlined into each instruction-set variant.
+#[inline(always)]
+fn step_loop(k: &StepConsts, params: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
+    for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(v) {
+        *m = flush_subnormal(k.b1 * *m + k.a1 * g);
+        *v = flush_subnormal(k.b2 * *v + k.a2 * g * g);
+        *p -= k.step * *m / (v.sqrt() * k.inv_sc2 + k.eps);
+    }
+}
+
+/// [`step_loop`] compiled for AVX: 8 lanes instead of SSE2's 4 (twice as fast on 159k
+/// parameters). No FMA, so results are bit-identical to the SSE2 path: every operation is
+/// IEEE-rounded the same way whatever the vector width.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn step_avx(k: &StepConsts, params: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
+    step_loop(k, params, grad, m, v);
+}
+
+/// Zero for subnormal values (below `f32::MIN_POSITIVE` ≈ 1.2e-38).
+///
+/// The first moments of rarely active inputs (MNIST's edge pixels) decay by `beta1` per step
+/// into the subnormal range, where every operation on them takes a slow microcode path: with a
+/// few thousand such moments, Adam steps took twice as long (see `benches/train_step.rs`).
+/// Their contribution to the step is below `lr · 1e-30`, so dropping them changes nothing.
+#[inline(always)]
+fn flush_subnormal(x: f32) -> f32 {
+    if x.abs() < f32::MIN_POSITIVE { 0.0 } else { x }
 }
 
 #[cfg(test)]
@@ -123,6 +172,49 @@ mod tests {
         let mut q = [0.0f32];
         opt.step(&mut q, &[-1.0]);
         assert!((q[0] - 0.1).abs() < 1e-6);
+    }
+
+    #[test]
+    fn moments_never_become_subnormal() {
+        let mut opt = Adam::new(2, 0.1);
+        let mut p = [0.0f32; 2];
+        opt.step(&mut p, &[1e-38, 1e-20]);
+        // 1e-21 · 0.9^t falls below 1.2e-38 after 372 steps.
+        for _ in 0..400 {
+            opt.step(&mut p, &[0.0, 0.0]);
+            assert!(
+                opt.m.iter().chain(&opt.v).all(|x| !x.is_subnormal()),
+                "{opt:?}"
+            );
+        }
+        assert_eq!(opt.m, [0.0, 0.0]);
+        assert!(p.iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn vector_and_scalar_paths_agree_bit_for_bit() {
+        let n = 1003; // not a multiple of the vector width
+        let g: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
+            .collect();
+        let (mut fast, mut slow) = (Adam::new(n, 0.01), Adam::new(n, 0.01));
+        let (mut p, mut q) = (vec![0.5f32; n], vec![0.5f32; n]);
+        for _ in 0..3 {
+            fast.step(&mut p, &g);
+            slow.t += 1;
+            let k = StepConsts {
+                b1: 0.9,
+                b2: 0.999,
+                a1: 1.0 - 0.9,
+                a2: 1.0 - 0.999,
+                step: 0.01 / (1.0 - 0.9f32.powi(slow.t)),
+                inv_sc2: 1.0 / (1.0 - 0.999f32.powi(slow.t)).sqrt(),
+                eps: 1e-8,
+            };
+            step_loop(&k, &mut q, &g, &mut slow.m, &mut slow.v);
+        }
+        assert_eq!(p, q);
+        assert_eq!(fast, slow);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::models::LearnError;
 use candle_core::backprop::GradStore;
-use candle_core::{Storage, Tensor, Var};
+use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor, Var};
 use candle_nn::VarMap;
 
 /// The variables of a model in flattening order: sorted by name, because a [`VarMap`] is a
@@ -53,7 +53,8 @@ impl FlatVars {
         let mut o = 0;
         for (_, v) in &self.vars {
             let n = v.elem_count();
-            v.set(&Tensor::from_slice(&flat[o..o + n], v.shape(), v.device())?)?;
+            // Straight into the variable's storage: no temporary tensor, one copy.
+            v.as_tensor().inplace_op1(&CopyFrom(&flat[o..o + n]))?;
             o += n;
         }
         Ok(())
@@ -99,6 +100,32 @@ impl FlatVars {
             o += n;
         }
         Ok(())
+    }
+}
+
+/// Overwrites a contiguous f32 CPU tensor with the given values (same count).
+struct CopyFrom<'a>(&'a [f32]);
+
+impl InplaceOp1 for CopyFrom<'_> {
+    fn name(&self) -> &'static str {
+        "copy-from-slice"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let CpuStorage::F32(values) = storage else {
+            candle_core::bail!("copy-from-slice expects f32 storage");
+        };
+        match layout.contiguous_offsets() {
+            Some((start, end)) if end - start == self.0.len() => {
+                values[start..end].copy_from_slice(self.0);
+                Ok(())
+            }
+            _ => candle_core::bail!(
+                "copy-from-slice: {} values into {:?}",
+                self.0.len(),
+                layout.shape()
+            ),
+        }
     }
 }
 
