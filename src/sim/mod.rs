@@ -419,6 +419,45 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     })
 }
 
+/// What every run of a seed starts from.
+struct Setup {
+    fed: Federation,
+    spec: ModelSpec,
+    /// One learner workspace per silo.
+    learners: Vec<Learner>,
+    /// Silo i's initial weights, identical for every algorithm.
+    init: Vec<Vec<f32>>,
+}
+
+/// Draws the seed's split and the silos' initial weights (each from its own (seed, node) stream).
+fn setup(
+    scenario: &Scenario,
+    seed: u64,
+    real: Option<&crate::learn::loaders::RealData>,
+) -> Result<Setup, SimError> {
+    let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
+    let first = &fed.clients[0].train;
+    let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
+    let learners = (0..fed.clients.len())
+        .map(|_| Learner::new(&spec, scenario.train.batch_size))
+        .collect::<Result<Vec<_>, _>>()?;
+    let init = (0..fed.clients.len() as u32)
+        .map(|i| {
+            learners[0].init_params(&mut StdRng::seed_from_u64(stream_seed(
+                seed,
+                NodeId(i),
+                Stream::Init,
+            )))
+        })
+        .collect();
+    Ok(Setup {
+        fed,
+        spec,
+        learners,
+        init,
+    })
+}
+
 /// What one seed produced.
 struct SeedRun {
     summary: RunSummary,
@@ -437,24 +476,14 @@ fn run_seed(
     dir: &Path,
     bar: &ProgressBar,
 ) -> Result<SeedRun, SimError> {
-    let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
+    let Setup {
+        fed,
+        spec,
+        learners,
+        init,
+    } = setup(scenario, seed, real)?;
     write_json(&dir.join("partition.json"), &fed.report())?;
-    let first = &fed.clients[0].train;
-    let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
     let regression = spec.is_regression();
-    let learners = (0..fed.clients.len())
-        .map(|_| Learner::new(&spec, scenario.train.batch_size))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Identical initial weights for every algorithm: silo i always starts from init[i].
-    let init: Vec<Vec<f32>> = (0..fed.clients.len() as u32)
-        .map(|i| {
-            learners[0].init_params(&mut StdRng::seed_from_u64(stream_seed(
-                seed,
-                NodeId(i),
-                Stream::Init,
-            )))
-        })
-        .collect();
     let num_params = init[0].len();
     let mut ctx = Ctx {
         scenario,
@@ -713,21 +742,12 @@ impl RoundBench {
                 reason: e.to_string(),
             })?;
         let real = scenario.load_real(scenario.data_dir(data_dir).as_deref())?;
-        let fed = scenario.federation(real.as_ref(), &mut Scenario::data_rng(seed))?;
-        let first = &fed.clients[0].train;
-        let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
-        let learners = (0..fed.clients.len())
-            .map(|_| Learner::new(&spec, scenario.train.batch_size))
-            .collect::<Result<Vec<_>, _>>()?;
-        let init = (0..fed.clients.len() as u32)
-            .map(|i| {
-                learners[0].init_params(&mut StdRng::seed_from_u64(stream_seed(
-                    seed,
-                    NodeId(i),
-                    Stream::Init,
-                )))
-            })
-            .collect();
+        let Setup {
+            fed,
+            learners,
+            init,
+            ..
+        } = setup(scenario, seed, real.as_ref())?;
         let mut bench = Self {
             scenario: scenario.clone(),
             fed,
