@@ -85,27 +85,29 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("simulating {}", scenario.name))?;
-    println!(
-        "{}: {} silos, {} rounds, {} seed(s), model with {} parameters, {:.1} s",
+    let mut text = format!(
+        "{}: {} silos, {} rounds, {} seed(s), model with {} parameters, {:.1} s\n{}",
         scenario.name,
         outcome.summary.clients,
         scenario.rounds,
         scenario.seeds.len(),
         outcome.summary.num_params,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        outcome.table
     );
-    print!("{}", outcome.table);
     if let Some(m) = outcome
         .summary
         .algorithms
         .iter()
         .find_map(|a| a.same_group_mass)
     {
-        println!("FedeRiCo weight on same-group peers (self included): {m:.3}");
+        text += &format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n");
     }
-    println!(
-        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, plots *.svg)",
+    text += &format!(
+        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, plots *.svg)\n",
         out.display()
     );
+    // A reader that went away (`| head`) is not an error: the results are on disk.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
 }
