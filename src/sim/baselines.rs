@@ -4,7 +4,7 @@
 //! scores, so one FedAvg run serves both rows.
 //! Must not: touch FedeRiCo's state.
 
-use super::{ClientEval, Ctx, SimError};
+use super::{ClientEval, Ctx, SimError, score_each};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
 use rand::SeedableRng;
@@ -48,19 +48,8 @@ impl LocalRun {
     }
 
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        let fed = ctx.fed;
         let params = &self.params;
-        ctx.pool.install(|| {
-            ctx.learners
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, l)| {
-                    Ok(ClientEval::from(
-                        l.evaluate(&params[i], &fed.clients[i].test)?,
-                    ))
-                })
-                .collect()
-        })
+        score_each(ctx, |i| vec![(params[i].as_slice(), 1.0)])
     }
 }
 
@@ -115,15 +104,8 @@ impl FedAvgRun {
 
     /// FedAvg's score: the global model on each client's test split.
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        let fed = ctx.fed;
-        let global = &self.global;
-        ctx.pool.install(|| {
-            ctx.learners
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, l)| Ok(ClientEval::from(l.evaluate(global, &fed.clients[i].test)?)))
-                .collect()
-        })
+        let global = self.global.as_slice();
+        score_each(ctx, |_| vec![(global, 1.0)])
     }
 
     /// FedAvg+'s score: each client copies the global model, fine-tunes it for one epoch on its

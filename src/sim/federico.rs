@@ -3,7 +3,7 @@
 //! learners, in the order of Algorithm 1, with silos computed in parallel.
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients).
 
-use super::{BatchCursor, ClientEval, Ctx, SimError, mix_eval};
+use super::{BatchCursor, ClientEval, Ctx, SimError, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
@@ -241,19 +241,11 @@ impl FedericoRun {
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let mixes: Vec<Vec<(NodeId, f64)>> =
             self.peers.iter().map(Peer::inference_weights).collect();
-        let fed = ctx.fed;
         let params = &self.params;
-        ctx.pool.install(|| {
-            ctx.learners
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, learner)| {
-                    let parts: Vec<(&[f32], f64)> = mixes[i]
-                        .iter()
-                        .map(|&(j, w)| (params[j.index()].as_slice(), w))
-                        .collect();
-                    mix_eval(learner, &parts, &fed.clients[i].test)
-                })
+        score_each(ctx, |i| {
+            mixes[i]
+                .iter()
+                .map(|&(j, w)| (params[j.index()].as_slice(), w))
                 .collect()
         })
     }

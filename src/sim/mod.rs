@@ -151,6 +151,22 @@ impl BatchCursor {
     }
 }
 
+/// Scores every silo on its own test split, in parallel: silo `i` predicts with the mixture
+/// `model(i)` (one `(parameters, weight)` part per model; a single part is the model itself).
+pub(crate) fn score_each<'p>(
+    ctx: &mut Ctx<'_>,
+    model: impl Fn(usize) -> Vec<(&'p [f32], f64)> + Sync,
+) -> Result<Vec<ClientEval>, SimError> {
+    let fed = ctx.fed;
+    ctx.pool.install(|| {
+        ctx.learners
+            .par_iter_mut()
+            .enumerate()
+            .map(|(i, learner)| mix_eval(learner, &model(i), &fed.clients[i].test))
+            .collect()
+    })
+}
+
 /// Scores a mixture `Σ w_j · model_j` on `test`: mixed class probabilities (accuracy and the
 /// mixture's cross-entropy) or mixed regression outputs (squared error).
 pub(crate) fn mix_eval(
