@@ -309,6 +309,31 @@ struct Idx {
 /// Reads an IDX unsigned-byte file with `ndims` dimensions and the given magic number, checking
 /// that the payload length is exactly the product of the dimensions (no truncation, no trailing
 /// bytes) before trusting the header with any allocation.
+/// `have` bytes follow an IDX header that declares `payload`: too few is truncation, too many
+/// is trailing garbage. (Reading stops one byte past `payload`, so `have` may undercount the
+/// trailing bytes of a gzipped file.)
+fn check_payload(
+    path: &Path,
+    declared: &str,
+    have: u64,
+    payload: u64,
+    suffix: &str,
+) -> Result<(), DataError> {
+    if have < payload {
+        return Err(corrupt(
+            path,
+            format!("truncated: {declared} but only {have} follow the header{suffix}"),
+        ));
+    }
+    if have > payload {
+        return Err(corrupt(
+            path,
+            format!("trailing bytes: {declared} but {have} follow the header{suffix}"),
+        ));
+    }
+    Ok(())
+}
+
 fn read_idx(path: &Path, magic: u32, ndims: usize, what: &str) -> Result<Idx, DataError> {
     let Opened {
         mut reader,
@@ -346,23 +371,9 @@ fn read_idx(path: &Path, magic: u32, ndims: usize, what: &str) -> Result<Idx, Da
         .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
         .ok_or_else(|| corrupt(path, format!("header dimensions {dims:?} overflow")))?;
     let declared = format!("the header declares dimensions {dims:?}, i.e. {payload} data bytes");
+    // Checked on the file length first, so a lying header never causes a large allocation.
     if let Some(len) = plain_len {
-        let have = len - header_len as u64;
-        if have < payload {
-            return Err(corrupt(
-                path,
-                format!("truncated: {declared} but only {have} follow the header"),
-            ));
-        }
-        if have > payload {
-            return Err(corrupt(
-                path,
-                format!(
-                    "{} trailing bytes: {declared} but {have} follow the header",
-                    have - payload
-                ),
-            ));
-        }
+        check_payload(path, &declared, len - header_len as u64, payload, "")?;
     }
     // Grow only with bytes actually read, so a lying header in a gzipped file cannot make us
     // allocate more than the stream really holds.
@@ -376,19 +387,8 @@ fn read_idx(path: &Path, magic: u32, ndims: usize, what: &str) -> Result<Idx, Da
         .take(payload.saturating_add(1))
         .read_to_end(&mut data)
         .map_err(|e| read_err(path, gz, e))?;
-    let have = data.len() as u64;
-    if have < payload {
-        return Err(corrupt(
-            path,
-            format!("truncated: {declared} but only {have} follow the header (after gunzip)"),
-        ));
-    }
-    if have > payload {
-        return Err(corrupt(
-            path,
-            format!("trailing bytes: {declared} but more follow the header (after gunzip)"),
-        ));
-    }
+    let suffix = if gz { " (after gunzip)" } else { "" };
+    check_payload(path, &declared, data.len() as u64, payload, suffix)?;
     Ok(Idx { dims, data })
 }
 
