@@ -14,8 +14,9 @@
 //! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
 //! | [`scenario`] | the validated scenario file (data, split, model, algorithms, hyperparameters) | run anything |
-//! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
+//! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
+//! | [`cli`] | the command line: flags, their precedence over scenario fields, printing | hold logic beyond parsing and printing |
 //!
 //! Randomness: every stream derives from the run seed and the node id ([`ids::stream_seed`]).
 #![warn(missing_docs, unreachable_pub)]
