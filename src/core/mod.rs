@@ -251,6 +251,13 @@ impl Peer {
         )
     }
 
+    /// The models this silo measures and sends gradients for this round: the `sampled` peers
+    /// and, always, itself (spec §3.4: self is never one of the M slots but is evaluated and
+    /// trained every round).
+    pub fn round_models(&self, sampled: &[NodeId]) -> Vec<NodeId> {
+        sampled.iter().copied().chain([self.me]).collect()
+    }
+
     /// Step 4, the E-step: `measured` holds the mean per-sample loss of each model evaluated
     /// this round on this silo's `n_train` training samples — the sampled peers that answered,
     /// and itself. Losses are scaled by κ, unmeasured peers keep their last loss, every tracked
@@ -342,6 +349,16 @@ mod tests {
             assert_eq!(s.len(), 3);
             assert!(!s.contains(&NodeId(2)));
         }
+    }
+
+    #[test]
+    fn every_round_evaluates_itself_besides_the_sampled() {
+        let mut p = peer(2, 8, FedericoConfig::default());
+        let s = p.sample();
+        let models = p.round_models(&s);
+        assert_eq!(models.len(), 4);
+        assert_eq!(models.last(), Some(&NodeId(2)));
+        assert_eq!(&models[..3], &s[..]);
     }
 
     #[test]

@@ -66,11 +66,12 @@ impl FedericoRun {
     /// One round: sample, E-step on every silo, then the M-step (full or mini-batch).
     pub(crate) fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
         let sampled: Vec<Vec<NodeId>> = self.peers.iter_mut().map(Peer::sample).collect();
-        // Each silo evaluates the sampled models and its own (self is never one of the M slots).
-        let evaluated: Vec<Vec<NodeId>> = sampled
+        // What each silo measures this round: the core says (sampled peers plus itself).
+        let evaluated: Vec<Vec<NodeId>> = self
+            .peers
             .iter()
-            .enumerate()
-            .map(|(i, s)| s.iter().copied().chain([NodeId(i as u32)]).collect())
+            .zip(&sampled)
+            .map(|(p, s)| p.round_models(s))
             .collect();
         let fed = ctx.fed;
         let params = &self.params;
