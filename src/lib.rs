@@ -12,6 +12,7 @@
 //! |---|---|---|
 //! | [`ids`] | node identifiers | — |
 //! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox | touch tensors, sockets, clocks or threads (std, rand and serde only) |
+//! | [`coord`] | the coordinator algorithms (FedDisco, FedCollab, HCCT, FedSaC): weights, coalitions, merges | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
 //! | [`scenario`] | the validated scenario file (data, split, model, algorithms, hyperparameters) | run anything |
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
@@ -22,6 +23,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod coord;
 pub mod core;
 pub mod ids;
 pub mod learn;

@@ -9,6 +9,7 @@
 //! per-round work is the plain recipe of spec §8.3.
 
 mod baselines;
+mod coordinated;
 mod federico;
 
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -515,6 +516,11 @@ fn run_seed(
     let mut fedavg = (wants(Algorithm::Fedavg) || wants(Algorithm::FedavgPlus))
         .then(|| FedAvgRun::new(&ctx, &init));
     let mut fedrc = wants(Algorithm::Federico).then(|| FedericoRun::new(&ctx, &init));
+    let mut coordinated: Vec<(Algorithm, Box<dyn coordinated::CoordinatedRun>)> = scenario
+        .algorithms
+        .iter()
+        .filter_map(|&a| coordinated::build(a, &ctx, &init).map(|r| (a, r)))
+        .collect();
     let algorithms = ordered(&scenario.algorithms);
     let started = Instant::now();
     let mut train_rounds: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
@@ -557,6 +563,11 @@ fn run_seed(
             run.round(&mut ctx)?;
             train_rounds[slot(Algorithm::Federico)].push(t.elapsed().as_secs_f64());
         }
+        for (a, run) in coordinated.iter_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            train_rounds[slot(*a)].push(t.elapsed().as_secs_f64());
+        }
 
         // Evaluate.
         let mut scored = Vec::new();
@@ -570,6 +581,11 @@ fn run_seed(
                         fedavg.as_mut().map(|r| r.evaluate_plus(&mut ctx, round))
                     }
                     Algorithm::Federico => fedrc.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    #[allow(unreachable_patterns)] // the coordinated algorithms
+                    _ => coordinated
+                        .iter_mut()
+                        .find(|(x, _)| *x == a)
+                        .map(|(_, r)| r.evaluate(&mut ctx)),
                 }
                 .expect("every requested algorithm has a run")?;
                 eval_seconds[slot(a)] += t.elapsed().as_secs_f64();

@@ -1,0 +1,1 @@
+//! FedCollab (`../shared/specs/fedcollab.md`): not yet implemented.

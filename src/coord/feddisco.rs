@@ -1,0 +1,1 @@
+//! FedDisco (`../shared/specs/feddisco.md`): not yet implemented.

@@ -1,0 +1,1 @@
+//! FedSaC (`../shared/specs/fedsac.md`): not yet implemented.

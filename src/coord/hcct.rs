@@ -1,0 +1,1 @@
+//! HCCT (`../shared/specs/hcct.md`): not yet implemented.

@@ -1,0 +1,12 @@
+//! The coordinator algorithms of FedeRiCo's family, as pure, transport-free code: FedDisco,
+//! FedCollab, HCCT and FedSaC (specs under `../shared/specs/`).
+//! Owns: each algorithm's decisions (aggregation weights, coalitions, merges, personalised
+//! mixing matrices) from the summaries silos send (sample counts, label discrepancies,
+//! pseudo-gradients, model deltas, feature subspaces), all as plain `f32`/`f64` slices.
+//! Must not: touch tensors, sockets, clocks or threads (std, rand and serde only). The
+//! simulator (`sim::coordinated`) and the libp2p coordinator drive it.
+
+pub mod fedcollab;
+pub mod feddisco;
+pub mod fedsac;
+pub mod hcct;
