@@ -22,6 +22,80 @@ pub struct Cli {
 pub enum Command {
     /// Run a scenario in-process: all silos in one process, lock-step rounds, deterministic.
     Simulate(SimulateArgs),
+    /// Write a new silo keypair (its peer ID is printed; put it in the manifest).
+    Keygen(KeygenArgs),
+    /// Write one data shard per silo from a scenario's split, for `federico node`.
+    Partition(PartitionArgs),
+    /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
+    Node(NodeArgs),
+    /// Run a scenario's FedeRiCo as N real node processes on 127.0.0.1 and report like simulate.
+    Swarm(SwarmArgs),
+}
+
+/// `federico swarm`.
+#[derive(Debug, clap::Args)]
+pub struct SwarmArgs {
+    /// The scenario file (TOML).
+    pub scenario: PathBuf,
+    /// Run directory [default: runs/<scenario name>-swarm]; must not hold an earlier swarm.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run this single seed instead of the scenario's list.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run this many rounds instead of the scenario's.
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Data directory [env: FEDERICO_DATA_DIR].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Override a scenario field (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout: u64,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `federico keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write the key (never overwritten).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `federico partition`.
+#[derive(Debug, clap::Args)]
+pub struct PartitionArgs {
+    /// The scenario file whose data and split to use.
+    pub scenario: PathBuf,
+    /// Directory for `silo-<i>.shard` files and `partition.json`.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The seed of the split [default: the scenario's first seed].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Data directory [env: FEDERICO_DATA_DIR].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Override a scenario field (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// `federico node`.
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// The node config (TOML), e.g. node-config/hospital-a.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
 }
 
 /// `federico simulate`.
@@ -56,6 +130,140 @@ pub struct SimulateArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Keygen(args) => keygen(args),
+        Command::Partition(args) => partition(args),
+        Command::Node(args) => node(args),
+        Command::Swarm(args) => swarm(args),
+    }
+}
+
+fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
+    let mut scenario = Scenario::load_with(&args.scenario, &args.set)
+        .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
+    if let Some(seed) = args.seed {
+        scenario.seeds = vec![seed];
+    }
+    if let Some(rounds) = args.rounds {
+        scenario.rounds = rounds;
+    }
+    scenario.validate().context("command-line overrides")?;
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-swarm", scenario.name)));
+    let started = std::time::Instant::now();
+    let outcome = crate::launch::swarm(
+        &scenario,
+        &crate::launch::SwarmOptions {
+            out: out.clone(),
+            data_dir: args.data_dir,
+            exe: std::env::current_exe().context("locating the federico executable")?,
+            progress: !args.quiet,
+            deadlines: Default::default(),
+            timeout: std::time::Duration::from_secs(args.timeout),
+        },
+    )
+    .with_context(|| format!("swarm of {}", scenario.name))?;
+    let mut text = format!(
+        "{} (swarm): {} node processes, {} rounds, {} seed(s), {:.1} s\n{}",
+        scenario.name,
+        outcome.summary.clients,
+        scenario.rounds,
+        scenario.seeds.len(),
+        started.elapsed().as_secs_f64(),
+        outcome.table
+    );
+    if let Some(m) = outcome
+        .summary
+        .algorithms
+        .iter()
+        .find_map(|a| a.same_group_mass)
+    {
+        text += &format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n");
+    }
+    text += &format!(
+        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, seed-*/nodes/*.log, plots)\n",
+        out.display()
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    Ok(())
+}
+
+fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
+    let key = crate::net::keygen(&args.out)?;
+    println!("{}", key.public().to_peer_id());
+    Ok(())
+}
+
+fn partition(args: PartitionArgs) -> anyhow::Result<()> {
+    let scenario = Scenario::load_with(&args.scenario, &args.set)
+        .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
+    let seed = args.seed.unwrap_or(scenario.seeds[0]);
+    let written =
+        crate::launch::write_shards(&scenario, seed, args.data_dir.as_deref(), &args.out)?;
+    println!(
+        "{} shards of {} (seed {seed}) in {}/: {}",
+        written.len(),
+        scenario.name,
+        args.out.display(),
+        written
+            .iter()
+            .map(|p| p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// Sets up logging for long-running commands: human text by default, JSON lines on request;
+/// `RUST_LOG` filters (default `info`).
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn node(args: NodeArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_json);
+    let cfg = crate::net::NodeConfig::load(&args.config)?;
+    // One thread moves bytes; training has its own thread (never inside the event loop).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let ending = rt.block_on(crate::net::node::run(cfg, shutdown_signal()))?;
+    tracing::info!(?ending, "node stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }
 

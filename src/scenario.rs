@@ -215,6 +215,69 @@ impl Default for ModelConfig {
     }
 }
 
+impl ModelConfig {
+    /// The architecture for data whose samples have `sample_shape` and `classes` classes
+    /// (`None` for regression).
+    pub fn spec(
+        &self,
+        sample_shape: &[usize],
+        classes: Option<usize>,
+    ) -> Result<ModelSpec, ScenarioError> {
+        let inputs: usize = sample_shape.iter().product();
+        let m = self;
+        let need_classes = || {
+            classes.ok_or_else(|| {
+                ScenarioError::Invalid(format!(
+                    "model.kind {:?} needs a classification task",
+                    m.kind
+                ))
+            })
+        };
+        Ok(match m.kind {
+            ModelKind::Linear => ModelSpec::Linear { inputs, outputs: 1 },
+            ModelKind::Softmax => ModelSpec::Softmax {
+                inputs,
+                classes: need_classes()?,
+            },
+            ModelKind::Mlp => ModelSpec::Mlp {
+                inputs,
+                hidden: m.hidden.clone(),
+                classes: need_classes()?,
+            },
+            ModelKind::Cnn => {
+                let [channels, height, width] = sample_shape else {
+                    return Err(ScenarioError::Invalid(format!(
+                        "model.kind \"cnn\" needs image samples [channels, height, width], got {sample_shape:?}"
+                    )));
+                };
+                let mut side = (*height).min(*width);
+                for _ in &m.conv {
+                    if side < 4 {
+                        break;
+                    }
+                    side = (side - 2) / 2;
+                }
+                check(
+                    side >= 1 && (*height).min(*width) >= 4 * m.conv.len(),
+                    || {
+                        format!(
+                            "model.conv has {} layers, too many for {height}x{width} images",
+                            m.conv.len()
+                        )
+                    },
+                )?;
+                ModelSpec::Cnn {
+                    channels: *channels,
+                    height: *height,
+                    width: *width,
+                    conv: m.conv.clone(),
+                    classes: need_classes()?,
+                }
+            }
+        })
+    }
+}
+
 /// `[train]`: optimisation shared by every algorithm.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -590,65 +653,13 @@ impl Scenario {
         Ok(fed)
     }
 
-    /// The architecture for data whose samples have `sample_shape` and `classes` classes
-    /// (`None` for regression).
+    /// The model for this scenario's data: see [`ModelConfig::spec`].
     pub fn model_spec(
         &self,
         sample_shape: &[usize],
         classes: Option<usize>,
     ) -> Result<ModelSpec, ScenarioError> {
-        let inputs: usize = sample_shape.iter().product();
-        let m = &self.model;
-        let need_classes = || {
-            classes.ok_or_else(|| {
-                ScenarioError::Invalid(format!(
-                    "model.kind {:?} needs a classification task",
-                    m.kind
-                ))
-            })
-        };
-        Ok(match m.kind {
-            ModelKind::Linear => ModelSpec::Linear { inputs, outputs: 1 },
-            ModelKind::Softmax => ModelSpec::Softmax {
-                inputs,
-                classes: need_classes()?,
-            },
-            ModelKind::Mlp => ModelSpec::Mlp {
-                inputs,
-                hidden: m.hidden.clone(),
-                classes: need_classes()?,
-            },
-            ModelKind::Cnn => {
-                let [channels, height, width] = sample_shape else {
-                    return Err(ScenarioError::Invalid(format!(
-                        "model.kind \"cnn\" needs image samples [channels, height, width], got {sample_shape:?}"
-                    )));
-                };
-                let mut side = (*height).min(*width);
-                for _ in &m.conv {
-                    if side < 4 {
-                        break;
-                    }
-                    side = (side - 2) / 2;
-                }
-                check(
-                    side >= 1 && (*height).min(*width) >= 4 * m.conv.len(),
-                    || {
-                        format!(
-                            "model.conv has {} layers, too many for {height}x{width} images",
-                            m.conv.len()
-                        )
-                    },
-                )?;
-                ModelSpec::Cnn {
-                    channels: *channels,
-                    height: *height,
-                    width: *width,
-                    conv: m.conv.clone(),
-                    classes: need_classes()?,
-                }
-            }
-        })
+        self.model.spec(sample_shape, classes)
     }
 
     /// The data RNG of a run seed (shared by all silos: the split is one draw).

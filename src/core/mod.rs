@@ -26,15 +26,17 @@ pub use softmax::{log_softmax, softmax};
 pub use table::{CollaboratorTable, Entry, LossTracking, ema_update};
 
 use crate::ids::NodeId;
+use chacha20::ChaCha12Rng;
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The E-step temperature κ (spec §5.1): ℓ_ib = κ · mean per-sample loss of φ_b on D_i.
 /// Written `"mean"`, `"sum"` or a positive number in files.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "LossScaleRepr", into = "LossScaleRepr")]
+///
+/// Binary formats (checkpoints) store it as a plain enum: they cannot tell a name from a number
+/// without a schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum LossScale {
     /// κ = 1: per-sample mean (default for classification).
     #[default]
@@ -77,6 +79,44 @@ impl From<LossScale> for LossScaleRepr {
             LossScale::Sum => LossScaleRepr::Name("sum".into()),
             LossScale::Fixed(k) => LossScaleRepr::Number(k),
         }
+    }
+}
+
+/// The binary form of a [`LossScale`].
+#[derive(Serialize, Deserialize)]
+enum LossScaleBin {
+    Mean,
+    Sum,
+    Fixed(f64),
+}
+
+impl Serialize for LossScale {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            LossScaleRepr::from(*self).serialize(s)
+        } else {
+            match *self {
+                LossScale::Mean => LossScaleBin::Mean,
+                LossScale::Sum => LossScaleBin::Sum,
+                LossScale::Fixed(k) => LossScaleBin::Fixed(k),
+            }
+            .serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LossScale {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let repr = if d.is_human_readable() {
+            LossScaleRepr::deserialize(d)?
+        } else {
+            match LossScaleBin::deserialize(d)? {
+                LossScaleBin::Mean => LossScaleRepr::Name("mean".into()),
+                LossScaleBin::Sum => LossScaleRepr::Name("sum".into()),
+                LossScaleBin::Fixed(k) => LossScaleRepr::Number(k),
+            }
+        };
+        LossScale::try_from(repr).map_err(serde::de::Error::custom)
     }
 }
 
@@ -179,16 +219,35 @@ impl FedericoConfig {
 }
 
 /// One silo's FedeRiCo state: its collaborator table, its sampling RNG and peer liveness.
-#[derive(Debug)]
+///
+/// It serializes whole (RNG position included), so a checkpoint restores the exact stream: the
+/// RNG is ChaCha12, the generator behind `rand`'s `StdRng`, so the draws are the same as a
+/// `StdRng` seeded alike.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Peer {
     me: NodeId,
     cfg: FedericoConfig,
-    rng: StdRng,
+    #[serde(with = "rng_state")]
+    rng: ChaCha12Rng,
     table: CollaboratorTable,
     /// Consecutive failed pulls per peer (absent = 0).
     failures: BTreeMap<NodeId, u32>,
     /// E-steps completed.
     rounds: u64,
+}
+
+impl Clone for Peer {
+    /// A copy at the same RNG position (checkpoints are written from a copy).
+    fn clone(&self) -> Self {
+        Self {
+            me: self.me,
+            cfg: self.cfg.clone(),
+            rng: ChaCha12Rng::deserialize_state(&self.rng.serialize_state()),
+            table: self.table.clone(),
+            failures: self.failures.clone(),
+            rounds: self.rounds,
+        }
+    }
 }
 
 impl Peer {
@@ -205,7 +264,7 @@ impl Peer {
         Self {
             me,
             cfg,
-            rng: StdRng::seed_from_u64(seed),
+            rng: ChaCha12Rng::seed_from_u64(seed),
             table,
             failures: BTreeMap::new(),
             rounds: 0,
@@ -333,12 +392,69 @@ impl Peer {
     }
 }
 
+/// ChaCha12's exact position as 49 bytes (key, stream, word position).
+mod rng_state {
+    use chacha20::ChaCha12Rng;
+    use serde::{Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(rng: &ChaCha12Rng, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&rng.serialize_state())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ChaCha12Rng, D::Error> {
+        let bytes: Vec<u8> = serde::de::Deserialize::deserialize(d)?;
+        let state: [u8; 49] = bytes.as_slice().try_into().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "sampling RNG state must be 49 bytes, got {}",
+                bytes.len()
+            ))
+        })?;
+        Ok(ChaCha12Rng::deserialize_state(&state))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn peer(me: u32, k: u32, cfg: FedericoConfig) -> Peer {
         Peer::new(NodeId(me), (0..k).map(NodeId), cfg, 42)
+    }
+
+    #[test]
+    fn sampling_stream_is_the_std_rng_stream() {
+        use rand::RngExt;
+        let mut a = ChaCha12Rng::seed_from_u64(7);
+        let mut b = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..100 {
+            assert_eq!(a.random::<u64>(), b.random::<u64>());
+        }
+    }
+
+    #[test]
+    fn a_restored_peer_continues_the_same_run() {
+        let mut p = peer(1, 6, FedericoConfig::default());
+        for r in 0..3 {
+            let s = p.sample();
+            let m: Vec<(NodeId, f64)> = p
+                .round_models(&s)
+                .iter()
+                .map(|&b| (b, 0.1 * (b.0 + r) as f64))
+                .collect();
+            p.handle_losses(50, &m);
+            p.handle_unreachable(NodeId(4));
+        }
+        let bytes = bincode::serde::encode_to_vec(&p, bincode::config::standard()).unwrap();
+        let (mut q, _): (Peer, usize) =
+            bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+        assert_eq!(q.table(), p.table());
+        assert_eq!(q.rounds(), p.rounds());
+        for _ in 0..20 {
+            assert_eq!(q.sample(), p.sample());
+        }
+        let json = serde_json::to_string(&p).unwrap();
+        let mut r: Peer = serde_json::from_str(&json).unwrap();
+        assert_eq!(r.sample(), p.sample());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Must not: change losses or weights (that is `table.rs`), or do I/O.
 
 use crate::ids::NodeId;
+use rand::Rng;
 use rand::RngExt;
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +32,7 @@ pub fn epsilon_greedy(
     m: usize,
     epsilon: f64,
     mode: SamplingMode,
-    rng: &mut StdRng,
+    rng: &mut (impl Rng + ?Sized),
 ) -> Vec<NodeId> {
     let take = m.min(candidates.len());
     if take == 0 {
@@ -67,6 +67,7 @@ pub fn epsilon_greedy(
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    use rand::rngs::StdRng;
 
     fn cands(ws: &[f64]) -> Vec<(NodeId, f64)> {
         ws.iter()

@@ -3,7 +3,7 @@
 //! [`Federation`] (all silos of a run, with their known groups), and [`DataError`].
 //! Must not: read files (that is `loaders`) or decide who gets which sample (`partition`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Errors from loading, generating or splitting data. Each names the file or value at fault.
@@ -34,7 +34,7 @@ pub enum DataError {
 }
 
 /// The targets of a data set.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Labels {
     /// Class ids in `0..num_classes`.
     Class {
@@ -48,7 +48,7 @@ pub enum Labels {
 }
 
 /// Samples held in memory: `len()` rows of `feature_len()` f32 features each.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dataset {
     /// Row-major features, `len() * feature_len()` values.
     pub features: Vec<f32>,
@@ -159,7 +159,7 @@ impl Dataset {
 }
 
 /// One silo's data: a training part (used for training and the E-step) and a test part.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClientData {
     /// Training samples.
     pub train: Dataset,

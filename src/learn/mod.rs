@@ -10,8 +10,10 @@ pub mod models;
 pub mod optim;
 mod params;
 pub mod partition;
+pub mod shard;
 pub mod synthetic;
 
 pub use data::{ClientData, DataError, Dataset, Federation, Labels};
 pub use models::{Evaluation, LearnError, Learner, ModelSpec};
 pub use optim::Adam;
+pub use shard::Shard;

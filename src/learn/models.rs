@@ -838,6 +838,49 @@ impl Learner {
         Ok((loss_sum, grad))
     }
 
+    /// Scores a mixture `Σ w_j · model_j` on `data` (FedeRiCo inference, spec §5.3): mixed
+    /// class probabilities (accuracy and the mixture's cross-entropy) or mixed regression
+    /// outputs (squared error). One part is plain [`Self::evaluate`].
+    pub fn evaluate_mixture(
+        &mut self,
+        parts: &[(&[f32], f64)],
+        data: &Dataset,
+    ) -> Result<Evaluation, LearnError> {
+        if let [(params, _)] = parts {
+            return self.evaluate(params, data);
+        }
+        let width = self.outputs();
+        let mut mixed = vec![0f64; data.len() * width];
+        for &(params, w) in parts {
+            for (m, p) in mixed.iter_mut().zip(self.predict(params, data)?) {
+                *m += w * p as f64;
+            }
+        }
+        let mut eval = Evaluation {
+            count: data.len(),
+            ..Default::default()
+        };
+        match &data.labels {
+            Labels::Class { ids, .. } => {
+                for (row, &y) in mixed.chunks(width).zip(ids) {
+                    let best = row
+                        .iter()
+                        .enumerate()
+                        .max_by(|a, b| a.1.total_cmp(b.1))
+                        .map_or(0, |b| b.0);
+                    eval.correct += (best == y as usize) as usize;
+                    eval.loss_sum -= row[y as usize].clamp(1e-12, 1.0).ln();
+                }
+            }
+            Labels::Real(ys) => {
+                for (row, &y) in mixed.chunks(width).zip(ys) {
+                    eval.loss_sum += (row[0] - y as f64).powi(2);
+                }
+            }
+        }
+        Ok(eval)
+    }
+
     /// Outputs for every sample, row-major `len × outputs()`: class probabilities (softmax)
     /// for classifiers, raw outputs for regression.
     pub fn predict(&mut self, params: &[f32], data: &Dataset) -> Result<Vec<f32>, LearnError> {

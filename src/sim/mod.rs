@@ -175,39 +175,7 @@ pub(crate) fn mix_eval(
     parts: &[(&[f32], f64)],
     test: &Dataset,
 ) -> Result<ClientEval, SimError> {
-    if let [(params, _)] = parts {
-        return Ok(learner.evaluate(params, test)?.into());
-    }
-    let width = learner.outputs();
-    let mut mixed = vec![0f64; test.len() * width];
-    for &(params, w) in parts {
-        for (m, p) in mixed.iter_mut().zip(learner.predict(params, test)?) {
-            *m += w * p as f64;
-        }
-    }
-    let mut eval = ClientEval {
-        count: test.len(),
-        ..Default::default()
-    };
-    match &test.labels {
-        crate::learn::Labels::Class { ids, .. } => {
-            for (row, &y) in mixed.chunks(width).zip(ids) {
-                let best = row
-                    .iter()
-                    .enumerate()
-                    .max_by(|a, b| a.1.total_cmp(b.1))
-                    .map_or(0, |b| b.0);
-                eval.correct += (best == y as usize) as usize;
-                eval.loss_sum -= row[y as usize].clamp(1e-12, 1.0).ln();
-            }
-        }
-        crate::learn::Labels::Real(ys) => {
-            for (row, &y) in mixed.chunks(width).zip(ys) {
-                eval.loss_sum += (row[0] - y as f64).powi(2);
-            }
-        }
-    }
-    Ok(eval)
+    Ok(learner.evaluate_mixture(parts, test)?.into())
 }
 
 /// Mean over silos of the weight each puts on its own group, self included (spec §8.1 item 6).
@@ -244,12 +212,27 @@ fn ordered(algs: &[Algorithm]) -> Vec<Algorithm> {
 }
 
 /// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
-type Curves = Vec<(String, Vec<(usize, f64)>)>;
+pub(crate) type Curves = Vec<(String, Vec<(usize, f64)>)>;
 
 /// One seed's scores of one algorithm at one evaluation.
 struct Scored {
     algorithm: Algorithm,
     clients: Vec<ClientEval>,
+}
+
+/// Scores of every silo at one evaluation, as the run log and summaries hold them.
+pub(crate) fn algorithm_round(
+    algorithm: Algorithm,
+    evals: Vec<Evaluation>,
+    regression: bool,
+) -> AlgorithmRound {
+    to_round(
+        &Scored {
+            algorithm,
+            clients: evals.into_iter().map(ClientEval::from).collect(),
+        },
+        regression,
+    )
 }
 
 fn to_round(s: &Scored, regression: bool) -> AlgorithmRound {
@@ -286,7 +269,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
     }
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), SimError> {
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), SimError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| SimError::Io {
         path: path.into(),
         source: e.into(),
@@ -339,7 +322,46 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     }
     bar.finish_and_clear();
     let (spec, num_params, clients, regression) = meta.expect("seeds is validated non-empty");
+    let report = Report {
+        spec,
+        num_params,
+        clients,
+        regression,
+        runs,
+        curves,
+    };
+    write_summary(scenario, &opts.out, &algorithms, report)
+}
 
+/// What every seed of a run produced, ready to be summarised.
+pub(crate) struct Report {
+    pub(crate) spec: ModelSpec,
+    pub(crate) num_params: usize,
+    pub(crate) clients: usize,
+    pub(crate) regression: bool,
+    /// One summary per seed.
+    pub(crate) runs: Vec<RunSummary>,
+    /// Per seed: each algorithm's metric per evaluated round.
+    pub(crate) curves: Vec<Curves>,
+}
+
+/// Writes `summary.json`, the seed-mean metric plot and `table.txt` under `out` for the
+/// seeds in `report`; shared by `simulate` and `swarm`.
+pub(crate) fn write_summary(
+    scenario: &Scenario,
+    out: &Path,
+    algorithms: &[Algorithm],
+    report: Report,
+) -> Result<Outcome, SimError> {
+    let Report {
+        spec,
+        num_params,
+        clients,
+        regression,
+        runs,
+        curves,
+    } = report;
+    let seeds: Vec<u64> = runs.iter().map(|r| r.seed).collect();
     let algorithms: Vec<AlgorithmSummary> = algorithms
         .iter()
         .map(|alg| {
@@ -384,11 +406,11 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
         num_params,
         clients,
         rounds: scenario.rounds,
-        seeds: scenario.seeds.clone(),
+        seeds: seeds.clone(),
         algorithms,
         runs,
     };
-    write_json(&opts.out.join("summary.json"), &summary)?;
+    write_json(&out.join("summary.json"), &summary)?;
 
     // The seed-mean curve of every algorithm (seeds share evaluation rounds).
     let mean_curves: Vec<(String, Vec<(usize, f64)>)> = curves[0]
@@ -409,11 +431,11 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
         })
         .collect();
     plots::metric_curves(
-        &opts.out.join(format!("{metric}.svg")),
+        &out.join(format!("{metric}.svg")),
         &format!(
             "{}: test {metric} per round (mean over {} seeds)",
             scenario.name,
-            scenario.seeds.len()
+            seeds.len()
         ),
         metric,
         &mean_curves,
@@ -428,7 +450,7 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
         })
         .collect();
     let text = table::render(metric, !regression, &rows);
-    let table_path = opts.out.join("table.txt");
+    let table_path = out.join("table.txt");
     std::fs::write(&table_path, &text).map_err(io_err(&table_path))?;
     Ok(Outcome {
         summary,
@@ -693,7 +715,7 @@ fn run_seed(
 }
 
 /// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
-fn write_seed_plots(
+pub(crate) fn write_seed_plots(
     scenario: &Scenario,
     dir: &Path,
     log_path: &Path,

@@ -1,0 +1,543 @@
+//! The local swarm (`federico swarm`) and shard writing (`federico partition`): N real
+//! `federico node` processes on 127.0.0.1, launched, watched and reported by one command.
+//! Owns: the run directory (keys, manifest, node configs, shards, node logs), free ports,
+//! starting and stopping the processes, the progress bar, and merging the nodes' run logs into
+//! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
+//! Must not: take part in a round; the nodes run the federation on their own.
+
+use crate::learn::{Evaluation, Federation, Shard};
+use crate::net::config::Deadlines;
+use crate::net::node::NodeRound;
+use crate::net::{Manifest, Member, NodeConfig, keygen, load_key};
+use crate::report::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
+use crate::scenario::{Algorithm, Scenario};
+use crate::sim::{self, Outcome};
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Writes one shard per silo of `scenario`'s split for `seed` into `out`, plus
+/// `partition.json`; returns the shard paths in node order.
+pub fn write_shards(
+    scenario: &Scenario,
+    seed: u64,
+    data_dir: Option<&Path>,
+    out: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(split(scenario, seed, data_dir, out)?.1)
+}
+
+fn split(
+    scenario: &Scenario,
+    seed: u64,
+    data_dir: Option<&Path>,
+    out: &Path,
+) -> anyhow::Result<(Federation, Vec<PathBuf>)> {
+    let real = scenario.load_real(scenario.data_dir(data_dir).as_deref())?;
+    let fed = scenario.federation(real.as_ref(), &mut Scenario::data_rng(seed))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut paths = Vec::new();
+    for (i, client) in fed.clients.iter().enumerate() {
+        let path = out.join(format!("silo-{i}.shard"));
+        Shard {
+            silo: format!("silo-{i}"),
+            node: i as u32,
+            provenance: format!("{} seed {seed}", scenario.name),
+            data: client.clone(),
+        }
+        .write(&path)?;
+        paths.push(path);
+    }
+    let report = out.join("partition.json");
+    std::fs::write(&report, serde_json::to_string_pretty(&fed.report())? + "\n")
+        .with_context(|| format!("writing {}", report.display()))?;
+    Ok((fed, paths))
+}
+
+/// How to run a swarm.
+#[derive(Clone, Debug)]
+pub struct SwarmOptions {
+    /// Run directory.
+    pub out: PathBuf,
+    /// Data directory for real data.
+    pub data_dir: Option<PathBuf>,
+    /// The `federico` executable to start nodes with.
+    pub exe: PathBuf,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Node deadlines.
+    pub deadlines: Deadlines,
+    /// Give up on the whole swarm after this long.
+    pub timeout: Duration,
+}
+
+/// Free TCP ports on 127.0.0.1 (bound, read, released; nodes bind them right after).
+fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("finding free ports on 127.0.0.1")?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+/// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
+pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
+    if scenario.algorithms != [Algorithm::Federico] {
+        // Only FedeRiCo runs peer to peer; the others are in-process baselines.
+        tracing::debug!("swarm runs FedeRiCo only; other algorithms are ignored");
+    }
+    let mut runs = Vec::new();
+    let mut curves = Vec::new();
+    let mut meta = None;
+    for &seed in &scenario.seeds {
+        let dir = opts.out.join(format!("seed-{seed}"));
+        let r = run_seed(scenario, seed, opts, &dir)?;
+        meta.get_or_insert((r.spec.clone(), r.num_params, r.clients, r.regression));
+        curves.push(r.curves);
+        runs.push(r.summary);
+    }
+    let (spec, num_params, clients, regression) = meta.context("no seeds")?;
+    let out = sim::write_summary(
+        scenario,
+        &opts.out,
+        &[Algorithm::Federico],
+        sim::Report {
+            spec,
+            num_params,
+            clients,
+            regression,
+            runs,
+            curves,
+        },
+    )?;
+    Ok(out)
+}
+
+struct SeedOutcome {
+    summary: RunSummary,
+    curves: sim::Curves,
+    spec: crate::learn::ModelSpec,
+    num_params: usize,
+    clients: usize,
+    regression: bool,
+}
+
+/// A started node process.
+struct Proc {
+    name: String,
+    child: std::process::Child,
+    log: PathBuf,
+    run_log: PathBuf,
+    status: Option<std::process::ExitStatus>,
+}
+
+fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    dir: &Path,
+) -> anyhow::Result<SeedOutcome> {
+    if dir.join("nodes").exists() {
+        bail!(
+            "{} already holds a swarm run; choose another --out (nodes would resume from its checkpoints)",
+            dir.display()
+        );
+    }
+    let (fed, shards) = split(
+        scenario,
+        seed,
+        opts.data_dir.as_deref(),
+        &dir.join("shards"),
+    )?;
+    let k = fed.clients.len();
+    let first = &fed.clients[0].train;
+    let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
+    let regression = spec.is_regression();
+    let num_params = spec.num_params();
+
+    // Keys, ports, manifest.
+    let ports = free_ports(k)?;
+    let mut members = Vec::with_capacity(k);
+    for (i, port) in ports.iter().enumerate() {
+        let key_path = dir.join("keys").join(format!("silo-{i}.key"));
+        let key = if key_path.exists() {
+            load_key(&key_path)?
+        } else {
+            keygen(&key_path)?
+        };
+        members.push(Member {
+            name: format!("silo-{i}"),
+            peer_id: key.public().to_peer_id(),
+            addrs: vec![format!("/ip4/127.0.0.1/tcp/{port}").parse()?],
+        });
+    }
+    let manifest = Manifest {
+        open: false,
+        members,
+    };
+    let manifest_path = dir.join("manifest.toml");
+    std::fs::write(&manifest_path, manifest.to_toml())?;
+
+    // One config per node, written as a user would write it.
+    let nodes_dir = dir.join("nodes");
+    std::fs::create_dir_all(&nodes_dir)?;
+    let mut procs = Vec::with_capacity(k);
+    for (i, port) in ports.iter().enumerate() {
+        let name = format!("silo-{i}");
+        let cfg = NodeConfig {
+            name: name.clone(),
+            key: dir.join("keys").join(format!("{name}.key")),
+            manifest: manifest_path.clone(),
+            listen: vec![format!("/ip4/127.0.0.1/tcp/{port}")],
+            bootstrap: Vec::new(),
+            mdns: false,
+            seed,
+            rounds: scenario.rounds as u64,
+            eval_every: scenario.eval_every as u64,
+            state_dir: nodes_dir.join(&name),
+            metrics: None,
+            max_message_mib: 256,
+            data: crate::net::config::DataSource {
+                shard: shards[i].clone(),
+            },
+            model: scenario.model.clone(),
+            train: scenario.train.clone(),
+            federico: scenario.federico.clone(),
+            deadlines: opts.deadlines.clone(),
+        };
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;
+        let cfg_path = nodes_dir.join(format!("{name}.toml"));
+        std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
+        procs.push((name, cfg_path, cfg.state_dir));
+    }
+
+    // Start them.
+    let started = Instant::now();
+    let mut running: Vec<Proc> = Vec::with_capacity(k);
+    for (name, cfg_path, state_dir) in procs {
+        let log = nodes_dir.join(format!("{name}.log"));
+        let child = std::process::Command::new(&opts.exe)
+            .arg("node")
+            .arg("--config")
+            .arg(&cfg_path)
+            .env("RAYON_NUM_THREADS", "1")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {} node {name}", opts.exe.display()))?;
+        running.push(Proc {
+            name,
+            child,
+            log,
+            run_log: state_dir.join("rounds.jsonl"),
+            status: None,
+        });
+    }
+    let watched = watch(&mut running, scenario, seed, opts, started);
+    // Whatever happened, no node outlives the swarm.
+    stop_all(&mut running);
+    watched?;
+    let abnormal: Vec<String> = running
+        .iter()
+        .filter(|p| !p.status.is_some_and(|s| s.success()))
+        .map(|p| {
+            format!(
+                "{} exited {}; last log lines ({}):\n{}",
+                p.name,
+                p.status.map_or("by force".into(), |s| s.to_string()),
+                p.log.display(),
+                tail(&p.log, 8)
+            )
+        })
+        .collect();
+    if !abnormal.is_empty() {
+        bail!(
+            "{} of {k} nodes ended abnormally:\n{}",
+            abnormal.len(),
+            abnormal.join("\n")
+        );
+    }
+
+    // Merge the run logs into the simulator's records.
+    let logs: Vec<Vec<NodeRound>> = running
+        .iter()
+        .map(|p| read_run_log(&p.run_log))
+        .collect::<anyhow::Result<_>>()?;
+    let groups = fed.groups();
+    let records = merge(seed, &logs, k, groups.as_deref(), regression)?;
+    let log_path = dir.join("rounds.jsonl");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&log_path)?);
+    for r in &records {
+        serde_json::to_writer(&mut f, r)?;
+        writeln!(f)?;
+    }
+    f.flush()?;
+    drop(f);
+    let last = records
+        .iter()
+        .rev()
+        .find(|r| !r.algorithms.is_empty())
+        .context("no node evaluated")?;
+    let fed_round = &last.algorithms[0];
+    let mass = records
+        .last()
+        .and_then(|r| r.federico.as_ref())
+        .and_then(|f| f.same_group_mass);
+    let summary = RunSummary {
+        seed,
+        rounds: scenario.rounds,
+        algorithms: vec![AlgorithmResult {
+            algorithm: fed_round.algorithm.clone(),
+            accuracy: fed_round.accuracy,
+            mse: fed_round.mse,
+            per_client: fed_round.per_client.clone(),
+            same_group_mass: mass,
+        }],
+    };
+    sim::write_json(&dir.join("summary.json"), &summary)?;
+    let curves: sim::Curves = vec![(
+        Algorithm::Federico.name().to_string(),
+        records
+            .iter()
+            .filter_map(|r| {
+                r.algorithms
+                    .first()
+                    .map(|a| (r.round, a.accuracy.or(a.mse).unwrap_or(f64::NAN)))
+            })
+            .collect(),
+    )];
+    let mut plot_scenario = scenario.clone();
+    plot_scenario.algorithms = vec![Algorithm::Federico];
+    sim::write_seed_plots(
+        &plot_scenario,
+        dir,
+        &log_path,
+        &curves,
+        groups.as_deref(),
+        regression,
+    )?;
+    Ok(SeedOutcome {
+        summary,
+        curves,
+        spec,
+        num_params,
+        clients: k,
+        regression,
+    })
+}
+
+/// Follows the nodes until all have exited, showing progress; Ctrl-C stops them.
+fn watch(
+    procs: &mut [Proc],
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = interrupted.clone();
+    // SIGINT while the swarm runs: stop the nodes cleanly (they checkpoint), then report.
+    let _ = ctrlc_hook(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    let total = scenario.rounds as u64 * procs.len() as u64;
+    let bar = if opts.progress {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+                .expect("the template is a valid constant"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    loop {
+        let mut done = 0u64;
+        let mut min_round = u64::MAX;
+        let mut acc = Vec::new();
+        for p in procs.iter_mut() {
+            if p.status.is_none() {
+                p.status = p.child.try_wait()?;
+            }
+            let rounds = read_run_log(&p.run_log).unwrap_or_default();
+            done += rounds.len() as u64;
+            min_round = min_round.min(rounds.len() as u64);
+            if let Some(e) = rounds.iter().rev().find_map(|r| r.eval) {
+                acc.push(e.correct as f64 / e.count.max(1) as f64);
+            }
+        }
+        bar.set_position(done);
+        let mean_acc = if acc.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  federico {:.1}%",
+                100.0 * acc.iter().sum::<f64>() / acc.len() as f64
+            )
+        };
+        bar.set_message(format!(
+            "seed {seed}: {} nodes, slowest at round {}/{}{mean_acc}",
+            procs.len(),
+            if min_round == u64::MAX { 0 } else { min_round },
+            scenario.rounds
+        ));
+        if procs.iter().all(|p| p.status.is_some()) {
+            break;
+        }
+        if let Some(p) = procs
+            .iter()
+            .find(|p| p.status.is_some_and(|s| !s.success()))
+        {
+            bar.finish_and_clear();
+            bail!(
+                "node {} exited {}; stopping the swarm. Its log ({}):\n{}",
+                p.name,
+                p.status.map(|s| s.to_string()).unwrap_or_default(),
+                p.log.display(),
+                tail(&p.log, 12)
+            );
+        }
+        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            bar.finish_and_clear();
+            bail!("interrupted: nodes stopped; their checkpoints and logs are in place");
+        }
+        if started.elapsed() > opts.timeout {
+            bar.finish_and_clear();
+            bail!("the swarm did not finish within {:?}", opts.timeout);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Installs a SIGINT handler that runs `f` (once per signal) instead of killing the launcher.
+fn ctrlc_hook(f: impl Fn() + Send + 'static) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("sigint".into())
+        .spawn(move || {
+            rt.block_on(async {
+                while tokio::signal::ctrl_c().await.is_ok() {
+                    f();
+                }
+            })
+        })?;
+    Ok(())
+}
+
+/// SIGTERM to every node still running, then SIGKILL after a grace period.
+fn stop_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+        // SAFETY: kill(2) on a child we started and have not reaped.
+        unsafe {
+            libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    let grace = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < grace && procs.iter().any(|p| p.status.is_none()) {
+        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+            p.status = p.child.try_wait().ok().flatten();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+        let _ = p.child.kill();
+        p.status = p.child.wait().ok();
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A node's run log; a torn last line (the node was killed mid-write) is ignored.
+pub fn read_run_log(path: &Path) -> anyhow::Result<Vec<NodeRound>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<NodeRound>(l).ok())
+        .collect())
+}
+
+/// The nodes' run logs as the simulator's per-round records (FedeRiCo only). A round a node
+/// ran twice (it resumed from a checkpoint) counts with its last run.
+fn merge(
+    seed: u64,
+    logs: &[Vec<NodeRound>],
+    k: usize,
+    groups: Option<&[usize]>,
+    regression: bool,
+) -> anyhow::Result<Vec<RoundRecord>> {
+    let rounds = logs
+        .iter()
+        .map(|l| l.iter().map(|r| r.round).max().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for round in 1..=rounds {
+        let rows: Vec<&NodeRound> = logs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                l.iter()
+                    .rev()
+                    .find(|r| r.round == round)
+                    .with_context(|| format!("silo-{i} has no record of round {round}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let weights: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|r| {
+                let mut row = vec![0.0; k];
+                for &(j, w) in &r.weights {
+                    if (j as usize) < k {
+                        row[j as usize] = w;
+                    }
+                }
+                row
+            })
+            .collect();
+        let mass = groups.map(|g| sim::same_group_mass(&weights, g));
+        let evals: Option<Vec<Evaluation>> = rows
+            .iter()
+            .map(|r| {
+                r.eval.map(|e| Evaluation {
+                    loss_sum: e.loss_sum,
+                    correct: e.correct,
+                    count: e.count,
+                })
+            })
+            .collect();
+        out.push(RoundRecord {
+            seed,
+            round: round as usize,
+            algorithms: evals
+                .map(|e| vec![sim::algorithm_round(Algorithm::Federico, e, regression)])
+                .unwrap_or_default(),
+            federico: Some(FedericoRound {
+                weights,
+                sampled: rows.iter().map(|r| r.sampled.clone()).collect(),
+                same_group_mass: mass,
+            }),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,302 @@
+//! A peer's configuration file (`node-config/*.toml`): identity, network, data, model,
+//! FedeRiCo hyperparameters, deadlines and where state goes.
+//! Owns: the schema, its defaults, validation with messages naming the field, and resolving
+//! relative paths against the file's directory.
+//! Must not: open files other than the config itself, or start anything.
+
+use crate::core::{FedericoConfig, MStep};
+use crate::scenario::{ModelConfig, TrainConfig};
+use libp2p::Multiaddr;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A config that cannot be used; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A field is missing, unknown, or has a bad value.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the field and the allowed values.
+        reason: String,
+    },
+}
+
+/// `[deadlines]`, in seconds (spec §6: τ = max(5 s, 3 × expected transfer and compute)).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Deadlines {
+    /// τ_model: how long a sampler waits for a pulled model before counting the owner as
+    /// unreachable this round.
+    pub model_s: f64,
+    /// τ_grad: how long an owner waits, once its own gradient is in, for the gradients and
+    /// round notices of the others before stepping with what arrived.
+    pub gradient_s: f64,
+    /// How long to wait at start for the manifest's members to connect before round 1.
+    pub start_s: f64,
+    /// After the last round: how long to keep serving the final model to peers still
+    /// evaluating, at most (it leaves earlier once every live peer said it is done).
+    pub linger_s: f64,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            model_s: 60.0,
+            gradient_s: 60.0,
+            start_s: 60.0,
+            linger_s: 30.0,
+        }
+    }
+}
+
+/// Where the silo's data comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSource {
+    /// A shard file written by `federico partition` (features, labels, train/test split).
+    pub shard: PathBuf,
+}
+
+/// A whole node config file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This silo's name in the manifest.
+    pub name: String,
+    /// The key file (`federico keygen --out …`).
+    pub key: PathBuf,
+    /// The federation manifest.
+    pub manifest: PathBuf,
+    /// Addresses to listen on (TCP and/or QUIC multiaddrs).
+    #[serde(default = "default_listen")]
+    pub listen: Vec<String>,
+    /// Peers to dial at start, as multiaddrs ending in `/p2p/<peer id>` (manifest addresses
+    /// are dialled too).
+    #[serde(default)]
+    pub bootstrap: Vec<String>,
+    /// Discover peers on the local network with mDNS.
+    #[serde(default)]
+    pub mdns: bool,
+    /// The federation's run seed: with the node's manifest index it seeds every random stream.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Rounds to run; 0 runs until stopped.
+    #[serde(default = "default_rounds")]
+    pub rounds: u64,
+    /// Evaluate on the test split every this many rounds (and after the last).
+    #[serde(default = "default_eval_every")]
+    pub eval_every: u64,
+    /// State directory: the checkpoint and the run log (`rounds.jsonl`) go here.
+    pub state_dir: PathBuf,
+    /// Serve Prometheus metrics on this address (e.g. `127.0.0.1:9464`).
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// The largest message accepted, in MiB, checked before decoding.
+    #[serde(default = "default_max_message_mib")]
+    pub max_message_mib: u64,
+    /// `[data]`.
+    pub data: DataSource,
+    /// `[model]`: as in scenario files.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// `[train]`: as in scenario files.
+    #[serde(default)]
+    pub train: TrainConfig,
+    /// `[federico]`: as in scenario files.
+    #[serde(default)]
+    pub federico: FedericoConfig,
+    /// `[deadlines]`.
+    #[serde(default)]
+    pub deadlines: Deadlines,
+}
+
+fn default_listen() -> Vec<String> {
+    vec![
+        "/ip4/0.0.0.0/tcp/0".into(),
+        "/ip4/0.0.0.0/udp/0/quic-v1".into(),
+    ]
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_rounds() -> u64 {
+    100
+}
+fn default_eval_every() -> u64 {
+    10
+}
+fn default_max_message_mib() -> u64 {
+    256
+}
+
+impl NodeConfig {
+    /// Reads, validates and resolves a config file (relative paths are relative to it).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let invalid = |reason: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut cfg: NodeConfig = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        cfg.validate().map_err(invalid)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [
+            &mut cfg.key,
+            &mut cfg.manifest,
+            &mut cfg.state_dir,
+            &mut cfg.data.shard,
+        ] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Checks every value; the message names the field and what is allowed.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("name must be this silo's name in the manifest".into());
+        }
+        for a in &self.listen {
+            a.parse::<Multiaddr>()
+                .map_err(|e| format!("listen: {a:?} is not a multiaddr: {e}"))?;
+        }
+        if self.listen.is_empty() {
+            return Err(
+                "listen must name at least one address, e.g. \"/ip4/0.0.0.0/tcp/4001\"".into(),
+            );
+        }
+        for a in &self.bootstrap {
+            let addr: Multiaddr = a
+                .parse()
+                .map_err(|e| format!("bootstrap: {a:?} is not a multiaddr: {e}"))?;
+            if !addr
+                .iter()
+                .any(|p| matches!(p, libp2p::multiaddr::Protocol::P2p(_)))
+            {
+                return Err(format!("bootstrap: {a:?} must end in /p2p/<peer id>"));
+            }
+        }
+        if self.eval_every == 0 {
+            return Err("eval_every must be at least 1".into());
+        }
+        if !(1..=4096).contains(&self.max_message_mib) {
+            return Err(format!(
+                "max_message_mib must be in 1..=4096, got {}",
+                self.max_message_mib
+            ));
+        }
+        if let Some(m) = &self.metrics {
+            m.parse::<std::net::SocketAddr>().map_err(|e| {
+                format!("metrics: {m:?} is not an address like 127.0.0.1:9464: {e}")
+            })?;
+        }
+        let d = &self.deadlines;
+        for (name, v) in [
+            ("deadlines.model_s", d.model_s),
+            ("deadlines.gradient_s", d.gradient_s),
+            ("deadlines.start_s", d.start_s),
+            ("deadlines.linger_s", d.linger_s),
+        ] {
+            if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
+                return Err(format!("{name} must be in [0, 86400] seconds, got {v}"));
+            }
+        }
+        if !(self.train.lr.is_finite() && self.train.lr > 0.0) {
+            return Err(format!("train.lr must be positive, got {}", self.train.lr));
+        }
+        if self.train.batch_size == 0 {
+            return Err("train.batch_size must be at least 1".into());
+        }
+        self.federico
+            .validate()
+            .map_err(|e| format!("federico.{e}"))?;
+        if self.federico.mstep != MStep::Full {
+            return Err(format!(
+                "federico.mstep {:?}: a node runs mstep = \"full\" only (one pull and one \
+                 gradient per sampled peer per round); \"epoch\"/\"minibatch\" need a pull per \
+                 step and run in `federico simulate` only",
+                self.federico.mstep
+            ));
+        }
+        Ok(())
+    }
+
+    /// τ_model.
+    pub fn model_deadline(&self) -> Duration {
+        Duration::from_secs_f64(self.deadlines.model_s)
+    }
+    /// τ_grad.
+    pub fn gradient_deadline(&self) -> Duration {
+        Duration::from_secs_f64(self.deadlines.gradient_s)
+    }
+    /// The message bound in bytes.
+    pub fn max_message(&self) -> u64 {
+        self.max_message_mib << 20
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "a"
+key = "a.key"
+manifest = "manifest.toml"
+state_dir = "state/a"
+[data]
+shard = "a.shard"
+"#;
+
+    fn parse(extra: &str) -> Result<NodeConfig, String> {
+        let cfg: NodeConfig =
+            toml::from_str(&format!("{GOOD}{extra}")).map_err(|e| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    #[test]
+    fn defaults_are_the_papers() {
+        let c = parse("").unwrap();
+        assert_eq!(c.federico.neighbours, 3);
+        assert_eq!(c.train.lr, 0.01);
+        assert_eq!(c.rounds, 100);
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        for (extra, field) in [
+            ("[deadlines]\nmodel_s = -1\n", "deadlines.model_s"),
+            ("[federico]\nepsilon = 2\n", "epsilon"),
+            ("[federico]\nmstep = \"epoch\"\n", "federico.mstep"),
+            ("max_message_mib = 0\n", "max_message_mib"),
+            ("metrics = \"nowhere\"\n", "metrics"),
+            ("colour = 3\n", "colour"),
+        ] {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(field), "{extra:?} gave {e}");
+        }
+        let bad = format!("listen = [\"tcp:4001\"]\n{GOOD}");
+        let c: NodeConfig = toml::from_str(&bad).unwrap();
+        assert!(c.validate().unwrap_err().contains("listen"));
+        let bad = format!("bootstrap = [\"/ip4/1.2.3.4/tcp/1\"]\n{GOOD}");
+        let c: NodeConfig = toml::from_str(&bad).unwrap();
+        assert!(c.validate().unwrap_err().contains("/p2p/"));
+    }
+}

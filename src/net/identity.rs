@@ -1,0 +1,275 @@
+//! Who a silo is and whom it accepts: the persisted keypair (its peer ID survives restarts)
+//! and the federation manifest (members' peer IDs and optional addresses).
+//! Owns: key files (`federico keygen`), manifest parsing and validation, and the mapping from
+//! manifest order to [`NodeId`] (member i is `NodeId(i)`, as in the simulator).
+//! Must not: open connections or decide anything about rounds.
+
+use crate::ids::NodeId;
+use libp2p::identity::Keypair;
+use libp2p::{Multiaddr, PeerId};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Errors of keys and manifests.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A key file that is not a libp2p keypair.
+    #[error("{path}: not a federico key file ({reason})")]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Refusing to overwrite a key (that would change the silo's peer ID).
+    #[error("{0} exists: refusing to overwrite a key (it would change the silo's peer ID)")]
+    KeyExists(PathBuf),
+    /// The manifest is invalid; the message names the field.
+    #[error("manifest {path}: {reason}")]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        reason: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
+    move |source| IdentityError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Generates a new Ed25519 keypair and writes it to `path` (mode 0600), refusing to overwrite.
+pub fn keygen(path: &Path) -> Result<Keypair, IdentityError> {
+    if path.exists() {
+        return Err(IdentityError::KeyExists(path.to_path_buf()));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let key = Keypair::generate_ed25519();
+    let bytes = key
+        .to_protobuf_encoding()
+        .expect("an Ed25519 key always encodes");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path).map_err(io(path))?;
+    std::io::Write::write_all(&mut f, &bytes).map_err(io(path))?;
+    f.sync_all().map_err(io(path))?;
+    Ok(key)
+}
+
+/// Reads a key written by [`keygen`].
+pub fn load_key(path: &Path) -> Result<Keypair, IdentityError> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    Keypair::from_protobuf_encoding(&bytes).map_err(|e| IdentityError::BadKey {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// One member of the federation, as written in the manifest.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemberFile {
+    name: String,
+    peer_id: String,
+    #[serde(default)]
+    addrs: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    #[serde(default)]
+    open: bool,
+    #[serde(default, rename = "member")]
+    members: Vec<MemberFile>,
+}
+
+/// A member of the federation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    /// Human name of the silo (`hospital-a`); node configs refer to it.
+    pub name: String,
+    /// Its libp2p peer ID (from its key).
+    pub peer_id: PeerId,
+    /// Where it can be dialled, if known (otherwise found through discovery).
+    pub addrs: Vec<Multiaddr>,
+}
+
+/// The federation manifest: members in a fixed order; member i is `NodeId(i)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    /// Whether peers not listed may connect (they join as late joiners).
+    pub open: bool,
+    /// The listed members.
+    pub members: Vec<Member>,
+}
+
+impl Manifest {
+    /// Reads and validates a manifest file.
+    pub fn load(path: &Path) -> Result<Self, IdentityError> {
+        let text = std::fs::read_to_string(path).map_err(io(path))?;
+        Self::parse(&text).map_err(|reason| IdentityError::Manifest {
+            path: path.to_path_buf(),
+            reason,
+        })
+    }
+
+    /// Parses manifest text; the error names the offending field.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: ManifestFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        if file.members.is_empty() {
+            return Err("no [[member]] entries: list at least this silo".into());
+        }
+        let mut members = Vec::with_capacity(file.members.len());
+        let mut names = HashMap::new();
+        let mut ids = HashMap::new();
+        for (i, m) in file.members.into_iter().enumerate() {
+            if m.name.trim().is_empty() {
+                return Err(format!("member[{i}].name is empty"));
+            }
+            let peer_id: PeerId = m.peer_id.parse().map_err(|e| {
+                format!("member[{i}].peer_id {:?} is not a peer ID: {e}", m.peer_id)
+            })?;
+            if let Some(j) = names.insert(m.name.clone(), i) {
+                return Err(format!("member[{i}].name {:?} repeats member[{j}]", m.name));
+            }
+            if let Some(j) = ids.insert(peer_id, i) {
+                return Err(format!(
+                    "member[{i}].peer_id repeats member[{j}] ({peer_id})"
+                ));
+            }
+            let addrs = m
+                .addrs
+                .iter()
+                .map(|a| {
+                    a.parse::<Multiaddr>()
+                        .map_err(|e| format!("member[{i}].addrs: {a:?} is not a multiaddr: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            members.push(Member {
+                name: m.name,
+                peer_id,
+                addrs,
+            });
+        }
+        Ok(Self {
+            open: file.open,
+            members,
+        })
+    }
+
+    /// Writes the manifest as TOML (used by `federico swarm`).
+    pub fn to_toml(&self) -> String {
+        let mut out = format!(
+            "# Federation manifest: members' peer IDs, in a fixed order (member i is node i).\n\
+             # Connections from peers not listed are refused unless open = true.\n\
+             open = {}\n",
+            self.open
+        );
+        for m in &self.members {
+            out.push_str(&format!(
+                "\n[[member]]\nname = {:?}\npeer_id = \"{}\"\naddrs = [{}]\n",
+                m.name,
+                m.peer_id,
+                m.addrs
+                    .iter()
+                    .map(|a| format!("\"{a}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out
+    }
+
+    /// The node id of a listed peer.
+    pub fn node_of(&self, peer: &PeerId) -> Option<NodeId> {
+        self.members
+            .iter()
+            .position(|m| &m.peer_id == peer)
+            .map(|i| NodeId(i as u32))
+    }
+
+    /// The member called `name`.
+    pub fn by_name(&self, name: &str) -> Option<(NodeId, &Member)> {
+        self.members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.name == name)
+            .map(|(i, m)| (NodeId(i as u32), m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_keeps_its_peer_id_and_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/a.key");
+        let key = keygen(&path).unwrap();
+        assert_eq!(
+            load_key(&path).unwrap().public().to_peer_id(),
+            key.public().to_peer_id()
+        );
+        assert!(matches!(keygen(&path), Err(IdentityError::KeyExists(_))));
+        std::fs::write(&path, b"not a key").unwrap();
+        assert!(matches!(load_key(&path), Err(IdentityError::BadKey { .. })));
+    }
+
+    #[test]
+    fn manifests_roundtrip_and_bad_ones_name_the_field() {
+        let a = Keypair::generate_ed25519().public().to_peer_id();
+        let b = Keypair::generate_ed25519().public().to_peer_id();
+        let m = Manifest {
+            open: false,
+            members: vec![
+                Member {
+                    name: "a".into(),
+                    peer_id: a,
+                    addrs: vec!["/ip4/127.0.0.1/tcp/4001".parse().unwrap()],
+                },
+                Member {
+                    name: "b".into(),
+                    peer_id: b,
+                    addrs: vec![],
+                },
+            ],
+        };
+        let back = Manifest::parse(&m.to_toml()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.node_of(&b), Some(NodeId(1)));
+        let e = Manifest::parse("[[member]]\nname = \"a\"\npeer_id = \"xyz\"\n").unwrap_err();
+        assert!(e.contains("member[0].peer_id"), "{e}");
+        let dup = format!(
+            "[[member]]\nname = \"a\"\npeer_id = \"{a}\"\n[[member]]\nname = \"a\"\npeer_id = \"{b}\"\n"
+        );
+        assert!(
+            Manifest::parse(&dup)
+                .unwrap_err()
+                .contains("member[1].name")
+        );
+        assert!(
+            Manifest::parse("open = true\n")
+                .unwrap_err()
+                .contains("[[member]]")
+        );
+        assert!(Manifest::parse("opn = true\n").unwrap_err().contains("opn"));
+    }
+}

@@ -1,0 +1,139 @@
+//! The node's Prometheus metrics (with the client libp2p's own metrics use) and a minimal
+//! text endpoint for them.
+//! Owns: metric definitions and serving `GET /metrics` on the configured local address.
+//! Must not: compute what it reports; the round driver sets the values.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type Labels = Vec<(String, String)>;
+
+/// Handles to every metric the round driver updates.
+#[derive(Clone, Default)]
+pub(crate) struct Metrics {
+    /// Rounds completed.
+    pub(crate) rounds: Gauge,
+    /// Peers with a live connection.
+    pub(crate) connected_peers: Gauge,
+    /// Peers currently excluded from sampling.
+    pub(crate) suspects: Gauge,
+    /// Encoded message bytes by protocol and direction (libp2p's bandwidth metrics count the
+    /// transport bytes beside them).
+    pub(crate) message_bytes: Family<Labels, Counter>,
+    /// Messages dropped before reaching the core, by reason.
+    pub(crate) rejected: Family<Labels, Counter>,
+    /// w_ij by peer.
+    pub(crate) weight: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// L̂_ij by peer.
+    pub(crate) tracked_loss: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Test accuracy of the inference mixture at the last evaluation.
+    pub(crate) test_accuracy: Gauge<f64, AtomicU64>,
+}
+
+impl Metrics {
+    /// Registers every metric under the `federico` prefix.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("federico");
+        r.register("rounds", "Rounds completed", m.rounds.clone());
+        r.register(
+            "connected_peers",
+            "Peers with a live connection",
+            m.connected_peers.clone(),
+        );
+        r.register(
+            "suspects",
+            "Peers excluded from sampling after repeated failures",
+            m.suspects.clone(),
+        );
+        r.register(
+            "message_bytes",
+            "Encoded message bytes by protocol and direction",
+            m.message_bytes.clone(),
+        );
+        r.register(
+            "rejected_messages",
+            "Messages dropped before the core, by reason",
+            m.rejected.clone(),
+        );
+        r.register(
+            "weight",
+            "Collaborator weight w_ij by peer",
+            m.weight.clone(),
+        );
+        r.register(
+            "tracked_loss",
+            "Tracked (EMA) loss by peer",
+            m.tracked_loss.clone(),
+        );
+        r.register(
+            "test_accuracy",
+            "Test accuracy at the last evaluation",
+            m.test_accuracy.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn count_bytes(&self, protocol: &str, direction: &str, n: usize) {
+        self.message_bytes
+            .get_or_create(&vec![
+                ("protocol".into(), protocol.into()),
+                ("direction".into(), direction.into()),
+            ])
+            .inc_by(n as u64);
+    }
+
+    pub(crate) fn reject(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc();
+    }
+
+    pub(crate) fn set_peer(&self, peer: &str, weight: f64, tracked: f64) {
+        let l = vec![("peer".into(), peer.into())];
+        self.weight.get_or_create(&l).set(weight);
+        self.tracked_loss.get_or_create(&l).set(tracked);
+    }
+}
+
+/// Serves the registry as Prometheus text on `listener` until the task is dropped. Any request
+/// gets the metrics; this is a scrape endpoint, not a web server.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, registry: Arc<Registry>) {
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            // Read the request head (bounded), then answer.
+            let mut buf = vec![0u8; 4096];
+            let mut seen = 0;
+            while seen < buf.len() {
+                match sock.read(&mut buf[seen..]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen += n,
+                }
+                if buf[..seen].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let mut body = String::new();
+            if encode(&mut body, &registry).is_err() {
+                return;
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.write_all(body.as_bytes()).await;
+            let _ = sock.shutdown().await;
+        });
+    }
+}

@@ -1,0 +1,16 @@
+//! The libp2p driver: one real peer per silo (`federico node`).
+//! Owns: identity and membership ([`identity`]), the node config ([`config`]), the wire codec
+//! and behaviour, the round driver that moves models and gradients between the FedeRiCo core
+//! and the network ([`node`]), the training thread, checkpoints and metrics.
+//! Must not: decide anything the core decides (sampling, weights, acceptance of gradients),
+//! or train inside the swarm event loop: training runs on its own thread.
+
+mod behaviour;
+pub mod config;
+pub mod identity;
+mod metrics;
+pub mod node;
+mod trainer;
+
+pub use config::NodeConfig;
+pub use identity::{Manifest, Member, keygen, load_key};

@@ -1,0 +1,105 @@
+//! Durable files: whole-file atomic replacement (temporary file, fsync, rename, fsync of the
+//! directory), so a crash at any instant leaves either the old file or the new one.
+//! Owns: that write discipline and the framed, versioned file header used by shards and
+//! checkpoints.
+//! Must not: know what the bytes mean.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` atomically.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // The rename itself is durable only once the directory is synced.
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A file header: 8 magic bytes, then a little-endian u32 format version.
+pub fn header(magic: &[u8; 8], version: u32) -> Vec<u8> {
+    let mut h = magic.to_vec();
+    h.extend(version.to_le_bytes());
+    h
+}
+
+/// Checks and strips a [`header`]; the error says what is wrong.
+pub fn strip_header<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    version: u32,
+) -> Result<&'a [u8], String> {
+    if bytes.len() < 12 {
+        return Err(format!(
+            "truncated: {} bytes, shorter than the 12-byte header",
+            bytes.len()
+        ));
+    }
+    if &bytes[..8] != magic {
+        return Err(format!(
+            "bad magic {:?}, expected {:?}",
+            String::from_utf8_lossy(&bytes[..8]),
+            String::from_utf8_lossy(magic)
+        ));
+    }
+    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if v != version {
+        return Err(format!(
+            "format version {v}, this build reads version {version}"
+        ));
+    }
+    Ok(&bytes[12..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_files_and_checks_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/f.bin");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+        let mut b = header(b"FEDTEST1", 3);
+        b.extend(b"body");
+        assert_eq!(strip_header(&b, b"FEDTEST1", 3).unwrap(), b"body");
+        assert!(
+            strip_header(&b, b"FEDTEST1", 4)
+                .unwrap_err()
+                .contains("version 3")
+        );
+        assert!(
+            strip_header(&b, b"FEDOTHER", 3)
+                .unwrap_err()
+                .contains("magic")
+        );
+        assert!(
+            strip_header(&b[..5], b"FEDTEST1", 3)
+                .unwrap_err()
+                .contains("truncated")
+        );
+    }
+}
