@@ -136,29 +136,40 @@ struct Proc {
     status: Option<std::process::ExitStatus>,
 }
 
-fn run_seed(
+/// A swarm run directory, ready to start: keys, manifest, shards and one config per node.
+pub struct Prepared {
+    /// The seed's split (for groups and reports).
+    pub federation: Federation,
+    /// Node names, in manifest order.
+    pub names: Vec<String>,
+    /// Each node's config file.
+    pub configs: Vec<PathBuf>,
+    /// Each node's state directory (checkpoint, run log).
+    pub state_dirs: Vec<PathBuf>,
+    /// Where node logs go.
+    pub nodes_dir: PathBuf,
+    spec: crate::learn::ModelSpec,
+}
+
+/// Writes a swarm run directory for `scenario` at `seed` under `dir`: shards, keys, a closed
+/// manifest with 127.0.0.1 addresses on free ports, and node configs.
+pub fn prepare(
     scenario: &Scenario,
     seed: u64,
-    opts: &SwarmOptions,
+    data_dir: Option<&Path>,
+    deadlines: &Deadlines,
     dir: &Path,
-) -> anyhow::Result<SeedOutcome> {
+) -> anyhow::Result<Prepared> {
     if dir.join("nodes").exists() {
         bail!(
             "{} already holds a swarm run; choose another --out (nodes would resume from its checkpoints)",
             dir.display()
         );
     }
-    let (fed, shards) = split(
-        scenario,
-        seed,
-        opts.data_dir.as_deref(),
-        &dir.join("shards"),
-    )?;
+    let (fed, shards) = split(scenario, seed, data_dir, &dir.join("shards"))?;
     let k = fed.clients.len();
     let first = &fed.clients[0].train;
     let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
-    let regression = spec.is_regression();
-    let num_params = spec.num_params();
 
     // Keys, ports, manifest.
     let ports = free_ports(k)?;
@@ -208,7 +219,7 @@ fn run_seed(
             model: scenario.model.clone(),
             train: scenario.train.clone(),
             federico: scenario.federico.clone(),
-            deadlines: opts.deadlines.clone(),
+            deadlines: deadlines.clone(),
         };
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;
@@ -217,25 +228,68 @@ fn run_seed(
         procs.push((name, cfg_path, cfg.state_dir));
     }
 
-    // Start them.
+    Ok(Prepared {
+        federation: fed,
+        names: procs.iter().map(|p| p.0.clone()).collect(),
+        configs: procs.iter().map(|p| p.1.clone()).collect(),
+        state_dirs: procs.into_iter().map(|p| p.2).collect(),
+        nodes_dir,
+        spec,
+    })
+}
+
+/// Starts `exe node --config <config>` with its log (stderr) in `log`.
+pub fn start_node(exe: &Path, config: &Path, log: &Path) -> anyhow::Result<std::process::Child> {
+    std::process::Command::new(exe)
+        .arg("node")
+        .arg("--config")
+        .arg(config)
+        .env("RAYON_NUM_THREADS", "1")
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "starting {} node --config {}",
+                exe.display(),
+                config.display()
+            )
+        })
+}
+
+fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    dir: &Path,
+) -> anyhow::Result<SeedOutcome> {
+    let Prepared {
+        federation: fed,
+        names,
+        configs,
+        state_dirs,
+        nodes_dir,
+        spec,
+    } = prepare(
+        scenario,
+        seed,
+        opts.data_dir.as_deref(),
+        &opts.deadlines,
+        dir,
+    )?;
+    let k = fed.clients.len();
+    let regression = spec.is_regression();
+    let num_params = spec.num_params();
     let started = Instant::now();
     let mut running: Vec<Proc> = Vec::with_capacity(k);
-    for (name, cfg_path, state_dir) in procs {
+    for ((name, cfg_path), state_dir) in names.into_iter().zip(configs).zip(state_dirs) {
         let log = nodes_dir.join(format!("{name}.log"));
-        let child = std::process::Command::new(&opts.exe)
-            .arg("node")
-            .arg("--config")
-            .arg(&cfg_path)
-            .env("RAYON_NUM_THREADS", "1")
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .with_context(|| format!("starting {} node {name}", opts.exe.display()))?;
+        let child = start_node(&opts.exe, &cfg_path, &log)?;
         running.push(Proc {
             name,
             child,

@@ -14,3 +14,4 @@ mod trainer;
 
 pub use config::NodeConfig;
 pub use identity::{Manifest, Member, keygen, load_key};
+pub use trainer::Checkpoint;

@@ -45,33 +45,38 @@ pub(crate) enum Done {
     Failed(String),
 }
 
-/// A node's whole state on disk (DESIGN: model, optimizer, collaborator table, round, RNG).
+/// A node's whole state on disk (DESIGN: model, optimizer, collaborator table, round, RNG),
+/// written atomically after every round (`<state_dir>/checkpoint.bin`).
 #[derive(Serialize, Deserialize)]
-pub(crate) struct Checkpoint {
+pub struct Checkpoint {
     /// The key's peer ID, to refuse a checkpoint of another silo.
-    pub(crate) peer_id: String,
+    pub peer_id: String,
     /// Rounds completed.
-    pub(crate) round: u64,
+    pub round: u64,
     /// v_i.
-    pub(crate) version: u64,
-    pub(crate) params: Vec<f32>,
-    pub(crate) adam: Adam,
+    pub version: u64,
+    /// The silo's own parameters.
+    pub params: Vec<f32>,
+    /// Its optimizer state.
+    pub adam: Adam,
     /// The FedeRiCo core: table, sampling RNG position, liveness.
-    pub(crate) peer: Peer,
+    pub peer: Peer,
 }
 
 const MAGIC: &[u8; 8] = b"FEDCKPT1";
 const VERSION: u32 = 1;
 
 impl Checkpoint {
-    pub(crate) fn encode(&self) -> Result<Vec<u8>, String> {
+    /// The file's bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut out = crate::store::header(MAGIC, VERSION);
         bincode::serde::encode_into_std_write(self, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
         Ok(out)
     }
 
-    pub(crate) fn read(path: &std::path::Path) -> Result<Option<Self>, String> {
+    /// Reads a checkpoint; `None` when there is none yet.
+    pub fn read(path: &std::path::Path) -> Result<Option<Self>, String> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -1,0 +1,332 @@
+//! Real node processes on 127.0.0.1: the swarm against the simulator, crash and resume,
+//! a model above 10 MiB, and a peer outside the manifest.
+
+use federico::launch::{self, Prepared};
+use federico::net::config::Deadlines;
+use federico::net::node::NodeRound;
+use federico::net::{Checkpoint, Manifest, Member, NodeConfig, keygen};
+use federico::scenario::Scenario;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_federico");
+
+fn quickstart(overrides: &[&str]) -> Scenario {
+    let over: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
+}
+
+fn fast_deadlines() -> Deadlines {
+    Deadlines {
+        model_s: 3.0,
+        gradient_s: 3.0,
+        start_s: 10.0,
+        linger_s: 5.0,
+    }
+}
+
+fn run_log(dir: &Path) -> Vec<NodeRound> {
+    launch::read_run_log(&dir.join("rounds.jsonl")).unwrap()
+}
+
+/// Waits for `child` to exit, killing it after `limit` (a failsafe, not synchronisation).
+fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("a node did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn start_all(p: &Prepared) -> Vec<Child> {
+    p.names
+        .iter()
+        .zip(&p.configs)
+        .map(|(n, c)| {
+            launch::start_node(Path::new(EXE), c, &p.nodes_dir.join(format!("{n}.log"))).unwrap()
+        })
+        .collect()
+}
+
+fn json(path: PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_fault_free_swarm_makes_the_simulators_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (swarm, sim) = (dir.path().join("swarm"), dir.path().join("sim"));
+    let out = Command::new(EXE)
+        .args([
+            "swarm",
+            "simulations/quickstart.toml",
+            "--seed",
+            "1",
+            "-q",
+            "--out",
+        ])
+        .arg(&swarm)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(EXE)
+        .args([
+            "simulate",
+            "simulations/quickstart.toml",
+            "--seed",
+            "1",
+            "-q",
+        ])
+        .args(["--set", "algorithms=[\"federico\"]", "--out"])
+        .arg(&sim)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let a = json(swarm.join("seed-1/summary.json"));
+    let b = json(sim.join("seed-1/summary.json"));
+    let (fa, fb) = (&a["algorithms"][0], &b["algorithms"][0]);
+    let (acc_a, acc_b) = (
+        fa["accuracy"].as_f64().unwrap(),
+        fb["accuracy"].as_f64().unwrap(),
+    );
+    assert!(
+        (acc_a - acc_b).abs() <= 0.02,
+        "swarm {acc_a} vs simulate {acc_b}"
+    );
+    let mass = fa["same_group_mass"].as_f64().unwrap();
+    assert!(mass >= 0.9, "same-group mass {mass}");
+    // Stronger than the 2-point tolerance: with no faults, every decision is the simulator's.
+    let lines = |p: PathBuf| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (ra, rb) = (
+        lines(swarm.join("seed-1/rounds.jsonl")),
+        lines(sim.join("seed-1/rounds.jsonl")),
+    );
+    assert_eq!(ra.len(), rb.len());
+    for (x, y) in ra.iter().zip(&rb) {
+        assert_eq!(x["federico"], y["federico"], "round {}", x["round"]);
+        assert_eq!(x["algorithms"], y["algorithms"], "round {}", x["round"]);
+    }
+    assert!(
+        swarm.join("seed-1/weights_heatmap.svg").exists()
+            || swarm.join("seed-1").read_dir().unwrap().any(|e| e
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "svg"))
+    );
+}
+
+#[test]
+fn a_killed_node_resumes_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=4", "rounds=300", "eval_every=50"]);
+    let p = launch::prepare(&scenario, 3, None, &fast_deadlines(), dir.path()).unwrap();
+    let mut nodes = start_all(&p);
+    let victim = 3;
+    let state = &p.state_dirs[victim];
+
+    // Let it run a while, then kill it without warning.
+    let until = Instant::now() + Duration::from_secs(60);
+    while run_log(state).len() < 20 {
+        assert!(Instant::now() < until, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nodes[victim].kill().unwrap(); // SIGKILL
+    nodes[victim].wait().unwrap();
+    let logged = run_log(state).iter().map(|r| r.round).max().unwrap();
+    let ckpt = Checkpoint::read(&state.join("checkpoint.bin"))
+        .unwrap()
+        .unwrap();
+    // At most the round in flight is lost.
+    assert!(
+        ckpt.round >= logged,
+        "checkpoint at {} but {logged} rounds logged",
+        ckpt.round
+    );
+    if let Some(rec) = run_log(state).iter().rev().find(|r| r.round == ckpt.round) {
+        let table: Vec<(u32, f64)> = ckpt
+            .peer
+            .weights()
+            .into_iter()
+            .map(|(id, w)| (id.0, w))
+            .collect();
+        assert_eq!(
+            rec.weights, table,
+            "the checkpoint holds the round's collaborator table"
+        );
+    }
+    let first_log = std::fs::read_to_string(p.nodes_dir.join("silo-3.log")).unwrap();
+
+    // Restart with the same config.
+    let relog = p.nodes_dir.join("silo-3.restart.log");
+    nodes[victim] = launch::start_node(Path::new(EXE), &p.configs[victim], &relog).unwrap();
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(180)).success());
+    }
+    let second_log = std::fs::read_to_string(&relog).unwrap();
+    assert!(
+        second_log.contains(&format!(
+            "resuming from checkpoint round={} version={}",
+            ckpt.round, ckpt.version
+        )),
+        "{second_log}"
+    );
+    let peer_of = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("node started"))
+            .and_then(|l| l.split("peer=").nth(1))
+            .map(|s| s.split_whitespace().next().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(
+        peer_of(&first_log),
+        peer_of(&second_log),
+        "same peer ID after restart"
+    );
+    assert_eq!(peer_of(&first_log), ckpt.peer_id);
+    // The run continues from the checkpoint: every round up to the end is logged after it.
+    let rounds: std::collections::BTreeSet<u64> = run_log(state).iter().map(|r| r.round).collect();
+    for r in 1..=300 {
+        assert!(
+            rounds.contains(&r),
+            "round {r} missing from the resumed run"
+        );
+    }
+    let after: Vec<u64> = run_log(state)
+        .iter()
+        .map(|r| r.round)
+        .skip_while(|&r| r <= logged)
+        .collect();
+    assert_eq!(
+        after.first(),
+        Some(&(ckpt.round + 1)),
+        "resumed at the checkpoint's next round"
+    );
+}
+
+#[test]
+fn a_model_above_10_mib_crosses_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    // 40 inputs → 70 000 hidden → 8 classes: 3.4 M parameters, 13.7 MB per model message,
+    // above libp2p's stock 10 MiB response cap.
+    let scenario = quickstart(&[
+        "split.clients=2",
+        "split.groups=1",
+        "rounds=2",
+        "eval_every=2",
+        "model.kind=\"mlp\"",
+        "model.hidden=[70000]",
+        "federico.neighbours=1",
+    ]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let mut nodes = start_all(&p);
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(120)).success());
+    }
+    for s in &p.state_dirs {
+        let log = run_log(s);
+        assert_eq!(log.len(), 2);
+        for r in &log {
+            assert_eq!(r.sampled.len(), 1);
+            assert_eq!(
+                r.answered, r.sampled,
+                "round {}: the big model did not arrive",
+                r.round
+            );
+            assert_eq!(
+                r.gradients, 2,
+                "round {}: own gradient plus the sampler's",
+                r.round
+            );
+        }
+    }
+}
+
+#[test]
+fn a_peer_outside_the_manifest_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&[
+        "split.clients=2",
+        "split.groups=1",
+        "rounds=30",
+        "federico.neighbours=1",
+    ]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+
+    // An outsider: its own key, a manifest of its own that lists silo-0 as it really is.
+    let members = Manifest::load(&dir.path().join("manifest.toml"))
+        .unwrap()
+        .members;
+    let out_dir = dir.path().join("outsider");
+    let key = keygen(&out_dir.join("outsider.key")).unwrap();
+    let manifest = Manifest {
+        open: false,
+        members: vec![
+            members[0].clone(),
+            Member {
+                name: "outsider".into(),
+                peer_id: key.public().to_peer_id(),
+                addrs: vec![],
+            },
+        ],
+    };
+    std::fs::write(out_dir.join("manifest.toml"), manifest.to_toml()).unwrap();
+    let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
+    cfg.name = "outsider".into();
+    cfg.key = out_dir.join("outsider.key");
+    cfg.manifest = out_dir.join("manifest.toml");
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+    cfg.state_dir = out_dir.join("state");
+    cfg.rounds = 3;
+    cfg.deadlines.start_s = 2.0;
+    cfg.deadlines.model_s = 1.0;
+    cfg.deadlines.gradient_s = 1.0;
+    let cfg_path = out_dir.join("outsider.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+
+    let mut nodes = start_all(&p);
+    let mut outsider =
+        launch::start_node(Path::new(EXE), &cfg_path, &out_dir.join("outsider.log")).unwrap();
+    assert!(wait(&mut outsider, Duration::from_secs(60)).success());
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(120)).success());
+    }
+    let log = run_log(&cfg.state_dir);
+    assert_eq!(log.len(), 3);
+    for r in &log {
+        assert_eq!(r.sampled, vec![0], "it can only sample silo-0");
+        assert!(
+            r.answered.is_empty(),
+            "round {}: the outsider got a model",
+            r.round
+        );
+    }
+    let silo0 = std::fs::read_to_string(p.nodes_dir.join("silo-0.log")).unwrap();
+    assert!(silo0.contains("refused a connection"), "{silo0}");
+    // The members never counted the outsider: they ran their rounds with each other.
+    for s in &p.state_dirs {
+        assert!(run_log(s).iter().all(|r| r.answered == r.sampled));
+    }
+}
