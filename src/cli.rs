@@ -180,8 +180,26 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
     {
         text += &format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n");
     }
+    for seed in &scenario.seeds {
+        let path = out.join(format!("seed-{seed}/swarm.json"));
+        if let Ok(f) = std::fs::read_to_string(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(serde_json::from_str::<crate::launch::SwarmFigures>(&t)?))
+        {
+            text += &format!(
+                "seed {seed}: median round {:.3} s; sent per node per round {:.0} B = {:.3}x the payload minimum 2*M*4d ({:.0} B) ({:.3}x with stream negotiation); node RSS max {:.0} MiB; all nodes through round 1 after {:.1} s\n",
+                f.median_round_seconds,
+                f.message_bytes,
+                f.message_ratio,
+                f.payload_min_bytes,
+                f.stream_ratio,
+                f.max_rss_mib,
+                f.first_round_seconds
+            );
+        }
+    }
     text += &format!(
-        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, seed-*/nodes/*.log, plots)\n",
+        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, seed-*/swarm.json, seed-*/nodes/*.log, plots)\n",
         out.display()
     );
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());

@@ -134,6 +134,54 @@ struct Proc {
     log: PathBuf,
     run_log: PathBuf,
     status: Option<std::process::ExitStatus>,
+    /// Largest resident set seen while it ran (KiB, from /proc).
+    max_rss_kib: u64,
+}
+
+/// Resident set size of a process in KiB (Linux; 0 elsewhere or once it has exited).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Speed and size of one swarm run (`seed-<n>/swarm.json`), the figures of issue 3.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SwarmFigures {
+    /// Node processes.
+    pub nodes: usize,
+    /// Model parameters d.
+    pub num_params: usize,
+    /// M.
+    pub neighbours: usize,
+    /// The payload minimum per node per round: 2·M·4d bytes (M gradients sent, M models served
+    /// on average).
+    pub payload_min_bytes: f64,
+    /// Encoded message bytes sent per node per round (median over rounds without evaluation).
+    pub message_bytes: f64,
+    /// Stream bytes sent per node per round (libp2p's count: messages plus negotiation).
+    pub stream_bytes: f64,
+    /// `message_bytes / payload_min_bytes`.
+    pub message_ratio: f64,
+    /// `stream_bytes / payload_min_bytes`.
+    pub stream_ratio: f64,
+    /// Median round wall time over nodes and rounds without evaluation.
+    pub median_round_seconds: f64,
+    /// Every round evaluated, so the figures include the evaluation fetches.
+    pub includes_evaluation: bool,
+    /// Largest resident set of any node (MiB).
+    pub max_rss_mib: f64,
+    /// Median over nodes of their largest resident set (MiB).
+    pub median_rss_mib: f64,
+    /// From starting the processes until every node had finished round 1.
+    pub first_round_seconds: f64,
+    /// The whole run, start to last exit.
+    pub total_seconds: f64,
 }
 
 /// A swarm run directory, ready to start: keys, manifest, shards and one config per node.
@@ -296,9 +344,19 @@ fn run_seed(
             log,
             run_log: state_dir.join("rounds.jsonl"),
             status: None,
+            max_rss_kib: 0,
         });
     }
-    let watched = watch(&mut running, scenario, seed, opts, started);
+    let mut first_round = None;
+    let watched = watch(
+        &mut running,
+        scenario,
+        seed,
+        opts,
+        started,
+        &mut first_round,
+    );
+    let total_seconds = started.elapsed().as_secs_f64();
     // Whatever happened, no node outlives the swarm.
     stop_all(&mut running);
     watched?;
@@ -360,6 +418,15 @@ fn run_seed(
         }],
     };
     sim::write_json(&dir.join("summary.json"), &summary)?;
+    let figures = figures(
+        &logs,
+        scenario,
+        num_params,
+        &running,
+        first_round.map_or(f64::NAN, |d| d.as_secs_f64()),
+        total_seconds,
+    );
+    sim::write_json(&dir.join("swarm.json"), &figures)?;
     let curves: sim::Curves = vec![(
         Algorithm::Federico.name().to_string(),
         records
@@ -391,6 +458,88 @@ fn run_seed(
     })
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Per-round figures from the run logs: rounds that evaluated (and fetched models for it)
+/// and round 1 (start-up) are left out of the byte and time medians.
+fn figures(
+    logs: &[Vec<NodeRound>],
+    scenario: &Scenario,
+    num_params: usize,
+    procs: &[Proc],
+    first_round_seconds: f64,
+    total_seconds: f64,
+) -> SwarmFigures {
+    let m = scenario.federico.neighbours;
+    let payload = 2.0 * m as f64 * 4.0 * num_params as f64;
+    let rounds = logs.iter().map(|l| l.len()).min().unwrap_or(0);
+    let consecutive = |r: usize| logs.iter().all(|l| l[r - 1].round + 1 == l[r].round);
+    let plain = |r: usize| consecutive(r) && logs.iter().all(|l| l[r].eval.is_none());
+    // Evaluation rounds also fetch models for the mixture; leave them out when there are others.
+    let includes_evaluation = !(1..rounds).any(plain);
+    let (mut msg, mut stream, mut secs) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 1..rounds {
+        let keep = if includes_evaluation {
+            consecutive(r)
+        } else {
+            plain(r)
+        };
+        if !keep {
+            continue;
+        }
+        let k = logs.len() as f64;
+        msg.push(
+            logs.iter()
+                .map(|l| (l[r].bytes_sent - l[r - 1].bytes_sent.min(l[r].bytes_sent)) as f64)
+                .sum::<f64>()
+                / k,
+        );
+        stream.push(
+            logs.iter()
+                .map(|l| {
+                    (l[r].stream_bytes_sent
+                        - l[r - 1].stream_bytes_sent.min(l[r].stream_bytes_sent))
+                        as f64
+                })
+                .sum::<f64>()
+                / k,
+        );
+        secs.extend(logs.iter().map(|l| l[r].seconds));
+    }
+    let rss: Vec<f64> = procs
+        .iter()
+        .map(|p| p.max_rss_kib as f64 / 1024.0)
+        .collect();
+    let (message_bytes, stream_bytes) = (median(msg), median(stream));
+    SwarmFigures {
+        nodes: logs.len(),
+        num_params,
+        neighbours: m,
+        payload_min_bytes: payload,
+        message_bytes,
+        stream_bytes,
+        message_ratio: message_bytes / payload,
+        stream_ratio: stream_bytes / payload,
+        median_round_seconds: median(secs),
+        includes_evaluation,
+        max_rss_mib: rss.iter().copied().fold(0.0, f64::max),
+        median_rss_mib: median(rss),
+        first_round_seconds,
+        total_seconds,
+    }
+}
+
 /// Follows the nodes until all have exited, showing progress; Ctrl-C stops them.
 fn watch(
     procs: &mut [Proc],
@@ -398,6 +547,7 @@ fn watch(
     seed: u64,
     opts: &SwarmOptions,
     started: Instant,
+    first_round: &mut Option<Duration>,
 ) -> anyhow::Result<()> {
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -420,6 +570,7 @@ fn watch(
         let mut acc = Vec::new();
         for p in procs.iter_mut() {
             if p.status.is_none() {
+                p.max_rss_kib = p.max_rss_kib.max(rss_kib(p.child.id()));
                 p.status = p.child.try_wait()?;
             }
             let rounds = read_run_log(&p.run_log).unwrap_or_default();
@@ -430,6 +581,9 @@ fn watch(
             }
         }
         bar.set_position(done);
+        if first_round.is_none() && min_round >= 1 && min_round != u64::MAX {
+            *first_round = Some(started.elapsed());
+        }
         let mean_acc = if acc.is_empty() {
             String::new()
         } else {

@@ -34,6 +34,8 @@ pub(crate) struct Metrics {
     pub(crate) tracked_loss: Family<Labels, Gauge<f64, AtomicU64>>,
     /// Test accuracy of the inference mixture at the last evaluation.
     pub(crate) test_accuracy: Gauge<f64, AtomicU64>,
+    /// Encoded message bytes sent, all protocols.
+    pub(crate) sent: Counter,
 }
 
 impl Metrics {
@@ -81,6 +83,9 @@ impl Metrics {
     }
 
     pub(crate) fn count_bytes(&self, protocol: &str, direction: &str, n: usize) {
+        if direction == "out" {
+            self.sent.inc_by(n as u64);
+        }
         self.message_bytes
             .get_or_create(&vec![
                 ("protocol".into(), protocol.into()),
@@ -100,6 +105,21 @@ impl Metrics {
         self.weight.get_or_create(&l).set(weight);
         self.tracked_loss.get_or_create(&l).set(tracked);
     }
+}
+
+/// Stream bytes sent, from libp2p's bandwidth metrics in `registry` (it counts what goes through
+/// the multiplexed streams: our frames plus protocol negotiation, not Noise or Yamux framing).
+pub(crate) fn stream_bytes_sent(registry: &Registry) -> u64 {
+    let mut text = String::new();
+    if encode(&mut text, registry).is_err() {
+        return 0;
+    }
+    text.lines()
+        .filter(|l| {
+            l.starts_with("libp2p_bandwidth_bytes_total{") && l.contains("direction=\"Outbound\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Serves the registry as Prometheus text on `listener` until the task is dropped. Any request

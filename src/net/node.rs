@@ -85,6 +85,13 @@ pub struct NodeRound {
     pub eval: Option<EvalRecord>,
     /// Wall time of the round.
     pub seconds: f64,
+    /// Encoded message bytes this process has sent so far (frames of both protocols).
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// Stream bytes this process has sent so far (libp2p's bandwidth metrics: frames plus
+    /// protocol negotiation; not Noise, Yamux or TCP framing).
+    #[serde(default)]
+    pub stream_bytes_sent: u64,
 }
 
 /// A test score in a node's run log.
@@ -164,6 +171,7 @@ struct Driver {
     swarm: Swarm<Behaviour>,
     peer: Peer,
     metrics: Metrics,
+    registry: Arc<prometheus_client::registry::Registry>,
     /// Peer id of every known node, by node id (manifest order, then late joiners).
     peer_ids: Vec<PeerId>,
     nodes: HashMap<PeerId, NodeId>,
@@ -338,12 +346,13 @@ pub async fn run(
             .listen_on(addr.clone())
             .map_err(|e| fatal(format!("listen on {addr}: {e}")))?;
     }
+    let registry = Arc::new(registry);
     if let Some(addr) = &cfg.metrics {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| fatal(format!("metrics address {addr}: {e}")))?;
         info!(%addr, "serving metrics");
-        tokio::spawn(metrics::serve(listener, Arc::new(registry)));
+        tokio::spawn(metrics::serve(listener, registry.clone()));
     }
 
     let peer_ids: Vec<PeerId> = manifest.members.iter().map(|m| m.peer_id).collect();
@@ -405,6 +414,7 @@ pub async fn run(
         swarm,
         peer,
         metrics,
+        registry,
         peer_ids,
         nodes,
         connected: BTreeSet::new(),
@@ -756,6 +766,8 @@ impl Driver {
                         .collect(),
                     eval: None,
                     seconds: 0.0,
+                    bytes_sent: 0,
+                    stream_bytes_sent: 0,
                 });
                 self.phase = Phase::Owning {
                     deadline: Instant::now() + self.cfg.gradient_deadline(),
@@ -826,6 +838,8 @@ impl Driver {
             rec.version = self.version;
             rec.eval = eval;
             rec.seconds = self.round_started.elapsed().as_secs_f64();
+            rec.bytes_sent = self.metrics.sent.get();
+            rec.stream_bytes_sent = metrics::stream_bytes_sent(&self.registry);
             serde_json::to_writer(&mut self.log, &rec)
                 .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
             writeln!(self.log)
