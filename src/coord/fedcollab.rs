@@ -747,7 +747,7 @@ impl EarlyStop {
     /// validation value seen, not the final model's; may be slightly negative (the solver
     /// clamps it). `None` before any evaluation.
     pub fn estimate(&self) -> Option<f64> {
-        (self.evaluations > 0).then(|| self.best - 1.0)
+        (self.evaluations > 0).then_some(self.best - 1.0)
     }
 }
 
@@ -786,16 +786,16 @@ pub fn distance_matrix(
             }
         }
     }
-    let mut missing = Vec::new();
-    for i in 0..n {
-        d[i][i] = 0.0;
-        for j in i + 1..n {
-            if d[i][j].is_nan() {
-                missing.push((i, j));
-                d[i][j] = 1.0;
-                d[j][i] = 1.0;
-            }
-        }
+    let missing: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+        .filter(|&(i, j)| d[i][j].is_nan())
+        .collect();
+    for &(i, j) in &missing {
+        d[i][j] = 1.0;
+        d[j][i] = 1.0;
+    }
+    for (i, row) in d.iter_mut().enumerate() {
+        row[i] = 0.0;
     }
     (d, missing)
 }
