@@ -993,7 +993,9 @@ mod tests {
     fn toy_b_matches_the_specs_table() {
         let singletons: Vec<Vec<usize>> = (0..6).map(|i| vec![i]).collect();
         let two = vec![vec![0, 1, 2], vec![3, 4, 5]];
-        let cases: [(f64, Vec<Vec<usize>>, f64, Option<usize>); 4] = [
+        // (C, brute-force optimum, L*, passes of the identity-order run when the spec gives them)
+        type Case = (f64, Vec<Vec<usize>>, f64, Option<usize>);
+        let cases: [Case; 4] = [
             (0.0, singletons, 0.0, None),
             (
                 1.0,
