@@ -6,6 +6,7 @@
 //! and the allowed values.
 //! Must not: run anything.
 
+use crate::coord::fedcollab::FedCollabConfig;
 use crate::core::FedericoConfig;
 #[cfg(test)]
 use crate::core::MStep;
@@ -47,6 +48,10 @@ pub enum ScenarioError {
     Data(#[from] DataError),
 }
 
+/// Share of its odd label each cluster4 type gets (the paper's `cluster4_0.25`, FedCollab spec
+/// §7.1): the odd label is 1/7 of a client's data.
+pub const CLUSTER4_ODD_SHARE: f64 = 0.25;
+
 /// An algorithm `simulate` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,6 +64,9 @@ pub enum Algorithm {
     FedavgPlus,
     /// FedeRiCo (Algorithm 1).
     Federico,
+    /// FedCollab: pairwise discriminator distances, coalitions from Algorithm 2, FedAvg inside
+    /// each coalition (`../shared/specs/fedcollab.md`).
+    Fedcollab,
 }
 
 impl Algorithm {
@@ -69,6 +77,7 @@ impl Algorithm {
             Algorithm::Fedavg => "fedavg",
             Algorithm::FedavgPlus => "fedavg_plus",
             Algorithm::Federico => "federico",
+            Algorithm::Fedcollab => "fedcollab",
         }
     }
 }
@@ -143,6 +152,9 @@ pub enum SplitKind {
     Shards,
     /// Uniformly random.
     Iid,
+    /// FedCollab's four-type label shift with quantity skew (FedCollab spec §7.1; 10 classes,
+    /// a multiple of 4 clients; `quantity_decay` shrinks the second half's training sets).
+    Cluster4,
 }
 
 /// `[split]`: silos and how data is divided.
@@ -163,6 +175,9 @@ pub struct SplitConfig {
     pub shards_per_client: usize,
     /// Fraction of each client's samples used for training (the rest is its test set).
     pub train_fraction: f64,
+    /// Cluster4: the second half of the clients keep `exp(-quantity_decay)` of their training
+    /// share (FedCollab spec §7.1: 5.0 for FMNIST; 0 keeps all).
+    pub quantity_decay: f64,
 }
 
 impl Default for SplitConfig {
@@ -175,6 +190,7 @@ impl Default for SplitConfig {
             clusters: 4,
             shards_per_client: 2,
             train_fraction: 0.8,
+            quantity_decay: 0.0,
         }
     }
 }
@@ -325,6 +341,8 @@ pub struct Scenario {
     pub train: TrainConfig,
     /// `[federico]`.
     pub federico: FedericoConfig,
+    /// `[fedcollab]`.
+    pub fedcollab: FedCollabConfig,
 }
 
 impl Default for Scenario {
@@ -347,6 +365,7 @@ impl Default for Scenario {
             model: ModelConfig::default(),
             train: TrainConfig::default(),
             federico: FedericoConfig::default(),
+            fedcollab: FedCollabConfig::default(),
         }
     }
 }
@@ -445,7 +464,7 @@ impl Scenario {
             format!("eval_every must be at least 1, got {}", self.eval_every)
         })?;
         check(!self.algorithms.is_empty(), || {
-            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\"".into()
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\"".into()
         })?;
         let mut algs = self.algorithms.clone();
         algs.sort();
@@ -482,6 +501,23 @@ impl Scenario {
                 sp.shards_per_client
             )
         })?;
+        if sp.kind == SplitKind::Cluster4 {
+            check(sp.clients % 4 == 0, || {
+                format!(
+                    "split.clients must be a multiple of 4 for split.kind \"cluster4\" (four types), got {}",
+                    sp.clients
+                )
+            })?;
+        }
+        check(
+            sp.quantity_decay.is_finite() && sp.quantity_decay >= 0.0,
+            || {
+                format!(
+                    "split.quantity_decay must be a finite number >= 0, got {}",
+                    sp.quantity_decay
+                )
+            },
+        )?;
         check(d.fraction > 0.0 && d.fraction <= 1.0, || {
             format!("data.fraction must be in (0, 1], got {}", d.fraction)
         })?;
@@ -559,6 +595,9 @@ impl Scenario {
         self.federico
             .validate()
             .map_err(|m| ScenarioError::Invalid(format!("federico.{m}")))?;
+        self.fedcollab
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("fedcollab.{m}")))?;
         Ok(())
     }
 
@@ -647,6 +686,14 @@ impl Scenario {
                         rng,
                     )?,
                     SplitKind::Iid => partition::iid(&pool, sp.clients, sp.train_fraction, rng)?,
+                    SplitKind::Cluster4 => partition::cluster4(
+                        &pool,
+                        sp.clients,
+                        CLUSTER4_ODD_SHARE,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
                 }
             }
         };
@@ -719,10 +766,38 @@ mod tests {
             ("[split]\ntrain_fraction = 1.0\n", "split.train_fraction"),
             ("[train]\nlr = -0.1\n", "train.lr"),
             ("[data]\nsource = \"sine\"\n", "model.kind"),
+            ("[fedcollab]\ncapacity = -2\n", "fedcollab.capacity"),
+            (
+                "[fedcollab]\ndisc_max_rounds = 0\n",
+                "fedcollab.disc_max_rounds",
+            ),
+            (
+                "[split]\nkind = \"cluster4\"\nclients = 6\ngroups = 2\n",
+                "split.clients",
+            ),
+            ("[split]\nquantity_decay = -1\n", "split.quantity_decay"),
         ] {
             let e = Scenario::parse(text).unwrap_err().to_string();
             assert!(e.contains(field), "{text:?} gave {e}");
         }
+    }
+
+    #[test]
+    fn fedcollab_section_defaults_and_unknown_fields() {
+        let s = Scenario::parse("algorithms = [\"fedcollab\"]\n").unwrap();
+        assert_eq!(s.algorithms, vec![Algorithm::Fedcollab]);
+        assert_eq!(s.fedcollab, FedCollabConfig::default());
+        assert_eq!(s.fedcollab.capacity, 10.0);
+        let s = Scenario::parse("[fedcollab]\ncapacity = 8\ndistance = \"label_tv\"\n").unwrap();
+        assert_eq!(s.fedcollab.capacity, 8.0);
+        let e = Scenario::parse("[fedcollab]\ncapacityy = 8\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("capacityy") && e.contains("capacity"), "{e}");
+        let e = Scenario::parse("[fedcollab]\ndistance = \"euclid\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("discriminator") && e.contains("label_tv"), "{e}");
     }
 
     #[test]

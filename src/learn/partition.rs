@@ -1,6 +1,7 @@
 //! Partitioners: who gets which sample. All are seeded and deterministic for a given RNG.
 //! Owns: label-group (FedeRiCo spec §7.1), Dirichlet over label clusters (Table 4), pathological
-//! shards, IID; the per-client train/test split; subsampling a pool.
+//! shards, IID, FedCollab's four-type label shift with quantity skew; the per-client train/test
+//! split; subsampling a pool.
 //! Must not: read files or generate data.
 
 use super::data::{ClientData, DataError, Dataset, Federation, Labels};
@@ -267,6 +268,123 @@ pub fn iid(
     )
 }
 
+/// FedCollab's four-type label-shift design with quantity skew (FedCollab spec §7.1: the
+/// official `cluster4_{odd_share}` partition followed by `clusterexp_2_{quantity_decay}`
+/// subsampling). Needs 10 classes and a multiple of 4 clients.
+///
+/// Clients come in four consecutive blocks of `clients / 4`, one per type. Type 0 holds labels
+/// {0, 1, 2, 3}, type 1 {1, 2, 3, 4}, type 2 {5, 6, 7, 8}, type 3 {6, 7, 8, 9}: a type's three
+/// shared labels are split evenly with its partner type (half of each to either), its odd label
+/// (0, 4, 5, 9) contributes only `odd_share` of that label's samples. With `odd_share = 0.25`
+/// the odd label is 1/7 of a client's data and partner types are at total variation 1/7, while
+/// types 0-1 and 2-3 share no label. Within a type, a label's samples are shuffled and cut
+/// evenly between its clients (cumulative shares × count, rounded by +0.49 then truncated, as
+/// the official code).
+///
+/// Each client then splits every one of its labels (after a shuffle) into training
+/// `train_fraction · q`, discarded `train_fraction · (1 − q)` and test `1 − train_fraction`,
+/// with the same rounding; `q = 1` for the first half of the clients ("large") and
+/// `exp(−quantity_decay)` for the second half ("small"), so test sets follow each client's
+/// distribution and have the same size for large and small clients. Every client's
+/// [`ClientData::group`] is its type; [`Federation::group_labels`] holds the four label sets.
+///
+/// Errors ([`DataError::Invalid`]): not 10 classes, `clients` not a positive multiple of 4,
+/// `odd_share` outside [0, 1], `train_fraction` outside (0, 1), `quantity_decay` negative or
+/// not finite, or a client left with no training or no test sample.
+pub fn cluster4(
+    pool: &Dataset,
+    clients: usize,
+    odd_share: f64,
+    train_fraction: f64,
+    quantity_decay: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
+    let (ids, num_classes) = class_labels(pool, "cluster4")?;
+    if num_classes != 10 {
+        return Err(DataError::Invalid(format!(
+            "cluster4: the design needs exactly 10 classes, the data set has {num_classes}"
+        )));
+    }
+    if clients == 0 || clients % 4 != 0 {
+        return Err(DataError::Invalid(format!(
+            "cluster4: clients = {clients} must be a positive multiple of 4 (four types)"
+        )));
+    }
+    if !(0.0..=1.0).contains(&odd_share) {
+        return Err(DataError::Invalid(format!(
+            "cluster4: odd_share = {odd_share} is outside the allowed range [0, 1]"
+        )));
+    }
+    check_fraction(train_fraction)?;
+    if !(quantity_decay.is_finite() && quantity_decay >= 0.0) {
+        return Err(DataError::Invalid(format!(
+            "cluster4: quantity_decay = {quantity_decay} must be a finite number >= 0"
+        )));
+    }
+    let k = odd_share;
+    let shares: [[f64; 10]; 4] = [
+        [k, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [0.0, 0.5, 0.5, 0.5, k, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0, k, 0.5, 0.5, 0.5, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, k],
+    ];
+    let per_type = clients / 4;
+    let cut = |x: f64| (x + 0.49) as usize;
+    let mut client_rows: Vec<Vec<usize>> = vec![Vec::new(); clients];
+    for (label, _) in shares[0].iter().enumerate() {
+        let mut rows: Vec<usize> = (0..ids.len())
+            .filter(|&i| ids[i] as usize == label)
+            .collect();
+        rows.shuffle(rng);
+        let n = rows.len() as f64;
+        let mut cum = 0.0;
+        let mut start = 0;
+        for (c, owned) in client_rows.iter_mut().enumerate() {
+            cum += shares[c / per_type][label] / per_type as f64;
+            let end = cut(cum * n).min(rows.len());
+            owned.extend_from_slice(&rows[start..end.max(start)]);
+            start = end.max(start);
+        }
+    }
+    let small_q = (-quantity_decay).exp();
+    let mut out = Vec::with_capacity(clients);
+    for (c, owned) in client_rows.into_iter().enumerate() {
+        let q = if c < clients / 2 { 1.0 } else { small_q };
+        let (mut train, mut test) = (Vec::new(), Vec::new());
+        for label in 0..num_classes as u32 {
+            let mut rows: Vec<usize> = owned.iter().copied().filter(|&i| ids[i] == label).collect();
+            rows.shuffle(rng);
+            let n = rows.len() as f64;
+            let t = cut(train_fraction * q * n).min(rows.len());
+            let kept = cut(train_fraction * n).clamp(t, rows.len());
+            train.extend_from_slice(&rows[..t]);
+            test.extend_from_slice(&rows[kept..]);
+        }
+        if train.is_empty() || test.is_empty() {
+            return Err(DataError::Invalid(format!(
+                "cluster4: client {c} gets {} training and {} test samples; each client needs at \
+                 least 1 of each (use more data, a smaller quantity_decay or another \
+                 train_fraction)",
+                train.len(),
+                test.len()
+            )));
+        }
+        out.push(ClientData {
+            train: pool.subset(&train),
+            test: pool.subset(&test),
+            group: Some(c / per_type),
+        });
+    }
+    let group_labels = shares
+        .iter()
+        .map(|row| (0..10u32).filter(|&l| row[l as usize] > 0.0).collect())
+        .collect();
+    Ok(Federation {
+        clients: out,
+        group_labels: Some(group_labels),
+    })
+}
+
 /// Class ids and class count, or `Invalid` for regression data.
 fn class_labels<'a>(pool: &'a Dataset, split: &str) -> Result<(&'a [u32], usize), DataError> {
     match &pool.labels {
@@ -497,6 +615,65 @@ mod tests {
             }
             other => panic!("expected Invalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn cluster4_types_shares_and_quantity_skew() {
+        // 700 samples per label; 8 clients, 2 per type: a shared label gives each of its 4
+        // clients 700 · 0.5 / 2 = 175, an odd label each of its 2 clients 700 · 0.25 / 2 = 87.5.
+        let p = pool(7000, 10);
+        let decay = 10f64.ln();
+        let f = cluster4(&p, 8, 0.25, 0.6, decay, &mut rng(1)).unwrap();
+        assert_disjoint(&f);
+        let gl = f.group_labels.clone().unwrap();
+        assert_eq!(
+            gl,
+            vec![
+                vec![0, 1, 2, 3],
+                vec![1, 2, 3, 4],
+                vec![5, 6, 7, 8],
+                vec![6, 7, 8, 9]
+            ]
+        );
+        for (c, client) in f.clients.iter().enumerate() {
+            let t = c / 2;
+            assert_eq!(client.group, Some(t));
+            let counts = client.test.class_counts();
+            for l in 0..10u32 {
+                let have = counts[l as usize] > 0 || client.train.class_counts()[l as usize] > 0;
+                assert_eq!(have, gl[t].contains(&l), "client {c} label {l}");
+            }
+            // Test: 40 % of 175 = 70 per shared label, ~35 of the odd one.
+            assert!(
+                (3 * 70 + 34..=3 * 70 + 36).contains(&client.test.len()),
+                "{}",
+                client.test.len()
+            );
+            let train = client.train.len() as f64;
+            let want = if c < 4 { 0.6 * 612.5 } else { 0.06 * 612.5 };
+            assert!((train - want).abs() <= 3.0, "client {c}: {train} vs {want}");
+        }
+        // Partner types share three labels; the odd label is half a shared label's count.
+        let c0 = f.clients[0].train.class_counts();
+        assert!((c0[0] as f64 - c0[1] as f64 / 2.0).abs() <= 1.0, "{c0:?}");
+        let again = cluster4(&p, 8, 0.25, 0.6, decay, &mut rng(1)).unwrap();
+        assert!(same(&f, &again));
+        assert_invalid(
+            cluster4(&p, 6, 0.25, 0.6, 0.0, &mut rng(1)),
+            &["clients = 6", "multiple of 4"],
+        );
+        assert_invalid(
+            cluster4(&pool(700, 7), 8, 0.25, 0.6, 0.0, &mut rng(1)),
+            &["10 classes", "7"],
+        );
+        assert_invalid(
+            cluster4(&p, 8, 0.25, 0.6, -1.0, &mut rng(1)),
+            &["quantity_decay = -1"],
+        );
+        assert_invalid(
+            cluster4(&pool(80, 10), 8, 0.25, 0.6, 5.0, &mut rng(1)),
+            &["client 4", "training"],
+        );
     }
 
     #[test]

@@ -15,6 +15,11 @@ pub(crate) trait CoordinatedRun {
     fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError>;
     /// Scores every silo's current (personalised or shared) model on its test split.
     fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError>;
+    /// A JSON record of the algorithm's decisions (e.g. FedCollab's distances and coalitions),
+    /// written to `<seed dir>/<algorithm>.json` after the last round; `None` writes nothing.
+    fn record(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The run for `algorithm`, or `None` when it is not a coordinated algorithm (Local, FedAvg,
@@ -22,10 +27,11 @@ pub(crate) trait CoordinatedRun {
 /// identical for every algorithm.
 pub(crate) fn build(
     algorithm: Algorithm,
-    _ctx: &Ctx<'_>,
-    _init: &[Vec<f32>],
+    ctx: &Ctx<'_>,
+    init: &[Vec<f32>],
 ) -> Option<Box<dyn CoordinatedRun>> {
     match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
+        Algorithm::Fedcollab => Some(Box::new(super::fedcollab::FedCollabRun::new(ctx, init))),
     }
 }

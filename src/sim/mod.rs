@@ -10,6 +10,7 @@
 
 mod baselines;
 mod coordinated;
+mod fedcollab;
 mod federico;
 
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -680,6 +681,11 @@ fn run_seed(
             .collect(),
     };
     write_json(&dir.join("summary.json"), &summary)?;
+    for (a, run) in &coordinated {
+        if let Some(record) = run.record() {
+            write_json(&dir.join(format!("{}.json", a.name())), &record)?;
+        }
+    }
     write_seed_plots(
         scenario,
         dir,
