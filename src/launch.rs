@@ -162,7 +162,7 @@ pub struct SwarmFigures {
     /// The payload minimum per node per round: 2·M·4d bytes (M gradients sent, M models served
     /// on average).
     pub payload_min_bytes: f64,
-    /// Encoded message bytes sent per node per round (median over rounds without evaluation).
+    /// Encoded message bytes sent per node per round (mean over rounds without evaluation).
     pub message_bytes: f64,
     /// Stream bytes sent per node per round (libp2p's count: messages plus negotiation).
     pub stream_bytes: f64,
@@ -521,7 +521,10 @@ fn figures(
         .iter()
         .map(|p| p.max_rss_kib as f64 / 1024.0)
         .collect();
-    let (message_bytes, stream_bytes) = (median(msg), median(stream));
+    // Bytes are averaged, not medianed: a pull served early for the next round lands in this
+    // round's count, so single rounds scatter around the mean while their sum does not.
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (message_bytes, stream_bytes) = (mean(&msg), mean(&stream));
     SwarmFigures {
         nodes: logs.len(),
         num_params,
