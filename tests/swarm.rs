@@ -337,7 +337,10 @@ fn the_example_node_configs_and_manifest_are_valid() {
     for name in ["hospital-a", "hospital-b", "lab-c"] {
         let cfg = NodeConfig::load(Path::new(&format!("node-config/{name}.toml"))).unwrap();
         assert_eq!(cfg.name, name);
-        assert!(manifest.by_name(name).is_some(), "{name} is not in the manifest");
+        assert!(
+            manifest.by_name(name).is_some(),
+            "{name} is not in the manifest"
+        );
         assert!(cfg.manifest.ends_with("node-config/manifest.toml"));
     }
 }
@@ -350,8 +353,15 @@ fn a_bad_node_config_names_the_field_and_the_node_exits_2() {
         .replace("epsilon = 0.3", "epsilon = 1.5");
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(EXE).args(["node", "--config"]).arg(&path).output().unwrap();
+    let out = Command::new(EXE)
+        .args(["node", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("federico.epsilon must be in [0, 1], got 1.5"), "{err}");
+    assert!(
+        err.contains("federico.epsilon must be in [0, 1], got 1.5"),
+        "{err}"
+    );
 }
