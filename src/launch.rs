@@ -262,7 +262,8 @@ pub fn prepare(
             metrics: None,
             max_message_mib: 256,
             data: crate::net::config::DataSource {
-                shard: shards[i].clone(),
+                shard: Some(shards[i].clone()),
+                ..Default::default()
             },
             model: scenario.model.clone(),
             train: scenario.train.clone(),

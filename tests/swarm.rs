@@ -270,7 +270,7 @@ fn a_peer_outside_the_manifest_gets_nothing() {
     let scenario = quickstart(&[
         "split.clients=2",
         "split.groups=1",
-        "rounds=30",
+        "rounds=300",
         "federico.neighbours=1",
     ]);
     let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
@@ -307,9 +307,19 @@ fn a_peer_outside_the_manifest_gets_nothing() {
     std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
 
     let mut nodes = start_all(&p);
+    // The members are up and running (they run 300 rounds, seconds) before the outsider knocks.
+    let until = Instant::now() + Duration::from_secs(60);
+    while run_log(&p.state_dirs[0]).is_empty() {
+        assert!(Instant::now() < until, "silo-0 made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut outsider =
         launch::start_node(Path::new(EXE), &cfg_path, &out_dir.join("outsider.log")).unwrap();
     assert!(wait(&mut outsider, Duration::from_secs(60)).success());
+    assert!(
+        nodes[0].try_wait().unwrap().is_none(),
+        "silo-0 finished before the outsider was done: the refusal was not exercised"
+    );
     for n in &mut nodes {
         assert!(wait(n, Duration::from_secs(120)).success());
     }
@@ -364,4 +374,127 @@ fn a_bad_node_config_names_the_field_and_the_node_exits_2() {
         err.contains("federico.epsilon must be in [0, 1], got 1.5"),
         "{err}"
     );
+}
+
+#[test]
+fn nodes_read_their_own_csv_data() {
+    use federico::learn::{Labels, Shard};
+    use federico::net::config::{DataFormat, DataSource};
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&[
+        "split.clients=2",
+        "split.groups=1",
+        "rounds=3",
+        "federico.neighbours=1",
+    ]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let mut nodes = Vec::new();
+    for (i, cfg_path) in p.configs.iter().enumerate() {
+        let mut cfg = NodeConfig::load(cfg_path).unwrap();
+        let shard = Shard::read(cfg.data.shard.as_ref().unwrap()).unwrap();
+        let mut files = Vec::new();
+        for (part, d) in [("train", &shard.data.train), ("test", &shard.data.test)] {
+            let Labels::Class { ids, .. } = &d.labels else {
+                panic!()
+            };
+            let w = d.feature_len();
+            let mut text = String::from("features...,label\n");
+            for (row, y) in d.features.chunks(w).zip(ids) {
+                let cells: Vec<String> = row.iter().map(|v| format!("{v:?}")).collect();
+                text += &format!("{},{y}\n", cells.join(","));
+            }
+            let f = dir.path().join(format!("silo-{i}-{part}.csv"));
+            std::fs::write(&f, text).unwrap();
+            files.push(f);
+        }
+        cfg.data = DataSource {
+            format: Some(DataFormat::Csv),
+            train: vec![files[0].clone()],
+            test: vec![files[1].clone()],
+            classes: Some(shard.data.train.num_classes().unwrap()),
+            ..Default::default()
+        };
+        std::fs::write(cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+        nodes.push(
+            launch::start_node(
+                Path::new(EXE),
+                cfg_path,
+                &p.nodes_dir.join(format!("silo-{i}.log")),
+            )
+            .unwrap(),
+        );
+    }
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(60)).success());
+    }
+    for s in &p.state_dirs {
+        let log = run_log(s);
+        assert_eq!(log.len(), 3);
+        assert!(
+            log.iter()
+                .all(|r| r.answered == r.sampled && r.eval.is_some())
+        );
+    }
+}
+
+/// `/tcp/<port>` → `/udp/<port>/quic-v1` in a manifest or config.
+fn to_quic(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("/tcp/") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 5..];
+        let end = after
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(after.len());
+        out.push_str(&format!("/udp/{}/quic-v1", &after[..end]));
+        rest = &after[end..];
+    }
+    out + rest
+}
+
+#[test]
+fn a_swarm_runs_over_quic_and_decides_as_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=4", "rounds=10"]);
+    let tcp = launch::prepare(
+        &scenario,
+        2,
+        None,
+        &fast_deadlines(),
+        &dir.path().join("tcp"),
+    )
+    .unwrap();
+    let quic = launch::prepare(
+        &scenario,
+        2,
+        None,
+        &fast_deadlines(),
+        &dir.path().join("quic"),
+    )
+    .unwrap();
+    let manifest = dir.path().join("quic/manifest.toml");
+    std::fs::write(
+        &manifest,
+        to_quic(&std::fs::read_to_string(&manifest).unwrap()),
+    )
+    .unwrap();
+    for c in &quic.configs {
+        std::fs::write(c, to_quic(&std::fs::read_to_string(c).unwrap())).unwrap();
+        assert!(std::fs::read_to_string(c).unwrap().contains("quic-v1"));
+    }
+    for p in [&tcp, &quic] {
+        let mut nodes = start_all(p);
+        for n in &mut nodes {
+            assert!(wait(n, Duration::from_secs(60)).success());
+        }
+    }
+    for (a, b) in tcp.state_dirs.iter().zip(&quic.state_dirs) {
+        let (la, lb) = (run_log(a), run_log(b));
+        assert_eq!(la.len(), 10);
+        for (x, y) in la.iter().zip(&lb) {
+            assert_eq!((&x.sampled, &x.weights), (&y.sampled, &y.weights));
+            assert_eq!(x.answered, x.sampled);
+        }
+    }
 }

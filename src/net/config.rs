@@ -60,12 +60,109 @@ impl Default for Deadlines {
     }
 }
 
-/// Where the silo's data comes from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The standard formats a node reads its own data from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataFormat {
+    /// MNIST-style IDX: `train = [images, labels]`, `test = [images, labels]` (gzip or plain).
+    Idx,
+    /// CIFAR-10 binary batches: `train = [batch, ...]`, `test = [batch, ...]`.
+    Cifar10,
+    /// CSV of numeric features and an integer label column: `train = [file]`, `test = [file]`.
+    Csv,
+}
+
+/// Where the silo's data comes from: a shard, or its own files in a standard format.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSource {
     /// A shard file written by `federico partition` (features, labels, train/test split).
-    pub shard: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<PathBuf>,
+    /// Or: the format of the silo's own files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<DataFormat>,
+    /// Training files (see [`DataFormat`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train: Vec<PathBuf>,
+    /// Test files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test: Vec<PathBuf>,
+    /// CSV: the 0-based label column (default: the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_column: Option<usize>,
+    /// CSV: the number of classes in the federation (every silo must agree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<usize>,
+}
+
+impl DataSource {
+    /// Checks the combination of fields; the message names them.
+    pub fn validate(&self) -> Result<(), String> {
+        match (&self.shard, self.format) {
+            (Some(_), None) => {
+                if !self.train.is_empty() || !self.test.is_empty() {
+                    return Err("data: give either shard or format with train/test files, not both".into());
+                }
+                Ok(())
+            }
+            (None, Some(f)) => {
+                let (train, test) = (self.train.len(), self.test.len());
+                let ok = match f {
+                    DataFormat::Idx => train == 2 && test == 2,
+                    DataFormat::Cifar10 => train >= 1 && test >= 1,
+                    DataFormat::Csv => train == 1 && test == 1,
+                };
+                if !ok {
+                    return Err(format!(
+                        "data.train/data.test for format {f:?}: {}, got {train} and {test} files",
+                        match f {
+                            DataFormat::Idx => "two files each, [images, labels]",
+                            DataFormat::Cifar10 => "at least one batch file each",
+                            DataFormat::Csv => "one file each",
+                        }
+                    ));
+                }
+                if f == DataFormat::Csv && !self.classes.is_some_and(|c| c >= 2) {
+                    return Err("data.classes must be given (>= 2) for format \"csv\"".into());
+                }
+                Ok(())
+            }
+            (Some(_), Some(_)) => Err("data: give either shard or format, not both".into()),
+            (None, None) => Err(
+                "data needs shard = \"<file from federico partition>\" or format = \"idx\" | \"cifar10\" | \"csv\" with train and test files"
+                    .into(),
+            ),
+        }
+    }
+
+    /// Loads the silo's data (checked: counts, labels, finiteness for CSV).
+    pub fn load(&self) -> Result<crate::learn::ClientData, crate::learn::DataError> {
+        use crate::learn::loaders;
+        if let Some(shard) = &self.shard {
+            return Ok(crate::learn::Shard::read(shard)?.data);
+        }
+        let part = |files: &[PathBuf]| match self.format {
+            Some(DataFormat::Idx) => loaders::load_idx_files(&files[0], &files[1]),
+            Some(DataFormat::Cifar10) => loaders::load_cifar_files(files),
+            Some(DataFormat::Csv) => {
+                loaders::load_csv(&files[0], self.label_column, self.classes.unwrap_or(0))
+            }
+            None => Err(crate::learn::DataError::Invalid("data: no source".into())),
+        };
+        let (train, test) = (part(&self.train)?, part(&self.test)?);
+        if train.sample_shape != test.sample_shape {
+            return Err(crate::learn::DataError::Invalid(format!(
+                "data: train samples are {:?} but test samples are {:?}",
+                train.sample_shape, test.sample_shape
+            )));
+        }
+        Ok(crate::learn::ClientData {
+            train,
+            test,
+            group: None,
+        })
+    }
 }
 
 /// A whole node config file.
@@ -154,12 +251,13 @@ impl NodeConfig {
         let mut cfg: NodeConfig = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         cfg.validate().map_err(invalid)?;
         let base = path.parent().unwrap_or(Path::new("."));
-        for p in [
-            &mut cfg.key,
-            &mut cfg.manifest,
-            &mut cfg.state_dir,
-            &mut cfg.data.shard,
-        ] {
+        let data = &mut cfg.data;
+        let paths = [&mut cfg.key, &mut cfg.manifest, &mut cfg.state_dir]
+            .into_iter()
+            .chain(data.shard.as_mut())
+            .chain(data.train.iter_mut())
+            .chain(data.test.iter_mut());
+        for p in paths {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -192,6 +290,7 @@ impl NodeConfig {
                 return Err(format!("bootstrap: {a:?} must end in /p2p/<peer id>"));
             }
         }
+        self.data.validate()?;
         if self.eval_every == 0 {
             return Err("eval_every must be at least 1".into());
         }
@@ -288,6 +387,10 @@ shard = "a.shard"
             ("max_message_mib = 0\n", "max_message_mib"),
             ("metrics = \"nowhere\"\n", "metrics"),
             ("colour = 3\n", "colour"),
+            (
+                "[data]\nformat = \"csv\"\n",
+                "data: give either shard or format",
+            ),
         ] {
             let e = parse(extra).unwrap_err();
             assert!(e.contains(field), "{extra:?} gave {e}");

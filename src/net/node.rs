@@ -247,15 +247,20 @@ pub async fn run(
             cfg.name
         )));
     }
-    let shard = Shard::read(&cfg.data.shard)?;
-    if shard.node != me.0 {
-        warn!(
-            shard_node = shard.node,
-            manifest_node = me.0,
-            "shard was written for another position in the federation"
-        );
-    }
-    let data = shard.data;
+    let data = match &cfg.data.shard {
+        Some(path) => {
+            let shard = Shard::read(path)?;
+            if shard.node != me.0 {
+                warn!(
+                    shard_node = shard.node,
+                    manifest_node = me.0,
+                    "shard was written for another position in the federation"
+                );
+            }
+            shard.data
+        }
+        None => cfg.data.load()?,
+    };
     let train = &data.train;
     let spec = cfg
         .model
