@@ -123,7 +123,7 @@ impl DataSource {
                         }
                     ));
                 }
-                if f == DataFormat::Csv && !self.classes.is_some_and(|c| c >= 2) {
+                if f == DataFormat::Csv && self.classes.is_none_or(|c| c < 2) {
                     return Err("data.classes must be given (>= 2) for format \"csv\"".into());
                 }
                 Ok(())
