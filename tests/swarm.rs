@@ -498,3 +498,60 @@ fn a_swarm_runs_over_quic_and_decides_as_over_tcp() {
         }
     }
 }
+
+#[test]
+fn metrics_are_served_and_sigterm_stops_a_node_cleanly() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=2", "split.groups=1"]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    // silo-0 alone, in a federation of one, running until stopped.
+    let mut cfg = NodeConfig::load(&p.configs[0]).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    cfg.metrics = Some(format!("127.0.0.1:{port}"));
+    cfg.rounds = 0;
+    let solo = Manifest {
+        open: false,
+        members: vec![Manifest::load(&cfg.manifest).unwrap().members[0].clone()],
+    };
+    cfg.manifest = dir.path().join("solo.toml");
+    std::fs::write(&cfg.manifest, solo.to_toml()).unwrap();
+    let path = dir.path().join("solo-node.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut node = launch::start_node(Path::new(EXE), &path, &dir.path().join("solo.log")).unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while run_log(&cfg.state_dir).len() < 3 {
+        assert!(Instant::now() < until, "no rounds");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    sock.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    for name in [
+        "federico_rounds ",
+        "federico_weight{peer=\"silo-0\"}",
+        "federico_test_accuracy",
+        "federico_connected_peers",
+    ] {
+        assert!(body.contains(name), "{name} missing from\n{body}");
+    }
+    // SIGTERM: the round in flight is abandoned, the checkpoint stands, exit 0.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    assert!(wait(&mut node, Duration::from_secs(30)).success());
+    let ckpt = Checkpoint::read(&cfg.state_dir.join("checkpoint.bin"))
+        .unwrap()
+        .unwrap();
+    let logged = run_log(&cfg.state_dir)
+        .iter()
+        .map(|r| r.round)
+        .max()
+        .unwrap();
+    assert!(ckpt.round >= logged);
+}
