@@ -681,17 +681,11 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// A coordinator for clients with `sizes[i]` training samples; round 0's groups are
-    /// singletons, or one group with `round0_global`.
-    pub fn new(sizes: Vec<usize>, cfg: CoordinatorConfig) -> Result<Self, HcctError> {
-        if let Some(client) = sizes.iter().position(|&d| d == 0) {
-            return Err(HcctError::Size { client, size: 0 });
-        }
-        cfg.partition.alpha.validate()?;
-        if cfg.partition.stop == Stop::Groups(0) {
-            return Err(HcctError::Groups(0));
-        }
+    /// singletons, or one group with `round0_global`. Invalid sizes (0) or settings are
+    /// reported by the first [`Self::handle_reports`].
+    pub fn new(sizes: Vec<usize>, cfg: CoordinatorConfig) -> Self {
         let n = sizes.len();
-        Ok(Self {
+        Self {
             current: if cfg.round0_global {
                 Partition::one_group(n)
             } else {
@@ -703,7 +697,7 @@ impl Coordinator {
             latest: vec![None; n],
             stale: vec![false; n],
             last_gram: None,
-        })
+        }
     }
 
     /// The round whose groups [`Self::groups`] gives (0-based).
@@ -744,6 +738,13 @@ impl Coordinator {
                 expected: n,
                 got: grads.len(),
             });
+        }
+        if let Some(client) = self.sizes.iter().position(|&d| d == 0) {
+            return Err(HcctError::Size { client, size: 0 });
+        }
+        self.cfg.partition.alpha.validate()?;
+        if self.cfg.partition.stop == Stop::Groups(0) {
+            return Err(HcctError::Groups(0));
         }
         for (i, g) in grads.iter().enumerate() {
             self.stale[i] = g.is_none() && self.latest[i].is_some();
@@ -1409,7 +1410,6 @@ mod tests {
                 one_shot,
             },
         )
-        .unwrap()
     }
 
     #[test]
@@ -1458,6 +1458,11 @@ mod tests {
         assert_eq!(c.stale(), &[true, false, false, false]);
         assert_eq!(c.groups().len(), 1);
         assert!(c.handle_reports(&[None]).is_err());
+        let mut c = coordinator(vec![3, 0], 1.0, false, true);
+        assert_eq!(
+            c.handle_reports(&[None, None]).unwrap_err(),
+            HcctError::Size { client: 1, size: 0 }
+        );
     }
 
     // ---- models, pseudo-gradients, schedule, HCCT-E ----------------------------------------
@@ -1507,7 +1512,7 @@ mod tests {
         assert_eq!(s[2], 0.0);
         assert_eq!(select_layer(&[&g0, &g1], &layers).unwrap(), Some(0));
         assert_eq!(select_layer(&[&g0, &g1], &[]).unwrap(), None);
-        assert!(layer_scores(&[&g0], &[vec![4..9]]).is_err());
+        assert!(layer_scores(&[&g0], &[vec![4..6, 4..9]]).is_err());
     }
 
     #[test]
