@@ -7,6 +7,7 @@
 //! Must not: run anything.
 
 use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::hcct::HcctConfig;
 use crate::core::FedericoConfig;
 #[cfg(test)]
 use crate::core::MStep;
@@ -67,6 +68,8 @@ pub enum Algorithm {
     /// FedCollab: pairwise discriminator distances, coalitions from Algorithm 2, FedAvg inside
     /// each coalition (`../shared/specs/fedcollab.md`).
     Fedcollab,
+    /// HCCT: per-round hierarchical merging of silos into groups (`[hcct]`).
+    Hcct,
 }
 
 impl Algorithm {
@@ -78,6 +81,7 @@ impl Algorithm {
             Algorithm::FedavgPlus => "fedavg_plus",
             Algorithm::Federico => "federico",
             Algorithm::Fedcollab => "fedcollab",
+            Algorithm::Hcct => "hcct",
         }
     }
 }
@@ -343,6 +347,8 @@ pub struct Scenario {
     pub federico: FedericoConfig,
     /// `[fedcollab]`.
     pub fedcollab: FedCollabConfig,
+    /// `[hcct]`.
+    pub hcct: HcctConfig,
 }
 
 impl Default for Scenario {
@@ -366,6 +372,7 @@ impl Default for Scenario {
             train: TrainConfig::default(),
             federico: FedericoConfig::default(),
             fedcollab: FedCollabConfig::default(),
+            hcct: HcctConfig::default(),
         }
     }
 }
@@ -464,7 +471,7 @@ impl Scenario {
             format!("eval_every must be at least 1, got {}", self.eval_every)
         })?;
         check(!self.algorithms.is_empty(), || {
-            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\"".into()
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\", \"hcct\"".into()
         })?;
         let mut algs = self.algorithms.clone();
         algs.sort();
@@ -598,6 +605,9 @@ impl Scenario {
         self.fedcollab
             .validate()
             .map_err(|m| ScenarioError::Invalid(format!("fedcollab.{m}")))?;
+        self.hcct
+            .validate()
+            .map_err(|e| ScenarioError::Invalid(format!("hcct.{e}")))?;
         Ok(())
     }
 
@@ -835,6 +845,47 @@ mod tests {
             .to_string();
         assert!(e.contains("epsilom"), "{e}");
         assert!(Scenario::parse_with("", &["rounds".into()]).is_err());
+    }
+
+    #[test]
+    fn hcct_section_defaults_forms_and_errors() {
+        use crate::coord::hcct::{Alpha, Optimizer};
+        let s = Scenario::parse("algorithms = [\"hcct\"]\n").unwrap();
+        assert_eq!(s.algorithms, vec![Algorithm::Hcct]);
+        assert_eq!(Algorithm::Hcct.name(), "hcct");
+        assert_eq!(s.hcct, HcctConfig::default());
+        let s = Scenario::parse(
+            "[hcct]\nalpha = 25\nepochs = 5\noptimizer = \"adam\"\ngroups = 3\none_shot = true\n",
+        )
+        .unwrap();
+        assert_eq!(s.hcct.alpha, Alpha::Constant(25.0));
+        assert_eq!((s.hcct.epochs, s.hcct.groups), (5, Some(3)));
+        assert_eq!(s.hcct.optimizer, Optimizer::Adam);
+        assert!(s.hcct.one_shot);
+        let s = Scenario::parse("[hcct]\nalpha = \"client_size\"\n").unwrap();
+        assert_eq!(s.hcct.alpha, Alpha::ClientSize);
+        for (text, needle) in [
+            ("[hcct]\nalpah = 1\n", "alpah"),
+            ("[hcct]\nalpha = -1\n", "alpha must be a finite number >= 0"),
+            ("[hcct]\nalpha = \"big\"\n", "\"big\""),
+            (
+                "[hcct]\nepochs = 0\n",
+                "hcct.epochs must be at least 1, got 0",
+            ),
+            (
+                "[hcct]\nlr_decay = 0\n",
+                "hcct.lr_decay must be in (0, 1], got 0",
+            ),
+            ("[hcct]\nlr = -0.1\n", "hcct.lr must be"),
+            (
+                "[hcct]\ngroups = 0\n",
+                "hcct.groups must be at least 1, got 0",
+            ),
+            ("[hcct]\noptimizer = \"sgdm\"\n", "sgd"),
+        ] {
+            let e = Scenario::parse(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text:?} gave {e}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in
 //! [`crate::coord`], which knows nothing of tensors or threads.
 
+use super::hcct::HcctRun;
 use super::{ClientEval, Ctx, SimError};
 use crate::scenario::Algorithm;
 
@@ -33,5 +34,6 @@ pub(crate) fn build(
     match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
         Algorithm::Fedcollab => Some(Box::new(super::fedcollab::FedCollabRun::new(ctx, init))),
+        Algorithm::Hcct => Some(Box::new(HcctRun::new(ctx, init))),
     }
 }

@@ -12,6 +12,7 @@ mod baselines;
 mod coordinated;
 mod fedcollab;
 mod federico;
+mod hcct;
 
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
