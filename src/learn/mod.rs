@@ -14,4 +14,4 @@ pub mod synthetic;
 
 pub use data::{ClientData, DataError, Dataset, Federation, Labels};
 pub use models::{Evaluation, LearnError, Learner, ModelSpec};
-pub use optim::Adam;
+pub use optim::{Adam, Sgd};
