@@ -59,6 +59,8 @@ pub enum Algorithm {
     FedavgPlus,
     /// FedeRiCo (Algorithm 1).
     Federico,
+    /// FedDisco: FedAvg with discrepancy-aware aggregation weights (`[feddisco]`).
+    Feddisco,
 }
 
 impl Algorithm {
@@ -69,6 +71,7 @@ impl Algorithm {
             Algorithm::Fedavg => "fedavg",
             Algorithm::FedavgPlus => "fedavg_plus",
             Algorithm::Federico => "federico",
+            Algorithm::Feddisco => "feddisco",
         }
     }
 }
@@ -143,6 +146,9 @@ pub enum SplitKind {
     Shards,
     /// Uniformly random.
     Iid,
+    /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
+    /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
+    BiasedUniform,
 }
 
 /// `[split]`: silos and how data is divided.
@@ -159,8 +165,10 @@ pub struct SplitConfig {
     pub alpha: f64,
     /// Dirichlet: label clusters.
     pub clusters: usize,
-    /// Shards per client.
+    /// Shards per client (for `biased_uniform`: whole classes per biased client).
     pub shards_per_client: usize,
+    /// `biased_uniform`: clients holding every class equally (the last ones).
+    pub uniform_clients: usize,
     /// Fraction of each client's samples used for training (the rest is its test set).
     pub train_fraction: f64,
 }
@@ -174,6 +182,7 @@ impl Default for SplitConfig {
             alpha: 0.4,
             clusters: 4,
             shards_per_client: 2,
+            uniform_clients: 1,
             train_fraction: 0.8,
         }
     }
@@ -234,6 +243,96 @@ impl Default for TrainConfig {
     }
 }
 
+/// `[feddisco]`: FedDisco's weights (FedDisco spec §2) and its local training recipe (the
+/// official code's, spec §5.1 and A9: SGD with momentum, re-created every round).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeddiscoConfig {
+    /// `a`: discrepancy penalty (spec §2.3: 0.5). `a = b = 0` is FedAvg on the same recipe.
+    pub a: f64,
+    /// `b`: constant score pulling weights towards uniform (spec §2.3: 0.1).
+    pub b: f64,
+    /// Discrepancy measure (spec §2.1: KL).
+    pub metric: crate::coord::feddisco::Metric,
+    /// Normalise discrepancies over each round's participants (spec A2: always).
+    pub normalise: bool,
+    /// Local epochs E per round (spec §5.1: 10), each of `⌊N_k / batch_size⌋` steps.
+    pub local_epochs: usize,
+    /// SGD learning rate (spec §5.1: 0.01).
+    pub lr: f64,
+    /// SGD momentum (spec A9: 0.9).
+    pub momentum: f64,
+    /// L2 weight decay (spec A9: 1e-5).
+    pub weight_decay: f64,
+    /// Clients sampled per round, uniformly without replacement (0 = all; spec §5.2 partial
+    /// participation uses 10).
+    pub clients_per_round: usize,
+}
+
+impl Default for FeddiscoConfig {
+    fn default() -> Self {
+        Self {
+            a: crate::coord::feddisco::DEFAULT_A,
+            b: crate::coord::feddisco::DEFAULT_B,
+            metric: crate::coord::feddisco::Metric::Kl,
+            normalise: true,
+            local_epochs: 10,
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 1e-5,
+            clients_per_round: 0,
+        }
+    }
+}
+
+impl FeddiscoConfig {
+    /// The coordinator's weighting rule.
+    pub fn params(&self) -> crate::coord::feddisco::Params {
+        crate::coord::feddisco::Params {
+            a: self.a,
+            b: self.b,
+            normalise: self.normalise,
+        }
+    }
+
+    /// Checks every field; the error names the field (without the section), the allowed
+    /// range and the value.
+    pub fn validate(&self, clients: usize) -> Result<(), String> {
+        for (name, v) in [("a", self.a), ("b", self.b)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be finite and >= 0, got {v}"));
+            }
+        }
+        if self.local_epochs == 0 {
+            return Err("local_epochs must be at least 1, got 0".into());
+        }
+        check_sgd(self.lr, self.momentum, self.weight_decay)?;
+        if self.clients_per_round > clients {
+            return Err(format!(
+                "clients_per_round must be in [0, split.clients = {clients}] (0 = all), got {}",
+                self.clients_per_round
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks an SGD recipe; the error names the field.
+fn check_sgd(lr: f64, momentum: f64, weight_decay: f64) -> Result<(), String> {
+    if !(lr > 0.0 && lr.is_finite()) {
+        return Err(format!("lr must be positive, got {lr}"));
+    }
+    if !(0.0..1.0).contains(&momentum) {
+        return Err(format!("momentum must be in [0, 1), got {momentum}"));
+    }
+    if !(weight_decay >= 0.0 && weight_decay.is_finite()) {
+        return Err(format!(
+            "weight_decay must be finite and >= 0, got {weight_decay}"
+        ));
+    }
+    Ok(())
+}
+
 /// A whole scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -262,6 +361,8 @@ pub struct Scenario {
     pub train: TrainConfig,
     /// `[federico]`.
     pub federico: FedericoConfig,
+    /// `[feddisco]`.
+    pub feddisco: FeddiscoConfig,
 }
 
 impl Default for Scenario {
@@ -284,6 +385,7 @@ impl Default for Scenario {
             model: ModelConfig::default(),
             train: TrainConfig::default(),
             federico: FedericoConfig::default(),
+            feddisco: FeddiscoConfig::default(),
         }
     }
 }
@@ -382,7 +484,7 @@ impl Scenario {
             format!("eval_every must be at least 1, got {}", self.eval_every)
         })?;
         check(!self.algorithms.is_empty(), || {
-            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\"".into()
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"feddisco\"".into()
         })?;
         let mut algs = self.algorithms.clone();
         algs.sort();
@@ -496,6 +598,26 @@ impl Scenario {
         self.federico
             .validate()
             .map_err(|m| ScenarioError::Invalid(format!("federico.{m}")))?;
+        self.feddisco
+            .validate(sp.clients)
+            .map_err(|m| ScenarioError::Invalid(format!("feddisco.{m}")))?;
+        if sp.kind == SplitKind::BiasedUniform {
+            check(sp.uniform_clients <= sp.clients, || {
+                format!(
+                    "split.uniform_clients must be in [0, split.clients = {}], got {}",
+                    sp.clients, sp.uniform_clients
+                )
+            })?;
+        }
+        if d.source == Source::Sine {
+            let needs_classes = |a: &&Algorithm| matches!(a, Algorithm::Feddisco);
+            if let Some(a) = self.algorithms.iter().find(needs_classes) {
+                return Err(ScenarioError::Invalid(format!(
+                    "algorithm \"{}\" needs class labels; source \"sine\" is a regression task",
+                    a.name()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -584,6 +706,14 @@ impl Scenario {
                         rng,
                     )?,
                     SplitKind::Iid => partition::iid(&pool, sp.clients, sp.train_fraction, rng)?,
+                    SplitKind::BiasedUniform => partition::biased_uniform(
+                        &pool,
+                        sp.clients,
+                        sp.uniform_clients,
+                        sp.shards_per_client,
+                        sp.train_fraction,
+                        rng,
+                    )?,
                 }
             }
         };
@@ -675,6 +805,26 @@ mod tests {
     }
 
     #[test]
+    fn feddisco_defaults_are_the_specs() {
+        let s = Scenario::parse("algorithms = [\"feddisco\"]\n").unwrap();
+        let f = &s.feddisco;
+        assert_eq!((f.a, f.b, f.normalise), (0.5, 0.1, true));
+        assert_eq!(f.metric, crate::coord::feddisco::Metric::Kl);
+        assert_eq!(
+            (f.local_epochs, f.lr, f.momentum, f.weight_decay),
+            (10, 0.01, 0.9, 1e-5)
+        );
+        let e = Scenario::parse("[feddisco]\nalpha = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alpha") && e.contains("local_epochs"), "{e}");
+        let e = Scenario::parse("[feddisco]\nmetric = \"js\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("js") && e.contains("cosine"), "{e}");
+    }
+
+    #[test]
     fn unknown_field_is_named_with_the_allowed_ones() {
         let e = Scenario::parse("[federico]\nepsilom = 0.2\n")
             .unwrap_err()
@@ -707,6 +857,17 @@ mod tests {
             ("[split]\nclients = 2\ngroups = 3\n", "split.groups"),
             ("[split]\ntrain_fraction = 1.0\n", "split.train_fraction"),
             ("[train]\nlr = -0.1\n", "train.lr"),
+            ("[feddisco]\na = -0.5\n", "feddisco.a"),
+            ("[feddisco]\nlocal_epochs = 0\n", "feddisco.local_epochs"),
+            ("[feddisco]\nmomentum = 1.0\n", "feddisco.momentum"),
+            (
+                "[feddisco]\nclients_per_round = 9\n",
+                "feddisco.clients_per_round",
+            ),
+            (
+                "[data]\nsource = \"mnist\"\n[split]\nkind = \"biased_uniform\"\nuniform_clients = 9\n",
+                "split.uniform_clients",
+            ),
             ("[data]\nsource = \"sine\"\n", "model.kind"),
         ] {
             let e = Scenario::parse(text).unwrap_err().to_string();

@@ -6,6 +6,7 @@
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in
 //! [`crate::coord`], which knows nothing of tensors or threads.
 
+use super::feddisco::FeddiscoRun;
 use super::{ClientEval, Ctx, SimError};
 use crate::scenario::Algorithm;
 
@@ -22,10 +23,11 @@ pub(crate) trait CoordinatedRun {
 /// identical for every algorithm.
 pub(crate) fn build(
     algorithm: Algorithm,
-    _ctx: &Ctx<'_>,
-    _init: &[Vec<f32>],
+    ctx: &Ctx<'_>,
+    init: &[Vec<f32>],
 ) -> Option<Box<dyn CoordinatedRun>> {
     match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
+        Algorithm::Feddisco => Some(Box::new(FeddiscoRun::new(ctx, init))),
     }
 }
