@@ -61,6 +61,8 @@ pub enum Algorithm {
     Federico,
     /// FedDisco: FedAvg with discrepancy-aware aggregation weights (`[feddisco]`).
     Feddisco,
+    /// FedSaC: personalised graphs balancing similarity and complementarity (`[fedsac]`).
+    Fedsac,
 }
 
 impl Algorithm {
@@ -72,6 +74,7 @@ impl Algorithm {
             Algorithm::FedavgPlus => "fedavg_plus",
             Algorithm::Federico => "federico",
             Algorithm::Feddisco => "feddisco",
+            Algorithm::Fedsac => "fedsac",
         }
     }
 }
@@ -317,6 +320,109 @@ impl FeddiscoConfig {
     }
 }
 
+/// `[fedsac]`: FedSaC's graph (FedSaC spec §2–§4, paper values where the paper gives them,
+/// §7.5) and its local training recipe (spec §4: SGD with momentum, re-created every round).
+/// `alpha = 0` is pFedGraph with λ = 1/β (spec §3; its scripts' λ = 0.8 is `beta = 1.25`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FedsacConfig {
+    /// α: complementarity weight (paper: 0.9; 0.5 for pathological splits).
+    pub alpha: f64,
+    /// β: similarity weight (paper: 1.4; 1.6 for pathological splits).
+    pub beta: f64,
+    /// α is 0 once `t / rounds` exceeds this (paper B.1: 0.7; ≥ 1 keeps α on).
+    pub alpha_cutoff: f64,
+    /// k: dimension of each silo's feature subspace (paper: 3).
+    pub k: usize,
+    /// Principal angles between subspaces (spec §7.2: `"standard"`, or the code's
+    /// `"greedy_signed"`).
+    pub principal_angles: crate::coord::fedsac::PrincipalAngles,
+    /// λ: weight of the local cosine regulariser (paper: 0.01).
+    pub lambda: f64,
+    /// Sign of the regulariser (spec §7.4: the paper's `"attract"`, or the code's `"repel"`).
+    pub reg_sign: crate::coord::fedsac::RegSign,
+    /// Mini-batch SGD steps per round, the batch order recycled (paper: 200 on CIFAR-10).
+    pub local_steps: usize,
+    /// SGD learning rate (paper: 0.01).
+    pub lr: f64,
+    /// SGD momentum (code: 0.9).
+    pub momentum: f64,
+    /// L2 weight decay (code: 1e-5).
+    pub weight_decay: f64,
+    /// Clients per round, uniformly sampled when fewer than the silos (spec §4, §7.16: 10;
+    /// 0 = all).
+    pub cohort_size: usize,
+    /// Training samples (a seeded random subset) whose features give the subspace (spec §7.10:
+    /// 1000).
+    pub feature_samples: usize,
+    /// Which model a silo is scored with (spec §7.12).
+    pub score: FedsacScore,
+}
+
+/// Which of a FedSaC silo's models is scored (FedSaC spec §4 step 5, §7.12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FedsacScore {
+    /// The personalised aggregate θ̃^i it holds after the round (the spec's final-round metric).
+    #[default]
+    Aggregated,
+    /// The model right after its local training, before aggregation (the official code's
+    /// second per-round evaluation, which its reported best-validation numbers can pick).
+    Trained,
+}
+
+impl Default for FedsacConfig {
+    fn default() -> Self {
+        use crate::coord::fedsac as f;
+        Self {
+            alpha: f::DEFAULT_ALPHA,
+            beta: f::DEFAULT_BETA,
+            alpha_cutoff: f::DEFAULT_ALPHA_CUTOFF,
+            k: f::DEFAULT_K,
+            principal_angles: f::PrincipalAngles::Standard,
+            lambda: f::DEFAULT_LAMBDA,
+            reg_sign: f::RegSign::Attract,
+            local_steps: 200,
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 1e-5,
+            cohort_size: 10,
+            feature_samples: 1000,
+            score: FedsacScore::Aggregated,
+        }
+    }
+}
+
+impl FedsacConfig {
+    /// Checks every field; the error names the field (without the section), the allowed
+    /// range and the value.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("alpha_cutoff", self.alpha_cutoff),
+            ("lambda", self.lambda),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be finite and >= 0, got {v}"));
+            }
+        }
+        if self.k == 0 {
+            return Err("k must be at least 1, got 0".into());
+        }
+        if self.local_steps == 0 {
+            return Err("local_steps must be at least 1, got 0".into());
+        }
+        if self.feature_samples <= self.k {
+            return Err(format!(
+                "feature_samples must be greater than k = {}, got {}",
+                self.k, self.feature_samples
+            ));
+        }
+        check_sgd(self.lr, self.momentum, self.weight_decay)
+    }
+}
+
 /// Checks an SGD recipe; the error names the field.
 fn check_sgd(lr: f64, momentum: f64, weight_decay: f64) -> Result<(), String> {
     if !(lr > 0.0 && lr.is_finite()) {
@@ -363,6 +469,8 @@ pub struct Scenario {
     pub federico: FedericoConfig,
     /// `[feddisco]`.
     pub feddisco: FeddiscoConfig,
+    /// `[fedsac]`.
+    pub fedsac: FedsacConfig,
 }
 
 impl Default for Scenario {
@@ -386,6 +494,7 @@ impl Default for Scenario {
             train: TrainConfig::default(),
             federico: FedericoConfig::default(),
             feddisco: FeddiscoConfig::default(),
+            fedsac: FedsacConfig::default(),
         }
     }
 }
@@ -484,7 +593,7 @@ impl Scenario {
             format!("eval_every must be at least 1, got {}", self.eval_every)
         })?;
         check(!self.algorithms.is_empty(), || {
-            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"feddisco\"".into()
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"feddisco\", \"fedsac\"".into()
         })?;
         let mut algs = self.algorithms.clone();
         algs.sort();
@@ -601,6 +710,9 @@ impl Scenario {
         self.feddisco
             .validate(sp.clients)
             .map_err(|m| ScenarioError::Invalid(format!("feddisco.{m}")))?;
+        self.fedsac
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("fedsac.{m}")))?;
         if sp.kind == SplitKind::BiasedUniform {
             check(sp.uniform_clients <= sp.clients, || {
                 format!(
@@ -610,7 +722,8 @@ impl Scenario {
             })?;
         }
         if d.source == Source::Sine {
-            let needs_classes = |a: &&Algorithm| matches!(a, Algorithm::Feddisco);
+            let needs_classes =
+                |a: &&Algorithm| matches!(a, Algorithm::Feddisco | Algorithm::Fedsac);
             if let Some(a) = self.algorithms.iter().find(needs_classes) {
                 return Err(ScenarioError::Invalid(format!(
                     "algorithm \"{}\" needs class labels; source \"sine\" is a regression task",
@@ -825,6 +938,30 @@ mod tests {
     }
 
     #[test]
+    fn fedsac_defaults_are_the_papers() {
+        let s = Scenario::parse("algorithms = [\"fedsac\"]\n").unwrap();
+        let f = &s.fedsac;
+        assert_eq!(
+            (f.alpha, f.beta, f.alpha_cutoff, f.k, f.lambda),
+            (0.9, 1.4, 0.7, 3, 0.01)
+        );
+        assert_eq!(
+            (f.local_steps, f.lr, f.momentum, f.weight_decay),
+            (200, 0.01, 0.9, 1e-5)
+        );
+        assert_eq!((f.cohort_size, f.feature_samples), (10, 1000));
+        assert_eq!(f.reg_sign, crate::coord::fedsac::RegSign::Attract);
+        let e = Scenario::parse("[fedsac]\ngamma = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gamma") && e.contains("alpha"), "{e}");
+        let e = Scenario::parse("[fedsac]\nreg_sign = \"up\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("attract") && e.contains("repel"), "{e}");
+    }
+
+    #[test]
     fn unknown_field_is_named_with_the_allowed_ones() {
         let e = Scenario::parse("[federico]\nepsilom = 0.2\n")
             .unwrap_err()
@@ -863,6 +1000,14 @@ mod tests {
             (
                 "[feddisco]\nclients_per_round = 9\n",
                 "feddisco.clients_per_round",
+            ),
+            ("[fedsac]\nalpha = -1\n", "fedsac.alpha"),
+            ("[fedsac]\nk = 0\n", "fedsac.k"),
+            ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),
+            ("[fedsac]\nlr = 0\n", "fedsac.lr"),
+            (
+                "algorithms = [\"fedsac\"]\n[data]\nsource = \"sine\"\n[model]\nkind = \"linear\"\n",
+                "class labels",
             ),
             (
                 "[data]\nsource = \"mnist\"\n[split]\nkind = \"biased_uniform\"\nuniform_clients = 9\n",

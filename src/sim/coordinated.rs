@@ -7,6 +7,7 @@
 //! [`crate::coord`], which knows nothing of tensors or threads.
 
 use super::feddisco::FeddiscoRun;
+use super::fedsac::FedsacRun;
 use super::{ClientEval, Ctx, SimError};
 use crate::scenario::Algorithm;
 
@@ -29,5 +30,6 @@ pub(crate) fn build(
     match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
         Algorithm::Feddisco => Some(Box::new(FeddiscoRun::new(ctx, init))),
+        Algorithm::Fedsac => Some(Box::new(FedsacRun::new(ctx, init))),
     }
 }

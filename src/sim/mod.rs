@@ -12,6 +12,7 @@ mod baselines;
 mod coordinated;
 mod feddisco;
 mod federico;
+mod fedsac;
 
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
