@@ -70,6 +70,10 @@ pub enum Algorithm {
     Fedcollab,
     /// HCCT: per-round hierarchical merging of silos into groups (`[hcct]`).
     Hcct,
+    /// FedDisco: FedAvg with discrepancy-aware aggregation weights (`[feddisco]`).
+    Feddisco,
+    /// FedSaC: personalised graphs balancing similarity and complementarity (`[fedsac]`).
+    Fedsac,
 }
 
 impl Algorithm {
@@ -82,6 +86,8 @@ impl Algorithm {
             Algorithm::Federico => "federico",
             Algorithm::Fedcollab => "fedcollab",
             Algorithm::Hcct => "hcct",
+            Algorithm::Feddisco => "feddisco",
+            Algorithm::Fedsac => "fedsac",
         }
     }
 }
@@ -159,6 +165,9 @@ pub enum SplitKind {
     /// FedCollab's four-type label shift with quantity skew (FedCollab spec §7.1; 10 classes,
     /// a multiple of 4 clients; `quantity_decay` shrinks the second half's training sets).
     Cluster4,
+    /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
+    /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
+    BiasedUniform,
 }
 
 /// `[split]`: silos and how data is divided.
@@ -175,8 +184,10 @@ pub struct SplitConfig {
     pub alpha: f64,
     /// Dirichlet: label clusters.
     pub clusters: usize,
-    /// Shards per client.
+    /// Shards per client (for `biased_uniform`: whole classes per biased client).
     pub shards_per_client: usize,
+    /// `biased_uniform`: clients holding every class equally (the last ones).
+    pub uniform_clients: usize,
     /// Fraction of each client's samples used for training (the rest is its test set).
     pub train_fraction: f64,
     /// Cluster4: the second half of the clients keep `exp(-quantity_decay)` of their training
@@ -193,6 +204,7 @@ impl Default for SplitConfig {
             alpha: 0.4,
             clusters: 4,
             shards_per_client: 2,
+            uniform_clients: 1,
             train_fraction: 0.8,
             quantity_decay: 0.0,
         }
@@ -317,6 +329,199 @@ impl Default for TrainConfig {
     }
 }
 
+/// `[feddisco]`: FedDisco's weights (FedDisco spec §2) and its local training recipe (the
+/// official code's, spec §5.1 and A9: SGD with momentum, re-created every round).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeddiscoConfig {
+    /// `a`: discrepancy penalty (spec §2.3: 0.5). `a = b = 0` is FedAvg on the same recipe.
+    pub a: f64,
+    /// `b`: constant score pulling weights towards uniform (spec §2.3: 0.1).
+    pub b: f64,
+    /// Discrepancy measure (spec §2.1: KL).
+    pub metric: crate::coord::feddisco::Metric,
+    /// Normalise discrepancies over each round's participants (spec A2: always).
+    pub normalise: bool,
+    /// Local epochs E per round (spec §5.1: 10), each of `⌊N_k / batch_size⌋` steps.
+    pub local_epochs: usize,
+    /// SGD learning rate (spec §5.1: 0.01).
+    pub lr: f64,
+    /// SGD momentum (spec A9: 0.9).
+    pub momentum: f64,
+    /// L2 weight decay (spec A9: 1e-5).
+    pub weight_decay: f64,
+    /// Clients sampled per round, uniformly without replacement (0 = all; spec §5.2 partial
+    /// participation uses 10).
+    pub clients_per_round: usize,
+}
+
+impl Default for FeddiscoConfig {
+    fn default() -> Self {
+        Self {
+            a: crate::coord::feddisco::DEFAULT_A,
+            b: crate::coord::feddisco::DEFAULT_B,
+            metric: crate::coord::feddisco::Metric::Kl,
+            normalise: true,
+            local_epochs: 10,
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 1e-5,
+            clients_per_round: 0,
+        }
+    }
+}
+
+impl FeddiscoConfig {
+    /// The coordinator's weighting rule.
+    pub fn params(&self) -> crate::coord::feddisco::Params {
+        crate::coord::feddisco::Params {
+            a: self.a,
+            b: self.b,
+            normalise: self.normalise,
+        }
+    }
+
+    /// Checks every field; the error names the field (without the section), the allowed
+    /// range and the value.
+    pub fn validate(&self, clients: usize) -> Result<(), String> {
+        for (name, v) in [("a", self.a), ("b", self.b)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be finite and >= 0, got {v}"));
+            }
+        }
+        if self.local_epochs == 0 {
+            return Err("local_epochs must be at least 1, got 0".into());
+        }
+        check_sgd(self.lr, self.momentum, self.weight_decay)?;
+        if self.clients_per_round > clients {
+            return Err(format!(
+                "clients_per_round must be in [0, split.clients = {clients}] (0 = all), got {}",
+                self.clients_per_round
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[fedsac]`: FedSaC's graph (FedSaC spec §2–§4, paper values where the paper gives them,
+/// §7.5) and its local training recipe (spec §4: SGD with momentum, re-created every round).
+/// `alpha = 0` is pFedGraph with λ = 1/β (spec §3; its scripts' λ = 0.8 is `beta = 1.25`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FedsacConfig {
+    /// α: complementarity weight (paper: 0.9; 0.5 for pathological splits).
+    pub alpha: f64,
+    /// β: similarity weight (paper: 1.4; 1.6 for pathological splits).
+    pub beta: f64,
+    /// α is 0 once `t / rounds` exceeds this (paper B.1: 0.7; ≥ 1 keeps α on).
+    pub alpha_cutoff: f64,
+    /// k: dimension of each silo's feature subspace (paper: 3).
+    pub k: usize,
+    /// Principal angles between subspaces (spec §7.2: `"standard"`, or the code's
+    /// `"greedy_signed"`).
+    pub principal_angles: crate::coord::fedsac::PrincipalAngles,
+    /// λ: weight of the local cosine regulariser (paper: 0.01).
+    pub lambda: f64,
+    /// Sign of the regulariser (spec §7.4: the paper's `"attract"`, or the code's `"repel"`).
+    pub reg_sign: crate::coord::fedsac::RegSign,
+    /// Mini-batch SGD steps per round, the batch order recycled (paper: 200 on CIFAR-10).
+    pub local_steps: usize,
+    /// SGD learning rate (paper: 0.01).
+    pub lr: f64,
+    /// SGD momentum (code: 0.9).
+    pub momentum: f64,
+    /// L2 weight decay (code: 1e-5).
+    pub weight_decay: f64,
+    /// Clients per round, uniformly sampled when fewer than the silos (spec §4, §7.16: 10;
+    /// 0 = all).
+    pub cohort_size: usize,
+    /// Training samples (a seeded random subset) whose features give the subspace (spec §7.10:
+    /// 1000).
+    pub feature_samples: usize,
+    /// Which model a silo is scored with (spec §7.12).
+    pub score: FedsacScore,
+}
+
+/// Which of a FedSaC silo's models is scored (FedSaC spec §4 step 5, §7.12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FedsacScore {
+    /// The personalised aggregate θ̃^i it holds after the round (the spec's final-round metric).
+    #[default]
+    Aggregated,
+    /// The model right after its local training, before aggregation (the official code's
+    /// second per-round evaluation, which its reported best-validation numbers can pick).
+    Trained,
+}
+
+impl Default for FedsacConfig {
+    fn default() -> Self {
+        use crate::coord::fedsac as f;
+        Self {
+            alpha: f::DEFAULT_ALPHA,
+            beta: f::DEFAULT_BETA,
+            alpha_cutoff: f::DEFAULT_ALPHA_CUTOFF,
+            k: f::DEFAULT_K,
+            principal_angles: f::PrincipalAngles::Standard,
+            lambda: f::DEFAULT_LAMBDA,
+            reg_sign: f::RegSign::Attract,
+            local_steps: 200,
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 1e-5,
+            cohort_size: 10,
+            feature_samples: 1000,
+            score: FedsacScore::Aggregated,
+        }
+    }
+}
+
+impl FedsacConfig {
+    /// Checks every field; the error names the field (without the section), the allowed
+    /// range and the value.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("alpha_cutoff", self.alpha_cutoff),
+            ("lambda", self.lambda),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be finite and >= 0, got {v}"));
+            }
+        }
+        if self.k == 0 {
+            return Err("k must be at least 1, got 0".into());
+        }
+        if self.local_steps == 0 {
+            return Err("local_steps must be at least 1, got 0".into());
+        }
+        if self.feature_samples <= self.k {
+            return Err(format!(
+                "feature_samples must be greater than k = {}, got {}",
+                self.k, self.feature_samples
+            ));
+        }
+        check_sgd(self.lr, self.momentum, self.weight_decay)
+    }
+}
+
+/// Checks an SGD recipe; the error names the field.
+fn check_sgd(lr: f64, momentum: f64, weight_decay: f64) -> Result<(), String> {
+    if !(lr > 0.0 && lr.is_finite()) {
+        return Err(format!("lr must be positive, got {lr}"));
+    }
+    if !(0.0..1.0).contains(&momentum) {
+        return Err(format!("momentum must be in [0, 1), got {momentum}"));
+    }
+    if !(weight_decay >= 0.0 && weight_decay.is_finite()) {
+        return Err(format!(
+            "weight_decay must be finite and >= 0, got {weight_decay}"
+        ));
+    }
+    Ok(())
+}
+
 /// A whole scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -349,6 +554,10 @@ pub struct Scenario {
     pub fedcollab: FedCollabConfig,
     /// `[hcct]`.
     pub hcct: HcctConfig,
+    /// `[feddisco]`.
+    pub feddisco: FeddiscoConfig,
+    /// `[fedsac]`.
+    pub fedsac: FedsacConfig,
 }
 
 impl Default for Scenario {
@@ -373,6 +582,8 @@ impl Default for Scenario {
             federico: FedericoConfig::default(),
             fedcollab: FedCollabConfig::default(),
             hcct: HcctConfig::default(),
+            feddisco: FeddiscoConfig::default(),
+            fedsac: FedsacConfig::default(),
         }
     }
 }
@@ -471,7 +682,7 @@ impl Scenario {
             format!("eval_every must be at least 1, got {}", self.eval_every)
         })?;
         check(!self.algorithms.is_empty(), || {
-            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\", \"hcct\"".into()
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\", \"hcct\", \"feddisco\", \"fedsac\"".into()
         })?;
         let mut algs = self.algorithms.clone();
         algs.sort();
@@ -608,6 +819,30 @@ impl Scenario {
         self.hcct
             .validate()
             .map_err(|e| ScenarioError::Invalid(format!("hcct.{e}")))?;
+        self.feddisco
+            .validate(sp.clients)
+            .map_err(|m| ScenarioError::Invalid(format!("feddisco.{m}")))?;
+        self.fedsac
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("fedsac.{m}")))?;
+        if sp.kind == SplitKind::BiasedUniform {
+            check(sp.uniform_clients <= sp.clients, || {
+                format!(
+                    "split.uniform_clients must be in [0, split.clients = {}], got {}",
+                    sp.clients, sp.uniform_clients
+                )
+            })?;
+        }
+        if d.source == Source::Sine {
+            let needs_classes =
+                |a: &&Algorithm| matches!(a, Algorithm::Feddisco | Algorithm::Fedsac);
+            if let Some(a) = self.algorithms.iter().find(needs_classes) {
+                return Err(ScenarioError::Invalid(format!(
+                    "algorithm \"{}\" needs class labels; source \"sine\" is a regression task",
+                    a.name()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -704,6 +939,14 @@ impl Scenario {
                         sp.quantity_decay,
                         rng,
                     )?,
+                    SplitKind::BiasedUniform => partition::biased_uniform(
+                        &pool,
+                        sp.clients,
+                        sp.uniform_clients,
+                        sp.shards_per_client,
+                        sp.train_fraction,
+                        rng,
+                    )?,
                 }
             }
         };
@@ -743,6 +986,50 @@ mod tests {
     }
 
     #[test]
+    fn feddisco_defaults_are_the_specs() {
+        let s = Scenario::parse("algorithms = [\"feddisco\"]\n").unwrap();
+        let f = &s.feddisco;
+        assert_eq!((f.a, f.b, f.normalise), (0.5, 0.1, true));
+        assert_eq!(f.metric, crate::coord::feddisco::Metric::Kl);
+        assert_eq!(
+            (f.local_epochs, f.lr, f.momentum, f.weight_decay),
+            (10, 0.01, 0.9, 1e-5)
+        );
+        let e = Scenario::parse("[feddisco]\nalpha = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alpha") && e.contains("local_epochs"), "{e}");
+        let e = Scenario::parse("[feddisco]\nmetric = \"js\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("js") && e.contains("cosine"), "{e}");
+    }
+
+    #[test]
+    fn fedsac_defaults_are_the_papers() {
+        let s = Scenario::parse("algorithms = [\"fedsac\"]\n").unwrap();
+        let f = &s.fedsac;
+        assert_eq!(
+            (f.alpha, f.beta, f.alpha_cutoff, f.k, f.lambda),
+            (0.9, 1.4, 0.7, 3, 0.01)
+        );
+        assert_eq!(
+            (f.local_steps, f.lr, f.momentum, f.weight_decay),
+            (200, 0.01, 0.9, 1e-5)
+        );
+        assert_eq!((f.cohort_size, f.feature_samples), (10, 1000));
+        assert_eq!(f.reg_sign, crate::coord::fedsac::RegSign::Attract);
+        let e = Scenario::parse("[fedsac]\ngamma = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gamma") && e.contains("alpha"), "{e}");
+        let e = Scenario::parse("[fedsac]\nreg_sign = \"up\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("attract") && e.contains("repel"), "{e}");
+    }
+
+    #[test]
     fn unknown_field_is_named_with_the_allowed_ones() {
         let e = Scenario::parse("[federico]\nepsilom = 0.2\n")
             .unwrap_err()
@@ -775,6 +1062,25 @@ mod tests {
             ("[split]\nclients = 2\ngroups = 3\n", "split.groups"),
             ("[split]\ntrain_fraction = 1.0\n", "split.train_fraction"),
             ("[train]\nlr = -0.1\n", "train.lr"),
+            ("[feddisco]\na = -0.5\n", "feddisco.a"),
+            ("[feddisco]\nlocal_epochs = 0\n", "feddisco.local_epochs"),
+            ("[feddisco]\nmomentum = 1.0\n", "feddisco.momentum"),
+            (
+                "[feddisco]\nclients_per_round = 9\n",
+                "feddisco.clients_per_round",
+            ),
+            ("[fedsac]\nalpha = -1\n", "fedsac.alpha"),
+            ("[fedsac]\nk = 0\n", "fedsac.k"),
+            ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),
+            ("[fedsac]\nlr = 0\n", "fedsac.lr"),
+            (
+                "algorithms = [\"fedsac\"]\n[data]\nsource = \"sine\"\n[model]\nkind = \"linear\"\n",
+                "class labels",
+            ),
+            (
+                "[data]\nsource = \"mnist\"\n[split]\nkind = \"biased_uniform\"\nuniform_clients = 9\n",
+                "split.uniform_clients",
+            ),
             ("[data]\nsource = \"sine\"\n", "model.kind"),
             ("[fedcollab]\ncapacity = -2\n", "fedcollab.capacity"),
             (

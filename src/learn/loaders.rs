@@ -794,8 +794,17 @@ mod csv_tests {
                 num_classes: 3
             }
         );
-        let d = load_csv(&p, Some(0), 3).unwrap();
-        assert_eq!(d.features, vec![1.0, 2.0, 0.002, 0.0]);
+        let q = dir.path().join("b.csv");
+        std::fs::write(&q, "2,0.5,1\n0,-1,2e-3\n").unwrap();
+        let d = load_csv(&q, Some(0), 3).unwrap();
+        assert_eq!(d.features, vec![0.5, 1.0, -1.0, 0.002]);
+        assert_eq!(
+            d.labels,
+            Labels::Class {
+                ids: vec![2, 0],
+                num_classes: 3
+            }
+        );
         for (text, needle) in [
             ("1,2,5\n", "line 1: label 5 is out of range 0..=2"),
             (

@@ -15,5 +15,5 @@ pub mod synthetic;
 
 pub use data::{ClientData, DataError, Dataset, Federation, Labels};
 pub use models::{Evaluation, LearnError, Learner, ModelSpec};
-pub use optim::Adam;
+pub use optim::{Adam, Sgd};
 pub use shard::Shard;

@@ -345,6 +345,15 @@ impl Net {
 
     /// Raw outputs (logits) for a batch: `[n, features]` or `[n, c, h, w]` in, `[n, outputs]` out.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let x = self.penultimate(x)?;
+        match self.dense.last() {
+            Some(last) => last.forward(&x),
+            None => Ok(x),
+        }
+    }
+
+    /// The input of the last dense layer, `[n, width]`: every layer but the last (post-ReLU).
+    fn penultimate(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let mut x = x.clone();
         let mut layout = ops::Layout4::Nchw;
         for conv in &self.convs {
@@ -354,12 +363,8 @@ impl Net {
         if !self.convs.is_empty() {
             x = x.flatten_from(1)?;
         }
-        let last = self.dense.len().saturating_sub(1);
-        for (i, layer) in self.dense.iter().enumerate() {
-            x = layer.forward(&x)?;
-            if i < last {
-                x = x.relu()?;
-            }
+        for layer in self.dense.iter().take(self.dense.len().saturating_sub(1)) {
+            x = layer.forward(&x)?.relu()?;
         }
         Ok(x)
     }
@@ -910,6 +915,33 @@ impl Learner {
         Ok(all)
     }
 
+    /// Width of [`Learner::features`]: the input width of the last dense layer.
+    pub fn feature_width(&self) -> usize {
+        Plan::of(&self.spec).dense.last().map_or(0, |&(din, _)| din)
+    }
+
+    /// The penultimate activations of `params` on the given rows of `data`, in inference mode
+    /// (the input of the classifier: an MLP's last hidden layer or a CNN's flattened feature
+    /// map, after ReLU; a single-layer model's raw inputs), row-major
+    /// `rows.len() × feature_width()`. FedSaC builds each silo's feature subspace from them.
+    pub fn features(
+        &mut self,
+        params: &[f32],
+        data: &Dataset,
+        rows: &[usize],
+    ) -> Result<Vec<f32>, LearnError> {
+        self.vars.set(params)?;
+        self.check_data(data)?;
+        check_rows(rows, data.len())?;
+        let mut all = Vec::with_capacity(rows.len() * self.feature_width());
+        for chunk in rows.chunks(self.eval_chunk) {
+            let (x, _) = self.xy_gathered(data, chunk)?;
+            let h = self.eval_net.penultimate(&x)?;
+            with_f32_slice(&h, |h| all.extend_from_slice(h))?;
+        }
+        Ok(all)
+    }
+
     /// One epoch of mini-batch training: shuffle with `rng`, one optimizer step per batch on
     /// the batch-mean loss. Returns the mean training loss over the epoch (the loss of each
     /// batch before its step, averaged over samples; 0 for an empty data set).
@@ -1234,6 +1266,57 @@ mod tests {
                 classes: 3,
             },
         ]
+    }
+
+    #[test]
+    fn features_are_the_classifiers_input() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for spec in tiny_specs().iter().filter(|s| !s.is_regression()) {
+            let data = random_data(spec, 9, &mut rng);
+            let mut l = Learner::new(spec, 4).unwrap();
+            let p = l.init_params(&mut rng);
+            let rows = [8, 0, 3];
+            let h = l.features(&p, &data, &rows).unwrap();
+            let width = l.feature_width();
+            assert_eq!(h.len(), rows.len() * width, "{spec:?}");
+            // The last layer (`fc{last}.bias`, then `.weight` as [in, out]) applied to the
+            // features gives the model's own predictions.
+            let (mut offset, mut bias, mut weight) = (0, 0, 0);
+            let last = format!("fc{}.", Plan::of(spec).dense.len() - 1);
+            for (name, dims) in l.vars.layout() {
+                if name == format!("{last}bias") {
+                    bias = offset;
+                } else if name == format!("{last}weight") {
+                    weight = offset;
+                }
+                offset += dims.iter().product::<usize>();
+            }
+            let k = l.outputs();
+            let probs = l.predict(&p, &data.subset(&rows)).unwrap();
+            for (r, feats) in h.chunks(width).enumerate() {
+                if matches!(spec, ModelSpec::Softmax { .. }) {
+                    assert_eq!(feats, data.row(rows[r]));
+                } else {
+                    assert!(feats.iter().all(|&x| x >= 0.0), "post-ReLU");
+                }
+                let logits: Vec<f32> = (0..k)
+                    .map(|o| {
+                        p[bias + o]
+                            + feats
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &f)| f * p[weight + i * k + o])
+                                .sum::<f32>()
+                    })
+                    .collect();
+                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let z: f32 = logits.iter().map(|v| (v - max).exp()).sum();
+                for o in 0..k {
+                    let want = (logits[o] - max).exp() / z;
+                    assert!((probs[r * k + o] - want).abs() < 1e-5, "{spec:?}");
+                }
+            }
+        }
     }
 
     /// Central differences of the summed loss (from `evaluate`, the inference path) against

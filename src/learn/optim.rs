@@ -1,5 +1,6 @@
 //! Optimizers on flat parameter vectors.
-//! Owns: Adam with state that persists across rounds (the owner of a model keeps it).
+//! Owns: Adam with state that persists across rounds (the owner of a model keeps it), and
+//! SGD with momentum and weight decay (the local optimiser of FedDisco's and FedSaC's code).
 //! Must not: touch tensors.
 
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,66 @@ fn flush_subnormal(x: f32) -> f32 {
     if x.abs() < f32::MIN_POSITIVE { 0.0 } else { x }
 }
 
+/// SGD with momentum and L2 weight decay, as PyTorch's `torch.optim.SGD` (no dampening, no
+/// Nesterov): `g ← grad + wd·θ`, `buf ← g` on the first step, else `buf ← μ·buf + g`;
+/// `θ ← θ − lr·buf`. FedDisco's and FedSaC's official code re-create it every round, so the
+/// momentum restarts ([`Sgd::reset`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sgd {
+    /// Learning rate.
+    pub lr: f32,
+    /// Momentum μ (0 for plain SGD).
+    pub momentum: f32,
+    /// L2 weight decay added to the gradient.
+    pub weight_decay: f32,
+    buf: Vec<f32>,
+    started: bool,
+}
+
+impl Sgd {
+    /// Zeroed momentum for `n` parameters.
+    pub fn new(n: usize, lr: f32, momentum: f32, weight_decay: f32) -> Self {
+        Self {
+            lr,
+            momentum,
+            weight_decay,
+            buf: vec![0.0; n],
+            started: false,
+        }
+    }
+
+    /// One step on the (mean) gradient `grad`.
+    ///
+    /// # Panics
+    /// If `params` or `grad` do not have as many entries as the state (a caller bug).
+    pub fn step(&mut self, params: &mut [f32], grad: &[f32]) {
+        let n = self.buf.len();
+        assert!(
+            params.len() == n && grad.len() == n,
+            "SGD state for {n} parameters given {} parameters and {} gradients",
+            params.len(),
+            grad.len()
+        );
+        let (lr, mu, wd, first) = (self.lr, self.momentum, self.weight_decay, !self.started);
+        for ((p, &g), b) in params.iter_mut().zip(grad).zip(&mut self.buf) {
+            let g = g + wd * *p;
+            *b = if first {
+                g
+            } else {
+                flush_subnormal(mu * *b + g)
+            };
+            *p -= lr * *b;
+        }
+        self.started = true;
+    }
+
+    /// Forgets the momentum.
+    pub fn reset(&mut self) {
+        self.buf.fill(0.0);
+        self.started = false;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +276,22 @@ mod tests {
         }
         assert_eq!(p, q);
         assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn sgd_matches_torch_momentum_and_weight_decay() {
+        let mut opt = Sgd::new(1, 0.1, 0.9, 0.01);
+        let mut p = [1.0f32];
+        opt.step(&mut p, &[0.5]);
+        // g = 0.5 + 0.01 = 0.51; buf = 0.51; p = 1 − 0.051.
+        assert!((p[0] - 0.949).abs() < 1e-6);
+        opt.step(&mut p, &[0.5]);
+        // g = 0.5 + 0.00949; buf = 0.9·0.51 + 0.50949 = 0.96849; p = 0.949 − 0.096849.
+        assert!((p[0] - (0.949 - 0.096849)).abs() < 1e-6, "{}", p[0]);
+        opt.reset();
+        let mut q = [0.0f32];
+        opt.step(&mut q, &[1.0]);
+        assert!((q[0] + 0.1).abs() < 1e-7);
     }
 
     #[test]

@@ -387,13 +387,23 @@ shard = "a.shard"
             ("max_message_mib = 0\n", "max_message_mib"),
             ("metrics = \"nowhere\"\n", "metrics"),
             ("colour = 3\n", "colour"),
-            (
-                "[data]\nformat = \"csv\"\n",
-                "data: give either shard or format",
-            ),
         ] {
             let e = parse(extra).unwrap_err();
             assert!(e.contains(field), "{extra:?} gave {e}");
+        }
+        for (data, field) in [
+            ("format = \"csv\"", "data.train/data.test"),
+            ("shard = \"a\"\nformat = \"idx\"", "either shard or format"),
+            (
+                "format = \"csv\"\ntrain = [\"a\"]\ntest = [\"b\"]",
+                "data.classes",
+            ),
+            ("", "data needs shard"),
+        ] {
+            let text = GOOD.replace("shard = \"a.shard\"", data);
+            let c: NodeConfig = toml::from_str(&text).unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(field), "{data:?} gave {e}");
         }
         let bad = format!("listen = [\"tcp:4001\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();

@@ -6,6 +6,8 @@
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in
 //! [`crate::coord`], which knows nothing of tensors or threads.
 
+use super::feddisco::FeddiscoRun;
+use super::fedsac::FedsacRun;
 use super::hcct::HcctRun;
 use super::{ClientEval, Ctx, SimError};
 use crate::scenario::Algorithm;
@@ -35,5 +37,7 @@ pub(crate) fn build(
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
         Algorithm::Fedcollab => Some(Box::new(super::fedcollab::FedCollabRun::new(ctx, init))),
         Algorithm::Hcct => Some(Box::new(HcctRun::new(ctx, init))),
+        Algorithm::Feddisco => Some(Box::new(FeddiscoRun::new(ctx, init))),
+        Algorithm::Fedsac => Some(Box::new(FedsacRun::new(ctx, init))),
     }
 }

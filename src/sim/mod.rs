@@ -11,11 +11,13 @@
 mod baselines;
 mod coordinated;
 mod fedcollab;
+mod feddisco;
 mod federico;
+mod fedsac;
 mod hcct;
 
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
+use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
 use crate::report::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
     RunSummary, Summary, Timing,
@@ -152,6 +154,31 @@ impl BatchCursor {
         self.pos += batch;
         rows
     }
+}
+
+/// `steps` steps of mini-batch SGD on `data`, batches from `cursor`: each step on the
+/// batch-mean gradient plus whatever `extra(params, grad)` adds to it in place (a
+/// regulariser's gradient). The local recipe of FedDisco and FedSaC (their official code).
+#[allow(clippy::too_many_arguments)] // the recipe's parts, each needed
+pub(crate) fn sgd_steps(
+    learner: &mut Learner,
+    params: &mut [f32],
+    opt: &mut Sgd,
+    data: &Dataset,
+    cursor: &mut BatchCursor,
+    batch: usize,
+    steps: usize,
+    mut extra: impl FnMut(&[f32], &mut [f32]),
+) -> Result<(), SimError> {
+    for _ in 0..steps {
+        let rows = cursor.next(batch);
+        let (_, mut grad) = learner.loss_and_grad(params, data, Some(&rows))?;
+        let scale = 1.0 / rows.len().max(1) as f32;
+        grad.iter_mut().for_each(|g| *g *= scale);
+        extra(params, &mut grad);
+        opt.step(params, &grad);
+    }
+    Ok(())
 }
 
 /// Scores every silo on its own test split, in parallel: silo `i` predicts with the mixture
