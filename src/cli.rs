@@ -138,15 +138,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
-    let mut scenario = Scenario::load_with(&args.scenario, &args.set)
-        .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
-    if let Some(seed) = args.seed {
-        scenario.seeds = vec![seed];
-    }
-    if let Some(rounds) = args.rounds {
-        scenario.rounds = rounds;
-    }
-    scenario.validate().context("command-line overrides")?;
+    let scenario = load_scenario(&args.scenario, &args.set, args.seed, args.rounds, |_| {})?;
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-swarm", scenario.name)));
@@ -172,14 +164,7 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         outcome.table
     );
-    if let Some(m) = outcome
-        .summary
-        .algorithms
-        .iter()
-        .find_map(|a| a.same_group_mass)
-    {
-        text += &format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n");
-    }
+    text += &same_group_line(&outcome);
     for seed in &scenario.seeds {
         let path = out.join(format!("seed-{seed}/swarm.json"));
         if let Ok(f) = std::fs::read_to_string(&path)
@@ -286,19 +271,45 @@ async fn shutdown_signal() {
     }
 }
 
-fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    let mut scenario = Scenario::load_with(&args.scenario, &args.set)
-        .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
-    if let Some(seed) = args.seed {
+/// Loads a scenario with `--set` overrides, then the flags that replace whole fields, and
+/// validates the result (flags take precedence over the file).
+fn load_scenario(
+    path: &std::path::Path,
+    set: &[String],
+    seed: Option<u64>,
+    rounds: Option<usize>,
+    more: impl FnOnce(&mut Scenario),
+) -> anyhow::Result<Scenario> {
+    let mut scenario = Scenario::load_with(path, set)
+        .with_context(|| format!("loading scenario {}", path.display()))?;
+    if let Some(seed) = seed {
         scenario.seeds = vec![seed];
     }
-    if let Some(rounds) = args.rounds {
+    if let Some(rounds) = rounds {
         scenario.rounds = rounds;
     }
-    if let Some(threads) = args.threads {
-        scenario.threads = threads;
-    }
+    more(&mut scenario);
     scenario.validate().context("command-line overrides")?;
+    Ok(scenario)
+}
+
+/// FedeRiCo's same-group weight mass, when the split has groups.
+fn same_group_line(outcome: &sim::Outcome) -> String {
+    outcome
+        .summary
+        .algorithms
+        .iter()
+        .find_map(|a| a.same_group_mass)
+        .map(|m| format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n"))
+        .unwrap_or_default()
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    let scenario = load_scenario(&args.scenario, &args.set, args.seed, args.rounds, |s| {
+        if let Some(threads) = args.threads {
+            s.threads = threads;
+        }
+    })?;
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("runs").join(&scenario.name));
@@ -322,14 +333,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         outcome.table
     );
-    if let Some(m) = outcome
-        .summary
-        .algorithms
-        .iter()
-        .find_map(|a| a.same_group_mass)
-    {
-        text += &format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n");
-    }
+    text += &same_group_line(&outcome);
     text += &format!(
         "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, plots *.svg)\n",
         out.display()

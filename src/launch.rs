@@ -87,10 +87,7 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
 pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
-    if scenario.algorithms != [Algorithm::Federico] {
-        // Only FedeRiCo runs peer to peer; the others are in-process baselines.
-        tracing::debug!("swarm runs FedeRiCo only; other algorithms are ignored");
-    }
+    // Only FedeRiCo runs peer to peer; the scenario's other algorithms are in-process only.
     let mut runs = Vec::new();
     let mut curves = Vec::new();
     let mut meta = None;

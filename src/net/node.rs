@@ -749,12 +749,11 @@ impl Driver {
                         weight: self.peer.weight(b),
                         grad,
                     };
-                    let id = self
-                        .swarm
+                    // Its acknowledgement (or a rejection) is only logged.
+                    self.swarm
                         .behaviour_mut()
                         .gradient
                         .send_request(&self.peer_ids[b.index()], req);
-                    let _ = id;
                 }
                 self.pending_record = Some(NodeRound {
                     node: self.me.0,
