@@ -25,6 +25,7 @@
 pub mod cli;
 pub mod coord;
 pub mod core;
+pub mod faults;
 pub mod ids;
 pub mod launch;
 pub mod learn;
@@ -33,4 +34,5 @@ pub mod report;
 pub mod scenario;
 pub mod sim;
 pub mod store;
+pub mod trace;
 pub mod wire;

@@ -11,6 +11,7 @@ use crate::coord::hcct::HcctConfig;
 use crate::core::FedericoConfig;
 #[cfg(test)]
 use crate::core::MStep;
+use crate::faults::{FaultsConfig, Schedule};
 use crate::learn::loaders::{self, RealSource};
 use crate::learn::synthetic::{self, MixtureParams};
 use crate::learn::{DataError, Federation, ModelSpec, partition};
@@ -558,6 +559,9 @@ pub struct Scenario {
     pub feddisco: FeddiscoConfig,
     /// `[fedsac]`.
     pub fedsac: FedsacConfig,
+    /// `[faults]`: what goes wrong and when (FedeRiCo runs only; the other algorithms run
+    /// fault-free beside it).
+    pub faults: FaultsConfig,
 }
 
 impl Default for Scenario {
@@ -584,6 +588,7 @@ impl Default for Scenario {
             hcct: HcctConfig::default(),
             feddisco: FeddiscoConfig::default(),
             fedsac: FedsacConfig::default(),
+            faults: FaultsConfig::default(),
         }
     }
 }
@@ -843,7 +848,22 @@ impl Scenario {
                 )));
             }
         }
+        self.fault_schedule()?;
         Ok(())
+    }
+
+    /// The validated fault schedule (empty when the scenario has no `[faults]` events).
+    pub fn fault_schedule(&self) -> Result<Schedule, ScenarioError> {
+        let s = self
+            .faults
+            .schedule(self.split.clients)
+            .map_err(ScenarioError::Invalid)?;
+        if !s.events.is_empty() && !self.algorithms.contains(&Algorithm::Federico) {
+            return Err(ScenarioError::Invalid(
+                "faults apply to FedeRiCo runs, but algorithms does not list \"federico\"".into(),
+            ));
+        }
+        Ok(s)
     }
 
     /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`.

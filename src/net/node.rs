@@ -30,7 +30,8 @@ use super::metrics::{self, Metrics};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
 use crate::core::{GradientInbox, Peer};
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Adam, Evaluation, Learner, Shard};
+use crate::learn::{Adam, Learner, Shard};
+pub use crate::trace::{EvalRecord, NodeRound};
 use crate::wire::{GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ResponseChannel};
@@ -38,7 +39,6 @@ use libp2p::swarm::{DialError, ListenError, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,57 +62,6 @@ pub enum NodeError {
 
 fn fatal(e: impl std::fmt::Display) -> NodeError {
     NodeError::Fatal(e.to_string())
-}
-
-/// One line of a node's run log (`rounds.jsonl` in its state directory).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeRound {
-    /// This node's index in the manifest.
-    pub node: u32,
-    /// The round completed.
-    pub round: u64,
-    /// The node's model version after the round's step.
-    pub version: u64,
-    /// Peers sampled this round.
-    pub sampled: Vec<u32>,
-    /// Sampled peers whose model arrived in time.
-    pub answered: Vec<u32>,
-    /// Gradients (self included) the step summed.
-    pub gradients: usize,
-    /// The weight row after the E-step: `(peer, w)`, self included, by id.
-    pub weights: Vec<(u32, f64)>,
-    /// The test score of the inference mixture, on evaluation rounds.
-    pub eval: Option<EvalRecord>,
-    /// Wall time of the round.
-    pub seconds: f64,
-    /// Encoded message bytes this process has sent so far (frames of both protocols).
-    #[serde(default)]
-    pub bytes_sent: u64,
-    /// Stream bytes this process has sent so far (libp2p's bandwidth metrics: frames plus
-    /// protocol negotiation; not Noise, Yamux or TCP framing).
-    #[serde(default)]
-    pub stream_bytes_sent: u64,
-}
-
-/// A test score in a node's run log.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct EvalRecord {
-    /// Summed loss.
-    pub loss_sum: f64,
-    /// Correct predictions.
-    pub correct: usize,
-    /// Test samples.
-    pub count: usize,
-}
-
-impl From<Evaluation> for EvalRecord {
-    fn from(e: Evaluation) -> Self {
-        Self {
-            loss_sum: e.loss_sum,
-            correct: e.correct,
-            count: e.count,
-        }
-    }
 }
 
 /// Where the node is in its round.
@@ -203,6 +152,8 @@ struct Driver {
     outstanding: HashMap<OutboundRequestId, Outstanding>,
     fetched: Vec<(NodeId, Arc<Vec<f32>>, f64)>,
     pending_record: Option<NodeRound>,
+    /// Resumed from a checkpoint and the first round since is not logged yet.
+    resumed: bool,
 
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     log: std::io::BufWriter<std::fs::File>,
@@ -443,6 +394,7 @@ pub async fn run(
         outstanding: HashMap::new(),
         fetched: Vec::new(),
         pending_record: None,
+        resumed: round > 0,
         jobs: Some(job_tx),
         log: std::io::BufWriter::new(log),
         log_path,
@@ -772,6 +724,21 @@ impl Driver {
                     seconds: 0.0,
                     bytes_sent: 0,
                     stream_bytes_sent: 0,
+                    at: 0.0,
+                    tracked: self
+                        .peer
+                        .table()
+                        .iter()
+                        .map(|(id, e, _)| (id.0, e.tracked_loss))
+                        .collect(),
+                    last: self
+                        .peer
+                        .table()
+                        .iter()
+                        .map(|(id, e, _)| (id.0, e.last_loss))
+                        .collect(),
+                    suspects: Vec::new(),
+                    resumed: std::mem::take(&mut self.resumed),
                 });
                 self.phase = Phase::Owning {
                     deadline: Instant::now() + self.cfg.gradient_deadline(),
@@ -844,6 +811,12 @@ impl Driver {
             rec.seconds = self.round_started.elapsed().as_secs_f64();
             rec.bytes_sent = self.metrics.sent.get();
             rec.stream_bytes_sent = metrics::stream_bytes_sent(&self.registry);
+            rec.at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            rec.suspects = (0..self.peer_ids.len() as u32)
+                .filter(|&i| self.peer.is_suspect(NodeId(i)))
+                .collect();
             serde_json::to_writer(&mut self.log, &rec)
                 .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
             writeln!(self.log)

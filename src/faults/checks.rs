@@ -1,0 +1,754 @@
+//! Did the federation survive? Pass/fail checks over the per-round traces of a faulty run.
+//!
+//! Owns: the definition of every check (liveness, memory of collaborators, recovery, crash
+//! safety, late join, clean exits), the figures behind each verdict, and their printed and JSON
+//! forms. Both drivers feed it the same inputs: every silo's [`NodeRound`] trace, the faults as
+//! they were applied on the same clock as the trace's `at`, and what only a driver can know
+//! (checkpoint reads, exit statuses).
+//! Must not: run, time or apply anything.
+//!
+//! Clocks: a node's record says when its round ended (`at`, Unix seconds) and the swarm logs the
+//! time it applied each fault; the simulator writes round `r` at `at = r` and applies the faults
+//! of round `r` at `r − 0.5`. "During a partition" means a record with `at` in (partition, heal].
+
+use super::{Fault, Schedule};
+use crate::trace::{EvalRecord, NodeRound};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// A fault as a driver applied it, on the traces' clock.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Applied {
+    /// When (see the module doc for the clock).
+    pub at: f64,
+    /// What.
+    #[serde(serialize_with = "fault_name")]
+    pub fault: Fault,
+}
+
+fn fault_name<S: serde::Serializer>(f: &Fault, s: S) -> Result<S::Ok, S::Error> {
+    let text = match f {
+        Fault::Partition(g) => format!("partition {g:?}"),
+        other => match other.silo() {
+            Some(silo) => format!("{} silo {silo}", other.kind()),
+            None => other.kind().to_string(),
+        },
+    };
+    s.serialize_str(&text)
+}
+
+/// What a driver saw of one crash of one silo.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CrashEvidence {
+    /// The silo.
+    pub silo: u32,
+    /// Its checkpoint read back after the kill (`Err`: why not; `Ok(None)`: none written yet).
+    pub checkpoint: Result<Option<u64>, String>,
+    /// Its peer ID before the crash and after the restart (equal for a healthy restart).
+    pub peer_ids: Option<(String, String)>,
+}
+
+/// How one process ended (swarm only).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExitEvidence {
+    /// The silo.
+    pub silo: u32,
+    /// Every exit of its processes: `"ok"`, `"killed by the schedule"`, or what went wrong.
+    pub exits: Vec<String>,
+    /// Lines of its logs that report a panic or an error.
+    pub bad_lines: Vec<String>,
+}
+
+/// Everything the checks look at.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    /// The schedule that was run.
+    pub schedule: &'a Schedule,
+    /// The faults as applied, in order.
+    pub applied: &'a [Applied],
+    /// Every silo's trace, in round order, all of its lives concatenated.
+    pub traces: &'a [Vec<NodeRound>],
+    /// The data group of each silo, where the split has groups.
+    pub groups: Option<&'a [usize]>,
+    /// Each silo's final test score in the same run without faults.
+    pub baseline: Option<&'a [Option<EvalRecord>]>,
+    /// The longest a round may take: the deadlines plus the driver's compute allowance.
+    pub round_budget_s: f64,
+    /// `suspect_after` of the FedeRiCo configuration.
+    pub suspect_after: u32,
+    /// One entry per crash applied, in order.
+    pub crashes: &'a [CrashEvidence],
+    /// Process exits and log scans (swarm only).
+    pub exits: Option<&'a [ExitEvidence]>,
+}
+
+/// One verdict.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Check {
+    /// `liveness`, `memory`, `recovery`, `crash_safety`, `late_join`, `clean_exit`.
+    pub name: &'static str,
+    /// Passed?
+    pub pass: bool,
+    /// One line saying why.
+    pub detail: String,
+    /// The figures behind the verdict.
+    pub figures: BTreeMap<String, Value>,
+}
+
+/// All verdicts of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// Every check passed.
+    pub pass: bool,
+    /// The verdicts.
+    pub checks: Vec<Check>,
+    /// The faults as applied.
+    pub applied: Vec<Applied>,
+    /// Final accuracy (percent, test-size weighted) of this run and of the fault-free run, over
+    /// the silos that finished.
+    pub accuracy: Option<f64>,
+    /// The same for the fault-free run.
+    pub baseline_accuracy: Option<f64>,
+}
+
+impl Report {
+    /// `PASS liveness: …` lines, one per check, with the figures.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            let figures: Vec<String> = c.figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            out.push_str(&format!(
+                "{} {:<13} {}\n    {}\n",
+                if c.pass { "PASS" } else { "FAIL" },
+                c.name,
+                c.detail,
+                figures.join("  ")
+            ));
+        }
+        out.push_str(if self.pass {
+            "all checks passed\n"
+        } else {
+            "SOME CHECKS FAILED\n"
+        });
+        out
+    }
+}
+
+fn check(name: &'static str, pass: bool, detail: String, figures: Vec<(&str, Value)>) -> Check {
+    Check {
+        name,
+        pass,
+        detail,
+        figures: figures
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    }
+}
+
+/// A partition window: when it started and ended, and each silo's side.
+struct Window {
+    from: f64,
+    to: f64,
+    side: Vec<Option<usize>>,
+}
+
+fn partition_windows(inputs: &Inputs<'_>) -> Vec<Window> {
+    let k = inputs.schedule.clients;
+    let mut out = Vec::new();
+    let mut open: Option<(f64, Vec<Option<usize>>)> = None;
+    for a in inputs.applied {
+        match &a.fault {
+            Fault::Partition(groups) => {
+                let mut side = vec![None; k];
+                for (g, members) in groups.iter().enumerate() {
+                    for &s in members {
+                        side[s as usize] = Some(g);
+                    }
+                }
+                open = Some((a.at, side));
+            }
+            Fault::Heal => {
+                if let Some((from, side)) = open.take() {
+                    out.push(Window {
+                        from,
+                        to: a.at,
+                        side,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some((from, side)) = open {
+        out.push(Window {
+            from,
+            to: f64::INFINITY,
+            side,
+        });
+    }
+    out
+}
+
+/// When each silo was down (crashed until restart, left, or not yet joined): `(from, to)`.
+fn down_windows(inputs: &Inputs<'_>) -> Vec<Vec<(f64, f64)>> {
+    let k = inputs.schedule.clients;
+    let mut out = vec![Vec::new(); k];
+    let mut since: Vec<Option<f64>> = vec![None; k];
+    for e in &inputs.schedule.events {
+        if let Fault::Join(s) = e.fault {
+            since[s as usize] = Some(f64::NEG_INFINITY);
+        }
+    }
+    for a in inputs.applied {
+        match a.fault {
+            Fault::Crash { silo, .. } | Fault::Leave(silo) => since[silo as usize] = Some(a.at),
+            Fault::Restart(silo) | Fault::Join(silo) => {
+                if let Some(from) = since[silo as usize].take() {
+                    out[silo as usize].push((from, a.at));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (s, from) in since.into_iter().enumerate() {
+        if let Some(from) = from {
+            out[s].push((from, f64::INFINITY));
+        }
+    }
+    out
+}
+
+fn lookup(row: &[(u32, f64)], peer: u32) -> Option<f64> {
+    row.iter().find(|x| x.0 == peer).map(|x| x.1)
+}
+
+fn final_eval(trace: &[NodeRound]) -> Option<EvalRecord> {
+    trace.iter().rev().find_map(|r| r.eval)
+}
+
+fn accuracy(evals: impl Iterator<Item = EvalRecord>) -> Option<f64> {
+    let (c, n) = evals.fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
+    (n > 0).then(|| 100.0 * c as f64 / n as f64)
+}
+
+/// Runs every check that the schedule calls for.
+pub fn evaluate(inputs: &Inputs<'_>) -> Report {
+    let windows = partition_windows(inputs);
+    let down = down_windows(inputs);
+    let mut checks = vec![liveness(inputs, &windows, &down)];
+    let kinds: Vec<&str> = inputs
+        .schedule
+        .events
+        .iter()
+        .map(|e| e.fault.kind())
+        .collect();
+    let unreachable_kinds = ["partition", "crash", "leave"];
+    if kinds.iter().any(|k| unreachable_kinds.contains(k)) {
+        checks.push(memory(inputs, &windows, &down));
+    }
+    // Accuracy against the fault-free run, over the silos that finished in both.
+    let finals: Vec<Option<EvalRecord>> = inputs.traces.iter().map(|t| final_eval(t)).collect();
+    let both: Vec<usize> = (0..finals.len())
+        .filter(|&i| {
+            finals[i].is_some()
+                && inputs
+                    .baseline
+                    .is_some_and(|b| b.get(i).is_some_and(|e| e.is_some()))
+        })
+        .collect();
+    let acc = accuracy(finals.iter().flatten().copied());
+    let (acc_both, base_both) = match inputs.baseline {
+        Some(b) => (
+            accuracy(both.iter().filter_map(|&i| finals[i])),
+            accuracy(both.iter().filter_map(|&i| b[i])),
+        ),
+        None => (None, None),
+    };
+    if kinds
+        .iter()
+        .any(|k| ["heal", "crash", "delay", "loss", "leave", "join"].contains(k))
+    {
+        checks.push(recovery(inputs, &windows, acc_both, base_both, both.len()));
+    }
+    if kinds.contains(&"crash") {
+        checks.push(crash_safety(inputs));
+    }
+    if kinds.contains(&"join") {
+        checks.push(late_join(inputs));
+    }
+    if let Some(exits) = inputs.exits {
+        checks.push(clean_exit(exits));
+    }
+    Report {
+        pass: checks.iter().all(|c| c.pass),
+        checks,
+        applied: inputs.applied.to_vec(),
+        accuracy: acc_both.or(acc),
+        baseline_accuracy: base_both,
+    }
+}
+
+fn is_down(down: &[(f64, f64)], at: f64) -> bool {
+    down.iter().any(|&(a, b)| at > a && at <= b)
+}
+
+/// Every live silo keeps completing rounds through every partition, and no round takes longer
+/// than the deadline budget.
+fn liveness(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
+    let mut slowest = 0.0f64;
+    let mut slowest_at = None;
+    let mut over = 0usize;
+    let mut rounds = 0usize;
+    for (i, t) in inputs.traces.iter().enumerate() {
+        for r in t {
+            rounds += 1;
+            if r.seconds > slowest {
+                slowest = r.seconds;
+                slowest_at = Some((i, r.round));
+            }
+            if r.seconds > inputs.round_budget_s {
+                over += 1;
+            }
+        }
+    }
+    // Rounds each silo completed inside each partition window (silos up the whole window).
+    let mut min_in_window: Option<usize> = None;
+    let mut stalled: Vec<String> = Vec::new();
+    let last_at = inputs
+        .traces
+        .iter()
+        .flat_map(|t| t.last().map(|r| r.at))
+        .fold(f64::NEG_INFINITY, f64::max);
+    for w in windows {
+        let to = w.to.min(last_at);
+        for (i, t) in inputs.traces.iter().enumerate() {
+            let up_all = !down[i].iter().any(|&(a, b)| a < to && b > w.from);
+            // A silo whose own run ended before the window closed is not stalled.
+            let ended = t.last().is_none_or(|r| r.at < to);
+            if !up_all || ended {
+                continue;
+            }
+            let n = t.iter().filter(|r| r.at > w.from && r.at <= to).count();
+            min_in_window = Some(min_in_window.map_or(n, |m| m.min(n)));
+            if n == 0 && to - w.from >= inputs.round_budget_s {
+                stalled.push(format!("silo {i}"));
+            }
+        }
+    }
+    let pass = over == 0 && stalled.is_empty() && rounds > 0;
+    let detail = if rounds == 0 {
+        "no round was logged".to_string()
+    } else if !stalled.is_empty() {
+        format!(
+            "completed no round during a partition: {}",
+            stalled.join(", ")
+        )
+    } else if over > 0 {
+        format!(
+            "{over} rounds took longer than the {:.1} s budget (slowest {slowest:.2} s)",
+            inputs.round_budget_s
+        )
+    } else {
+        format!(
+            "every live silo kept completing rounds; slowest round {slowest:.2} s ≤ {:.1} s budget",
+            inputs.round_budget_s
+        )
+    };
+    let mut figures = vec![
+        ("rounds_logged", json!(rounds)),
+        ("slowest_round_s", json!(round3(slowest))),
+        ("budget_s", json!(inputs.round_budget_s)),
+        ("rounds_over_budget", json!(over)),
+    ];
+    if let Some((i, r)) = slowest_at {
+        figures.push(("slowest_at", json!(format!("silo {i} round {r}"))));
+    }
+    if let Some(m) = min_in_window {
+        figures.push(("min_rounds_in_partition", json!(m)));
+    }
+    check("liveness", pass, detail, figures)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Losses of unreachable peers are kept (ℓ unchanged, L̂ not reset) and a peer that keeps
+/// failing is not pulled from more than `suspect_after` times in a row.
+fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
+    let k = inputs.schedule.clients;
+    let unreachable = |i: usize, j: usize, at: f64| -> bool {
+        is_down(&down[j], at)
+            || windows
+                .iter()
+                .any(|w| at > w.from && at <= w.to && w.side[i].is_some() && w.side[i] != w.side[j])
+    };
+    let mut pairs_checked = 0usize;
+    let mut changed: Vec<String> = Vec::new();
+    let mut reset: Vec<String> = Vec::new();
+    let mut failed_pulls = 0usize;
+    let mut max_run = 0u32;
+    let mut worst = None;
+    for (i, t) in inputs.traces.iter().enumerate() {
+        for j in 0..k {
+            if j == i {
+                continue;
+            }
+            let mut before: Option<(f64, f64)> = None; // (last, tracked) before the stretch
+            let mut run = 0u32;
+            let mut in_stretch = false;
+            for r in t {
+                let cut = unreachable(i, j, r.at);
+                let last = lookup(&r.last, j as u32);
+                let tracked = lookup(&r.tracked, j as u32);
+                if cut {
+                    if !in_stretch {
+                        in_stretch = true;
+                        pairs_checked += 1;
+                        run = 0;
+                    }
+                    if let (Some((l0, t0)), Some(l), Some(tr)) = (before, last, tracked) {
+                        if l.to_bits() != l0.to_bits() && changed.len() < 5 {
+                            changed.push(format!("silo {i}→{j} ℓ {l0:.4}→{l:.4}"));
+                        }
+                        // EMA moves L̂ towards the kept ℓ; it never jumps back to 0.
+                        let (lo, hi) = (t0.min(l0), t0.max(l0));
+                        if !(tr >= lo - 1e-9 && tr <= hi + 1e-9) && reset.len() < 5 {
+                            reset.push(format!("silo {i}→{j} L̂ {t0:.4}→{tr:.4}"));
+                        }
+                    }
+                    if r.sampled.contains(&(j as u32)) && !r.answered.contains(&(j as u32)) {
+                        failed_pulls += 1;
+                        run += 1;
+                        if run > max_run {
+                            max_run = run;
+                            worst = Some(format!("silo {i}→{j}"));
+                        }
+                    }
+                } else {
+                    in_stretch = false;
+                    if let (Some(l), Some(tr)) = (last, tracked) {
+                        before = Some((l, tr));
+                    }
+                }
+            }
+        }
+    }
+    let kept = changed.is_empty() && reset.is_empty();
+    let avoided = max_run <= inputs.suspect_after;
+    let detail = match (kept, avoided) {
+        (true, true) => format!(
+            "losses of unreachable peers kept; at most {max_run} failed pulls in a row (suspect after {})",
+            inputs.suspect_after
+        ),
+        (false, _) => format!(
+            "losses of unreachable peers changed: {}",
+            changed
+                .iter()
+                .chain(&reset)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        (true, false) => format!(
+            "{} pulled an unreachable peer {max_run} times in a row (suspect after {})",
+            worst.clone().unwrap_or_default(),
+            inputs.suspect_after
+        ),
+    };
+    check(
+        "memory",
+        kept && avoided && pairs_checked > 0,
+        if pairs_checked == 0 {
+            "no silo had an unreachable peer in its trace".into()
+        } else {
+            detail
+        },
+        vec![
+            ("unreachable_pairs", json!(pairs_checked)),
+            ("losses_changed", json!(changed.len() + reset.len())),
+            ("failed_pulls", json!(failed_pulls)),
+            ("max_failed_in_a_row", json!(max_run)),
+            ("suspect_after", json!(inputs.suspect_after)),
+        ],
+    )
+}
+
+/// After a heal, pulls across the old divide succeed again within `recovery_rounds` rounds on
+/// every side; the final accuracy is within `accuracy_tolerance` of the fault-free run.
+fn recovery(
+    inputs: &Inputs<'_>,
+    windows: &[Window],
+    acc: Option<f64>,
+    base: Option<f64>,
+    silos: usize,
+) -> Check {
+    let cfg = &inputs.schedule.config;
+    let mut problems = Vec::new();
+    let mut figures: Vec<(&str, Value)> = Vec::new();
+    let mut resumed_after: Vec<Value> = Vec::new();
+    for w in windows.iter().filter(|w| w.to.is_finite()) {
+        let sides = w.side.iter().flatten().max().map_or(0, |m| m + 1);
+        for side in 0..sides {
+            // Rounds (of the silo that did it) from the heal to the first answered pull
+            // across the divide, over the silos of this side.
+            let mut best: Option<u64> = None;
+            for (i, t) in inputs.traces.iter().enumerate() {
+                if w.side[i] != Some(side) {
+                    continue;
+                }
+                let last_before = t.iter().rev().find(|r| r.at <= w.to).map_or(0, |r| r.round);
+                if let Some(r) = t.iter().find(|r| {
+                    r.at > w.to
+                        && r.answered
+                            .iter()
+                            .any(|&b| w.side[b as usize].is_some_and(|s| s != side))
+                }) {
+                    let n = r.round - last_before;
+                    best = Some(best.map_or(n, |b| b.min(n)));
+                }
+            }
+            match best {
+                Some(n) => {
+                    resumed_after.push(json!(n));
+                    if n > cfg.recovery_rounds {
+                        problems.push(format!(
+                            "side {side} first pulled across after {n} rounds (> {})",
+                            cfg.recovery_rounds
+                        ));
+                    }
+                }
+                None => {
+                    resumed_after.push(Value::Null);
+                    problems.push(format!("side {side} never pulled across after the heal"));
+                }
+            }
+        }
+    }
+    if !resumed_after.is_empty() {
+        figures.push(("rounds_to_cross_pull_per_side", Value::Array(resumed_after)));
+        figures.push(("recovery_rounds", json!(cfg.recovery_rounds)));
+    }
+    match (acc, base) {
+        (Some(a), Some(b)) => {
+            figures.push(("accuracy", json!(round3(a))));
+            figures.push(("fault_free_accuracy", json!(round3(b))));
+            figures.push(("silos_compared", json!(silos)));
+            figures.push(("tolerance", json!(cfg.accuracy_tolerance)));
+            if (a - b).abs() > cfg.accuracy_tolerance {
+                problems.push(format!(
+                    "final accuracy {a:.2} % is {:.2} points from the fault-free {b:.2} %",
+                    (a - b).abs()
+                ));
+            }
+        }
+        _ => problems.push("no fault-free run to compare the final accuracy with".into()),
+    }
+    let pass = problems.is_empty();
+    let detail = if pass {
+        let mut d = String::new();
+        if windows.iter().any(|w| w.to.is_finite()) {
+            d.push_str("every side pulled across the healed divide in time; ");
+        }
+        d.push_str(&format!(
+            "final accuracy {:.2} % vs {:.2} % without faults",
+            acc.unwrap_or(f64::NAN),
+            base.unwrap_or(f64::NAN)
+        ));
+        d
+    } else {
+        problems.join("; ")
+    };
+    check("recovery", pass, detail, figures)
+}
+
+/// Each crashed silo resumed from its checkpoint, lost at most the round in flight and kept its
+/// peer ID; no checkpoint was unreadable.
+fn crash_safety(inputs: &Inputs<'_>) -> Check {
+    let mut problems = Vec::new();
+    let mut per_crash = Vec::new();
+    let crash_times: Vec<(u32, f64, Option<f64>)> = {
+        let mut v = Vec::new();
+        for a in inputs.applied {
+            match a.fault {
+                Fault::Crash { silo, .. } => v.push((silo, a.at, None)),
+                Fault::Restart(silo) => {
+                    if let Some(c) = v.iter_mut().rev().find(|c| c.0 == silo && c.2.is_none()) {
+                        c.2 = Some(a.at);
+                    }
+                }
+                _ => {}
+            }
+        }
+        v
+    };
+    for (n, &(silo, at, restart)) in crash_times.iter().enumerate() {
+        let t = &inputs.traces[silo as usize];
+        let before = t.iter().rev().find(|r| r.at <= at);
+        let after = restart.and_then(|r0| t.iter().find(|r| r.at > r0));
+        let ev = inputs.crashes.get(n).filter(|e| e.silo == silo);
+        let mut fig = json!({
+            "silo": silo,
+            "last_round_before": before.map(|r| r.round),
+            "first_round_after": after.map(|r| r.round),
+        });
+        match ev.map(|e| &e.checkpoint) {
+            Some(Ok(round)) => fig["checkpoint_round"] = json!(round),
+            Some(Err(e)) => problems.push(format!("silo {silo}: checkpoint unreadable: {e}")),
+            None => problems.push(format!(
+                "silo {silo}: the driver did not read its checkpoint"
+            )),
+        }
+        if let Some((a, b)) = ev.and_then(|e| e.peer_ids.as_ref()) {
+            fig["same_peer_id"] = json!(a == b);
+            if a != b {
+                problems.push(format!("silo {silo} came back as {b}, not {a}"));
+            }
+        }
+        if restart.is_some() {
+            let last = before.map_or(0, |r| r.round);
+            match after {
+                None => problems.push(format!("silo {silo} logged no round after its restart")),
+                Some(r) => {
+                    // The round in flight at the kill may be redone (r = last + 1) or may
+                    // have been checkpointed without its log line (r = last + 2).
+                    if r.round <= last || r.round > last + 2 {
+                        problems.push(format!(
+                            "silo {silo} resumed at round {} after round {last}",
+                            r.round
+                        ));
+                    }
+                    if !r.resumed {
+                        problems.push(format!("silo {silo} did not resume from its checkpoint"));
+                    }
+                    if let Some(b) = before {
+                        if r.version < b.version {
+                            problems.push(format!(
+                                "silo {silo} model went back from version {} to {}",
+                                b.version, r.version
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        per_crash.push(fig);
+    }
+    let pass = problems.is_empty() && !crash_times.is_empty();
+    let detail = if crash_times.is_empty() {
+        "no crash was applied".into()
+    } else if pass {
+        format!(
+            "{} crash(es): every checkpoint readable, every restarted silo resumed where it stopped",
+            crash_times.len()
+        )
+    } else {
+        problems.join("; ")
+    };
+    check(
+        "crash_safety",
+        pass,
+        detail,
+        vec![("crashes", Value::Array(per_crash))],
+    )
+}
+
+/// A late joiner is pulled from by a silo of its own group within `join_rounds` rounds.
+fn late_join(inputs: &Inputs<'_>) -> Check {
+    let cfg = &inputs.schedule.config;
+    let mut problems = Vec::new();
+    let mut per = Vec::new();
+    for a in inputs.applied {
+        let Fault::Join(j) = a.fault else { continue };
+        let mates: Vec<usize> = (0..inputs.traces.len())
+            .filter(|&i| {
+                i != j as usize && inputs.groups.is_none_or(|g| g.get(i) == g.get(j as usize))
+            })
+            .collect();
+        // Rounds after the join (of the silo that pulled) until a group mate pulled j.
+        let mut found: Option<u64> = None;
+        for &i in &mates {
+            let t = &inputs.traces[i];
+            let base = t.iter().rev().find(|r| r.at <= a.at).map_or(0, |r| r.round);
+            if let Some(r) = t.iter().find(|r| r.at > a.at && r.answered.contains(&j)) {
+                let n = r.round - base;
+                found = Some(found.map_or(n, |f| f.min(n)));
+            }
+        }
+        // At the end: the mates' mean weight on j against uniform.
+        let ws: Vec<f64> = mates
+            .iter()
+            .filter_map(|&i| inputs.traces[i].last().and_then(|r| lookup(&r.weights, j)))
+            .collect();
+        let mean_w = ws.iter().sum::<f64>() / ws.len().max(1) as f64;
+        let uniform = 1.0 / inputs.traces.len() as f64;
+        per.push(json!({
+            "silo": j,
+            "group_mates": mates.len(),
+            "rounds_to_first_pull_by_mate": found,
+            "mates_final_mean_weight": round3(mean_w),
+            "uniform_weight": round3(uniform),
+        }));
+        match found {
+            Some(n) if n <= cfg.join_rounds => {}
+            Some(n) => problems.push(format!(
+                "silo {j} first pulled by its group after {n} rounds (> {})",
+                cfg.join_rounds
+            )),
+            None => problems.push(format!("silo {j} was never pulled by its group")),
+        }
+        if inputs.groups.is_some() && mean_w <= uniform {
+            problems.push(format!(
+                "silo {j}'s group gives it {mean_w:.3} weight at the end, no more than uniform {uniform:.3}"
+            ));
+        }
+    }
+    let pass = problems.is_empty() && !per.is_empty();
+    let detail = if per.is_empty() {
+        "no join was applied".into()
+    } else if pass {
+        "every late joiner was found by its group and weighted above uniform".into()
+    } else {
+        problems.join("; ")
+    };
+    check(
+        "late_join",
+        pass,
+        detail,
+        vec![("joins", Value::Array(per))],
+    )
+}
+
+/// No process panicked or exited abnormally, outside the kills of the schedule.
+fn clean_exit(exits: &[ExitEvidence]) -> Check {
+    let bad: Vec<String> = exits
+        .iter()
+        .flat_map(|e| {
+            e.exits
+                .iter()
+                .filter(|x| *x != "ok" && *x != "killed by the schedule")
+                .map(move |x| format!("silo {}: {x}", e.silo))
+                .chain(
+                    e.bad_lines
+                        .iter()
+                        .map(move |l| format!("silo {}: {l}", e.silo)),
+                )
+        })
+        .collect();
+    let processes: usize = exits.iter().map(|e| e.exits.len()).sum();
+    check(
+        "clean_exit",
+        bad.is_empty() && processes > 0,
+        if bad.is_empty() {
+            format!("{processes} processes, no panic, no abnormal exit, logs clean")
+        } else {
+            bad.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        },
+        vec![
+            ("processes", json!(processes)),
+            ("problems", json!(bad.len())),
+        ],
+    )
+}

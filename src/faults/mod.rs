@@ -1,0 +1,820 @@
+//! Fault schedules: what should go wrong in a run, and when (issue 4).
+//!
+//! Owns: the `[faults]` schema of a scenario file (partition, heal, crash and restart, delay,
+//! message loss, leave, late join; triggers by round or, for the swarm, by time), its validation
+//! against the federation's size, the [`Timeline`] that says for every round which silos are up,
+//! which can reach which and how late or lossy each one is, and the pass/fail [`checks`] computed
+//! from the per-round traces both drivers write.
+//! Must not: apply anything. The simulator (`sim`) and the swarm launcher (`launch`) apply a
+//! schedule, each in its own way; this module only describes it and judges the outcome.
+//!
+//! A schedule in a scenario file:
+//!
+//! ```toml
+//! [faults]
+//! model_deadline_s = 2.0      # τ_model of every node (both drivers)
+//! gradient_deadline_s = 2.0   # τ_grad
+//!
+//! [[faults.events]]
+//! round = 20                  # or at_s = 12.5: seconds after round 1 starts (swarm only)
+//! partition = [[0, 1, 2, 3], [4, 5, 6, 7]]
+//!
+//! [[faults.events]]
+//! round = 50
+//! heal = true
+//!
+//! [[faults.events]]
+//! round = 30
+//! crash = { silo = 5, restart_after_rounds = 3 }   # or restart_after_s = 10 (swarm)
+//!
+//! [[faults.events]]
+//! round = 10
+//! delay = { silo = 2, ms = 3000 }   # ms = 0 ends it
+//!
+//! [[faults.events]]
+//! round = 10
+//! loss = { fraction = 0.1 }         # silos = [2] limits it to messages to or from silo 2
+//!
+//! [[faults.events]]
+//! round = 40
+//! leave = 6
+//!
+//! [[faults.events]]
+//! round = 15
+//! join = 7                           # silo 7 is absent until round 15
+//! ```
+
+pub mod checks;
+
+use serde::{Deserialize, Serialize};
+
+/// The `[faults]` section of a scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultsConfig {
+    /// τ_model: how long a sampler waits for a pulled model (both drivers; the simulator
+    /// counts a model that would come later as a timeout).
+    pub model_deadline_s: f64,
+    /// τ_grad: how long an owner waits for the gradients it expects.
+    pub gradient_deadline_s: f64,
+    /// Also run the same seed without faults, for the recovery check's accuracy comparison.
+    pub baseline: bool,
+    /// After a heal, cross-side sampling must resume within this many rounds.
+    pub recovery_rounds: u64,
+    /// Final accuracy must be within this many points of the fault-free run.
+    pub accuracy_tolerance: f64,
+    /// A late joiner must be sampled by a peer of its own group within this many rounds.
+    pub join_rounds: u64,
+    /// The events, in the order they happen.
+    pub events: Vec<EventSpec>,
+}
+
+impl Default for FaultsConfig {
+    fn default() -> Self {
+        Self {
+            model_deadline_s: 2.0,
+            gradient_deadline_s: 2.0,
+            baseline: true,
+            recovery_rounds: 5,
+            accuracy_tolerance: 2.0,
+            join_rounds: 10,
+            events: Vec::new(),
+        }
+    }
+}
+
+/// One `[[faults.events]]` entry as written: one trigger and exactly one action.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// Fires when the federation starts this round (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
+    /// Fires this many seconds after round 1 started (swarm only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
+    /// Groups of silos that can reach only each other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Vec<Vec<u32>>>,
+    /// `true`: end the partition in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heal: Option<bool>,
+    /// Kill a silo (SIGKILL in the swarm), optionally restarting it later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<CrashSpec>,
+    /// Add latency to everything a silo sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelaySpec>,
+    /// Drop a fraction of messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<LossSpec>,
+    /// A silo leaves for good (a clean stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leave: Option<u32>,
+    /// A silo absent so far starts now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<u32>,
+}
+
+/// `crash = { silo = 5, restart_after_rounds = 3 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashSpec {
+    /// The silo killed.
+    pub silo: u32,
+    /// Restart it when the federation has run this many more rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_after_rounds: Option<u64>,
+    /// Restart it this many seconds later (swarm only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_after_s: Option<f64>,
+}
+
+/// `delay = { silo = 2, ms = 3000 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySpec {
+    /// The slow silo.
+    pub silo: u32,
+    /// Added latency on everything it sends, in milliseconds (0 ends a delay).
+    pub ms: u64,
+}
+
+/// `loss = { fraction = 0.1, silos = [2] }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LossSpec {
+    /// Fraction of messages dropped, in [0, 1) (0 ends a loss).
+    pub fraction: f64,
+    /// Only messages sent by or to these silos (default: every message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silos: Option<Vec<u32>>,
+}
+
+/// When an event fires.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Trigger {
+    /// When the federation starts this round.
+    Round(u64),
+    /// Seconds after round 1 started (swarm only).
+    Seconds(f64),
+}
+
+/// When a crashed silo comes back.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Restart {
+    /// After this many federation rounds.
+    Rounds(u64),
+    /// After this many seconds (swarm only).
+    Seconds(f64),
+}
+
+/// What happens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Groups of silos that can reach only each other; every present silo is in one group.
+    Partition(Vec<Vec<u32>>),
+    /// The partition in force ends.
+    Heal,
+    /// A silo is killed, and maybe restarted from its checkpoint with the same key.
+    Crash {
+        /// The silo.
+        silo: u32,
+        /// When it comes back (never if `None`).
+        restart: Option<Restart>,
+    },
+    /// Added latency on everything `silo` sends.
+    Delay {
+        /// The silo.
+        silo: u32,
+        /// Milliseconds (0 ends it).
+        ms: u64,
+    },
+    /// A fraction of messages is dropped.
+    Loss {
+        /// In [0, 1).
+        fraction: f64,
+        /// Only messages to or from these silos (`None`: all).
+        silos: Option<Vec<u32>>,
+    },
+    /// A silo stops for good.
+    Leave(u32),
+    /// An absent silo starts.
+    Join(u32),
+    /// A crashed silo is started again (never written in a file: it follows from a crash's
+    /// restart delay; drivers report it when they apply it).
+    Restart(u32),
+}
+
+impl Fault {
+    /// A short name for reports: `partition`, `heal`, `crash`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Partition(_) => "partition",
+            Fault::Heal => "heal",
+            Fault::Crash { .. } => "crash",
+            Fault::Delay { .. } => "delay",
+            Fault::Loss { .. } => "loss",
+            Fault::Leave(_) => "leave",
+            Fault::Join(_) => "join",
+            Fault::Restart(_) => "restart",
+        }
+    }
+
+    /// The one silo the event is about, if any.
+    pub fn silo(&self) -> Option<u32> {
+        match self {
+            Fault::Crash { silo, .. } | Fault::Delay { silo, .. } => Some(*silo),
+            Fault::Leave(s) | Fault::Join(s) | Fault::Restart(s) => Some(*s),
+            _ => None,
+        }
+    }
+}
+
+/// One validated event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// When.
+    pub trigger: Trigger,
+    /// What.
+    pub fault: Fault,
+}
+
+/// A validated schedule for a federation of `clients` silos.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// Silos in the federation (late joiners included).
+    pub clients: usize,
+    /// The events, in firing order.
+    pub events: Vec<Event>,
+    /// The `[faults]` settings.
+    pub config: FaultsConfig,
+}
+
+impl FaultsConfig {
+    /// Whether any event is scheduled.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Checks the settings and every event against a federation of `clients` silos; the error
+    /// names the event (1-based, in file order) and what is wrong with it.
+    pub fn schedule(&self, clients: usize) -> Result<Schedule, String> {
+        for (name, v) in [
+            ("faults.model_deadline_s", self.model_deadline_s),
+            ("faults.gradient_deadline_s", self.gradient_deadline_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "{name} must be a positive number of seconds, got {v}"
+                ));
+            }
+        }
+        if !(self.accuracy_tolerance.is_finite() && self.accuracy_tolerance >= 0.0) {
+            return Err(format!(
+                "faults.accuracy_tolerance must be a non-negative number of points, got {}",
+                self.accuracy_tolerance
+            ));
+        }
+        if self.recovery_rounds == 0 || self.join_rounds == 0 {
+            return Err("faults.recovery_rounds and faults.join_rounds must be at least 1".into());
+        }
+        let mut events = Vec::with_capacity(self.events.len());
+        for (i, e) in self.events.iter().enumerate() {
+            let n = i + 1;
+            let ev = e
+                .to_event(clients)
+                .map_err(|msg| format!("faults.events[{n}]: {msg}"))?;
+            events.push(ev);
+        }
+        // File order must be firing order within each kind of trigger, so the state checks
+        // below (heal after partition, restart after crash) see what will happen.
+        let mut last_round = 0;
+        let mut last_s = 0.0;
+        for (i, e) in events.iter().enumerate() {
+            match e.trigger {
+                Trigger::Round(r) if r < last_round => {
+                    return Err(format!(
+                        "faults.events[{}]: round {r} comes after an event at round {last_round}; list events in the order they happen",
+                        i + 1
+                    ));
+                }
+                Trigger::Round(r) => last_round = r,
+                Trigger::Seconds(s) if s < last_s => {
+                    return Err(format!(
+                        "faults.events[{}]: at_s = {s} comes after an event at {last_s} s; list events in the order they happen",
+                        i + 1
+                    ));
+                }
+                Trigger::Seconds(s) => last_s = s,
+            }
+        }
+        let schedule = Schedule {
+            clients,
+            events,
+            config: self.clone(),
+        };
+        schedule.replay()?;
+        Ok(schedule)
+    }
+}
+
+fn silo_in_range(what: &str, s: u32, clients: usize) -> Result<u32, String> {
+    if (s as usize) < clients {
+        Ok(s)
+    } else {
+        Err(format!(
+            "{what} names silo {s}, but the federation has silos 0..{} only",
+            clients.saturating_sub(1)
+        ))
+    }
+}
+
+impl EventSpec {
+    fn to_event(&self, clients: usize) -> Result<Event, String> {
+        let trigger = match (self.round, self.at_s) {
+            (Some(_), Some(_)) => return Err("give either round or at_s, not both".into()),
+            (None, None) => return Err("needs a trigger: round = N or at_s = SECONDS".into()),
+            (Some(0), _) => return Err("round must be at least 1 (rounds count from 1)".into()),
+            (Some(r), _) => Trigger::Round(r),
+            (_, Some(s)) if !(s.is_finite() && s >= 0.0) => {
+                return Err(format!("at_s must be a non-negative number, got {s}"));
+            }
+            (_, Some(s)) => Trigger::Seconds(s),
+        };
+        let mut actions = Vec::new();
+        if let Some(groups) = &self.partition {
+            let mut seen = vec![false; clients];
+            if groups.len() < 2 {
+                return Err("a partition needs at least two groups".into());
+            }
+            for g in groups {
+                if g.is_empty() {
+                    return Err("a partition group is empty".into());
+                }
+                for &s in g {
+                    silo_in_range("partition", s, clients)?;
+                    if std::mem::replace(&mut seen[s as usize], true) {
+                        return Err(format!(
+                            "partition groups overlap: silo {s} is in more than one group"
+                        ));
+                    }
+                }
+            }
+            if let Some(s) = seen.iter().position(|x| !x) {
+                return Err(format!(
+                    "silo {s} is in no group of the partition; list every silo of the federation"
+                ));
+            }
+            actions.push(Fault::Partition(groups.clone()));
+        }
+        match self.heal {
+            Some(true) => actions.push(Fault::Heal),
+            Some(false) => {
+                return Err("heal = false does nothing; remove it or write heal = true".into());
+            }
+            None => {}
+        }
+        if let Some(c) = &self.crash {
+            let silo = silo_in_range("crash", c.silo, clients)?;
+            let restart = match (c.restart_after_rounds, c.restart_after_s) {
+                (Some(_), Some(_)) => {
+                    return Err("give restart_after_rounds or restart_after_s, not both".into());
+                }
+                (Some(0), _) => return Err("restart_after_rounds must be at least 1".into()),
+                (Some(r), _) => Some(Restart::Rounds(r)),
+                (_, Some(s)) if !(s.is_finite() && s > 0.0) => {
+                    return Err(format!("restart_after_s must be positive, got {s}"));
+                }
+                (_, Some(s)) => Some(Restart::Seconds(s)),
+                (None, None) => None,
+            };
+            actions.push(Fault::Crash { silo, restart });
+        }
+        if let Some(d) = &self.delay {
+            let silo = silo_in_range("delay", d.silo, clients)?;
+            actions.push(Fault::Delay { silo, ms: d.ms });
+        }
+        if let Some(l) = &self.loss {
+            if !(l.fraction.is_finite() && (0.0..1.0).contains(&l.fraction)) {
+                return Err(format!(
+                    "loss.fraction must be in [0, 1), got {}",
+                    l.fraction
+                ));
+            }
+            if let Some(ss) = &l.silos {
+                for &s in ss {
+                    silo_in_range("loss", s, clients)?;
+                }
+            }
+            actions.push(Fault::Loss {
+                fraction: l.fraction,
+                silos: l.silos.clone(),
+            });
+        }
+        if let Some(s) = self.leave {
+            actions.push(Fault::Leave(silo_in_range("leave", s, clients)?));
+        }
+        if let Some(s) = self.join {
+            actions.push(Fault::Join(silo_in_range("join", s, clients)?));
+        }
+        match actions.len() {
+            1 => Ok(Event {
+                trigger,
+                fault: actions.pop().expect("one action"),
+            }),
+            0 => Err("needs one action: partition, heal, crash, delay, loss, leave or join".into()),
+            _ => Err(format!(
+                "has {} actions ({}); write one event per action",
+                actions.len(),
+                actions
+                    .iter()
+                    .map(Fault::kind)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+/// Whether a silo is running, as far as the schedule is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Presence {
+    /// Not started yet (a late joiner before its round).
+    Absent,
+    /// Running.
+    Up,
+    /// Killed; comes back if a restart is scheduled.
+    Crashed,
+    /// Gone for good.
+    Left,
+}
+
+/// The network as the schedule has it at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetState {
+    /// Per silo.
+    pub presence: Vec<Presence>,
+    /// Per silo: its partition group, when a partition is in force.
+    pub group: Option<Vec<usize>>,
+    /// Per silo: added latency on what it sends, in ms.
+    pub delay_ms: Vec<u64>,
+    /// Message loss in force: fraction and the silos it concerns (`None`: all).
+    pub loss: Option<(f64, Option<Vec<u32>>)>,
+}
+
+impl NetState {
+    fn start(schedule: &Schedule) -> Self {
+        let mut presence = vec![Presence::Up; schedule.clients];
+        for e in &schedule.events {
+            if let Fault::Join(s) = e.fault {
+                presence[s as usize] = Presence::Absent;
+            }
+        }
+        Self {
+            presence,
+            group: None,
+            delay_ms: vec![0; schedule.clients],
+            loss: None,
+        }
+    }
+
+    /// Whether `silo` is running.
+    pub fn is_up(&self, silo: u32) -> bool {
+        self.presence[silo as usize] == Presence::Up
+    }
+
+    /// Whether a message from `a` can reach `b` at all (both up, same side of any partition).
+    pub fn connected(&self, a: u32, b: u32) -> bool {
+        self.is_up(a)
+            && self.is_up(b)
+            && self
+                .group
+                .as_ref()
+                .is_none_or(|g| g[a as usize] == g[b as usize])
+    }
+
+    /// The fraction of messages between `a` and `b` that are dropped.
+    pub fn loss_between(&self, a: u32, b: u32) -> f64 {
+        match &self.loss {
+            None => 0.0,
+            Some((f, None)) => *f,
+            Some((f, Some(ss))) if ss.contains(&a) || ss.contains(&b) => *f,
+            Some(_) => 0.0,
+        }
+    }
+
+    /// Applies one fault; `Err` names what does not make sense in this state.
+    pub fn apply(&mut self, fault: &Fault) -> Result<(), String> {
+        let need_up = |st: &NetState, s: u32, what: &str| -> Result<(), String> {
+            match st.presence[s as usize] {
+                Presence::Up => Ok(()),
+                p => Err(format!("{what} silo {s}, which is {p:?} at that point").to_lowercase()),
+            }
+        };
+        match fault {
+            Fault::Partition(groups) => {
+                if self.group.is_some() {
+                    return Err("a partition is already in force; heal it first".into());
+                }
+                let mut g = vec![0; self.presence.len()];
+                for (k, members) in groups.iter().enumerate() {
+                    for &s in members {
+                        g[s as usize] = k;
+                    }
+                }
+                self.group = Some(g);
+            }
+            Fault::Heal => {
+                if self.group.take().is_none() {
+                    return Err("heal without a partition in force".into());
+                }
+            }
+            Fault::Crash { silo, .. } => {
+                need_up(self, *silo, "crash of")?;
+                self.presence[*silo as usize] = Presence::Crashed;
+            }
+            Fault::Delay { silo, ms } => self.delay_ms[*silo as usize] = *ms,
+            Fault::Loss { fraction, silos } => {
+                self.loss = (*fraction > 0.0).then(|| (*fraction, silos.clone()));
+            }
+            Fault::Leave(s) => {
+                need_up(self, *s, "leave of")?;
+                self.presence[*s as usize] = Presence::Left;
+            }
+            Fault::Join(s) => {
+                if self.presence[*s as usize] != Presence::Absent {
+                    return Err(format!("join of silo {s}, which has already started"));
+                }
+                self.presence[*s as usize] = Presence::Up;
+            }
+            Fault::Restart(s) => {
+                if self.presence[*s as usize] != Presence::Crashed {
+                    return Err(format!("restart of silo {s}, which has not crashed"));
+                }
+                self.presence[*s as usize] = Presence::Up;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Schedule {
+    /// Replays the schedule (time triggers after round triggers, restarts by rounds at their
+    /// round) and reports the first event that makes no sense.
+    fn replay(&self) -> Result<(), String> {
+        let mut st = NetState::start(self);
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        let mut order: Vec<(usize, &Event)> = self.events.iter().enumerate().collect();
+        order.sort_by_key(|(i, e)| match e.trigger {
+            Trigger::Round(r) => (0, r, *i),
+            Trigger::Seconds(_) => (1, 0, *i),
+        });
+        for (i, e) in order {
+            if let Trigger::Round(r) = e.trigger {
+                pending.sort();
+                while let Some(&(at, s)) = pending.first() {
+                    if at > r {
+                        break;
+                    }
+                    st.apply(&Fault::Restart(s))
+                        .map_err(|m| format!("faults: {m}"))?;
+                    pending.remove(0);
+                }
+                if let Fault::Crash {
+                    silo,
+                    restart: Some(Restart::Rounds(d)),
+                } = e.fault
+                {
+                    pending.push((r + d, silo));
+                }
+            }
+            st.apply(&e.fault)
+                .map_err(|m| format!("faults.events[{}]: {m}", i + 1))?;
+        }
+        Ok(())
+    }
+
+    /// Whether every trigger and restart is by round (what `federico simulate` can run).
+    pub fn rounds_only(&self) -> Result<(), String> {
+        for (i, e) in self.events.iter().enumerate() {
+            let timed = matches!(e.trigger, Trigger::Seconds(_))
+                || matches!(
+                    e.fault,
+                    Fault::Crash {
+                        restart: Some(Restart::Seconds(_)),
+                        ..
+                    }
+                );
+            if timed {
+                return Err(format!(
+                    "faults.events[{}] is timed in seconds; `federico simulate` runs in rounds: use round = N and restart_after_rounds",
+                    i + 1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The round-by-round network for `rounds` rounds (round triggers only).
+    pub fn timeline(&self, rounds: u64) -> Timeline {
+        let mut st = NetState::start(self);
+        let mut states = Vec::with_capacity(rounds as usize);
+        let mut fired: Vec<Vec<Fault>> = Vec::with_capacity(rounds as usize);
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        for r in 1..=rounds {
+            let mut now = Vec::new();
+            pending.retain(|&(at, s)| {
+                if at == r {
+                    // Validated by `replay`: the silo is crashed here.
+                    let _ = st.apply(&Fault::Restart(s));
+                    now.push(Fault::Restart(s));
+                    false
+                } else {
+                    true
+                }
+            });
+            for e in &self.events {
+                if e.trigger == Trigger::Round(r) {
+                    let _ = st.apply(&e.fault);
+                    if let Fault::Crash {
+                        silo,
+                        restart: Some(Restart::Rounds(d)),
+                    } = e.fault
+                    {
+                        pending.push((r + d, silo));
+                    }
+                    now.push(e.fault.clone());
+                }
+            }
+            states.push(st.clone());
+            fired.push(now);
+        }
+        Timeline { states, fired }
+    }
+}
+
+/// The network of every round, from a round-triggered schedule.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    states: Vec<NetState>,
+    fired: Vec<Vec<Fault>>,
+}
+
+impl Timeline {
+    /// The network during round `round` (1-based); rounds past the end keep the last state.
+    pub fn at(&self, round: u64) -> &NetState {
+        let i = (round.max(1) as usize - 1).min(self.states.len() - 1);
+        &self.states[i]
+    }
+
+    /// What fired at the start of `round`, restarts included.
+    pub fn fired(&self, round: u64) -> &[Fault] {
+        self.fired
+            .get(round.max(1) as usize - 1)
+            .map_or(&[], |v| v.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> FaultsConfig {
+        #[derive(Deserialize)]
+        struct Doc {
+            faults: FaultsConfig,
+        }
+        toml::from_str::<Doc>(text).unwrap().faults
+    }
+
+    const FULL: &str = r#"
+        [faults]
+        [[faults.events]]
+        round = 10
+        loss = { fraction = 0.1, silos = [2] }
+        [[faults.events]]
+        round = 15
+        join = 7
+        [[faults.events]]
+        round = 20
+        partition = [[0, 1, 2, 3], [4, 5, 6, 7]]
+        [[faults.events]]
+        round = 30
+        crash = { silo = 5, restart_after_rounds = 3 }
+        [[faults.events]]
+        round = 40
+        delay = { silo = 2, ms = 3000 }
+        [[faults.events]]
+        round = 50
+        heal = true
+        [[faults.events]]
+        round = 60
+        leave = 6
+    "#;
+
+    #[test]
+    fn a_full_schedule_parses_and_replays() {
+        let s = parse(FULL).schedule(8).unwrap();
+        assert_eq!(s.events.len(), 7);
+        s.rounds_only().unwrap();
+        let t = s.timeline(70);
+        assert!(!t.at(14).is_up(7) && t.at(15).is_up(7));
+        assert_eq!(t.at(14).presence[7], Presence::Absent);
+        assert!(t.at(19).connected(0, 4));
+        assert!(!t.at(20).connected(0, 4) && t.at(20).connected(0, 3));
+        assert!(t.at(29).is_up(5) && !t.at(30).is_up(5) && !t.at(32).is_up(5));
+        assert!(t.at(33).is_up(5));
+        assert_eq!(t.fired(33), &[Fault::Restart(5)]);
+        assert_eq!(t.at(40).delay_ms[2], 3000);
+        assert!(t.at(50).connected(0, 4));
+        assert_eq!(t.at(60).presence[6], Presence::Left);
+        assert_eq!(t.at(12).loss_between(2, 0), 0.1);
+        assert_eq!(t.at(12).loss_between(1, 0), 0.0);
+        assert_eq!(t.at(500).presence[6], Presence::Left);
+    }
+
+    fn err(text: &str, k: usize) -> String {
+        parse(text).schedule(k).unwrap_err()
+    }
+
+    #[test]
+    fn invalid_schedules_name_the_event_and_the_problem() {
+        let e = err("[[faults.events]]\nround = 2\ncrash = { silo = 9 }", 8);
+        assert!(e.contains("events[1]") && e.contains("silo 9"), "{e}");
+        let e = err(
+            "[[faults.events]]\nround = 2\npartition = [[0, 1, 2], [2, 3]]",
+            4,
+        );
+        assert!(e.contains("overlap") && e.contains("silo 2"), "{e}");
+        let e = err("[[faults.events]]\nround = 2\npartition = [[0, 1], [2]]", 4);
+        assert!(e.contains("silo 3 is in no group"), "{e}");
+        let e = err("[[faults.events]]\nround = 2\nheal = true", 4);
+        assert!(
+            e.contains("events[1]") && e.contains("heal without a partition"),
+            "{e}"
+        );
+        let e = err("[[faults.events]]\nround = 2\nleave = 1\njoin = 2", 4);
+        assert!(e.contains("one event per action"), "{e}");
+        let e = err("[[faults.events]]\nheal = true", 4);
+        assert!(e.contains("trigger"), "{e}");
+        let e = err("[[faults.events]]\nround = 0\nheal = true", 4);
+        assert!(e.contains("at least 1"), "{e}");
+        let e = err(
+            "[[faults.events]]\nround = 5\nleave = 1\n[[faults.events]]\nround = 3\nleave = 2",
+            4,
+        );
+        assert!(e.contains("events[2]") && e.contains("order"), "{e}");
+        let e = err(
+            "[[faults.events]]\nround = 5\nleave = 1\n[[faults.events]]\nround = 6\ncrash = { silo = 1 }",
+            4,
+        );
+        assert!(e.contains("events[2]") && e.contains("left"), "{e}");
+        let e = err(
+            "[[faults.events]]\nround = 5\ncrash = { silo = 1, restart_after_rounds = 2 }\n[[faults.events]]\nround = 6\ncrash = { silo = 1 }",
+            4,
+        );
+        assert!(e.contains("events[2]") && e.contains("crashed"), "{e}");
+        let e = err(
+            "[[faults.events]]\nround = 5\njoin = 1\n[[faults.events]]\nround = 6\njoin = 1",
+            4,
+        );
+        assert!(
+            e.contains("events[2]") && e.contains("already started"),
+            "{e}"
+        );
+        let e = err("[[faults.events]]\nround = 5\nloss = { fraction = 1.0 }", 4);
+        assert!(e.contains("[0, 1)"), "{e}");
+        let e = err("[faults]\nmodel_deadline_s = 0", 4);
+        assert!(e.contains("model_deadline_s"), "{e}");
+        // A restart lands before a later crash of the same silo: valid.
+        parse(
+            "[[faults.events]]\nround = 5\ncrash = { silo = 1, restart_after_rounds = 2 }\n[[faults.events]]\nround = 8\ncrash = { silo = 1 }",
+        )
+        .schedule(4)
+        .unwrap();
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Doc {
+            faults: FaultsConfig,
+        }
+        let e = toml::from_str::<Doc>("[[faults.events]]\nround = 2\npartiton = [[0], [1]]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("partiton"), "{e}");
+    }
+
+    #[test]
+    fn timed_events_are_for_the_swarm_only() {
+        let s = parse("[[faults.events]]\nat_s = 3.5\ncrash = { silo = 1, restart_after_s = 2 }")
+            .schedule(4)
+            .unwrap();
+        let e = s.rounds_only().unwrap_err();
+        assert!(e.contains("events[1]") && e.contains("round = N"), "{e}");
+    }
+}
