@@ -414,6 +414,7 @@ fn run_seed(
             per_client: fed_round.per_client.clone(),
             same_group_mass: mass,
         }],
+        faults: None,
     };
     sim::write_json(&dir.join("summary.json"), &summary)?;
     let figures = figures(

@@ -76,6 +76,9 @@ pub struct RunSummary {
     pub rounds: usize,
     /// Final results per algorithm.
     pub algorithms: Vec<AlgorithmResult>,
+    /// The fault checks of a run with a `[faults]` schedule (`faults::checks::Report`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<serde_json::Value>,
 }
 
 /// One algorithm across seeds, in the scenario's `summary.json`.

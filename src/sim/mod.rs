@@ -707,6 +707,7 @@ fn run_seed(
                 same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
             })
             .collect(),
+        faults: None,
     };
     write_json(&dir.join("summary.json"), &summary)?;
     for (a, run) in &coordinated {
