@@ -293,6 +293,21 @@ fn load_scenario(
     Ok(scenario)
 }
 
+/// The fault checks of every seed, when the scenario has a fault schedule.
+fn fault_lines(outcome: &sim::Outcome) -> String {
+    let mut text = String::new();
+    for run in &outcome.summary.runs {
+        let Some(v) = &run.faults else { continue };
+        match serde_json::from_value::<crate::faults::checks::Report>(v.clone()) {
+            Ok(report) => {
+                text += &format!("fault checks, seed {}:\n{}", run.seed, report.render());
+            }
+            Err(e) => text += &format!("fault checks, seed {}: unreadable ({e})\n", run.seed),
+        }
+    }
+    text
+}
+
 /// FedeRiCo's same-group weight mass, when the split has groups.
 fn same_group_line(outcome: &sim::Outcome) -> String {
     outcome
@@ -334,6 +349,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         outcome.table
     );
     text += &same_group_line(&outcome);
+    text += &fault_lines(&outcome);
     text += &format!(
         "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, plots *.svg)\n",
         out.display()

@@ -34,6 +34,8 @@ pub enum Stream {
     Sampling = 3,
     /// Mini-batch shuffling of one node.
     Batches = 4,
+    /// Message-loss draws of a simulated fault schedule.
+    Faults = 5,
 }
 
 /// Derives the seed of one random stream from the run seed, a node and a purpose

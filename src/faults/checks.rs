@@ -13,29 +13,44 @@
 
 use super::{Fault, Schedule};
 use crate::trace::{EvalRecord, NodeRound};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// A fault as a driver applied it, on the traces' clock.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Applied {
     /// When (see the module doc for the clock).
     pub at: f64,
     /// What.
-    #[serde(serialize_with = "fault_name")]
     pub fault: Fault,
 }
 
-fn fault_name<S: serde::Serializer>(f: &Fault, s: S) -> Result<S::Ok, S::Error> {
-    let text = match f {
-        Fault::Partition(g) => format!("partition {g:?}"),
-        other => match other.silo() {
-            Some(silo) => format!("{} silo {silo}", other.kind()),
-            None => other.kind().to_string(),
-        },
-    };
-    s.serialize_str(&text)
+impl Applied {
+    /// `partition [[0, 1], [2, 3]]`, `crash silo 5`, `heal`, ...
+    pub fn describe(&self) -> String {
+        match &self.fault {
+            Fault::Partition(g) => format!("partition {g:?}"),
+            Fault::Delay { silo, ms } => format!("delay silo {silo} by {ms} ms"),
+            Fault::Loss { fraction, silos } => match silos {
+                Some(s) => format!("loss {fraction} on silos {s:?}"),
+                None => format!("loss {fraction}"),
+            },
+            other => match other.silo() {
+                Some(silo) => format!("{} silo {silo}", other.kind()),
+                None => other.kind().to_string(),
+            },
+        }
+    }
+}
+
+/// An applied fault as reports show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AppliedRecord {
+    /// When, on the traces' clock.
+    pub at: f64,
+    /// What ([`Applied::describe`]).
+    pub what: String,
 }
 
 /// What a driver saw of one crash of one silo.
@@ -84,10 +99,10 @@ pub struct Inputs<'a> {
 }
 
 /// One verdict.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// `liveness`, `memory`, `recovery`, `crash_safety`, `late_join`, `clean_exit`.
-    pub name: &'static str,
+    pub name: String,
     /// Passed?
     pub pass: bool,
     /// One line saying why.
@@ -97,14 +112,14 @@ pub struct Check {
 }
 
 /// All verdicts of a run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Every check passed.
     pub pass: bool,
     /// The verdicts.
     pub checks: Vec<Check>,
     /// The faults as applied.
-    pub applied: Vec<Applied>,
+    pub applied: Vec<AppliedRecord>,
     /// Final accuracy (percent, test-size weighted) of this run and of the fault-free run, over
     /// the silos that finished.
     pub accuracy: Option<f64>,
@@ -116,6 +131,12 @@ impl Report {
     /// `PASS liveness: …` lines, one per check, with the figures.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let applied: Vec<String> = self
+            .applied
+            .iter()
+            .map(|a| format!("{} @ {}", a.what, a.at))
+            .collect();
+        out.push_str(&format!("faults applied: {}\n", applied.join(", ")));
         for c in &self.checks {
             let figures: Vec<String> = c.figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
             out.push_str(&format!(
@@ -137,7 +158,7 @@ impl Report {
 
 fn check(name: &'static str, pass: bool, detail: String, figures: Vec<(&str, Value)>) -> Check {
     Check {
-        name,
+        name: name.to_string(),
         pass,
         detail,
         figures: figures
@@ -284,7 +305,14 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Report {
     Report {
         pass: checks.iter().all(|c| c.pass),
         checks,
-        applied: inputs.applied.to_vec(),
+        applied: inputs
+            .applied
+            .iter()
+            .map(|a| AppliedRecord {
+                at: a.at,
+                what: a.describe(),
+            })
+            .collect(),
         accuracy: acc_both.or(acc),
         baseline_accuracy: base_both,
     }

@@ -82,15 +82,21 @@ impl Checkpoint {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
-        let body = crate::store::strip_header(&bytes, MAGIC, VERSION)
-            .map_err(|e| format!("checkpoint {}: {e}", path.display()))?;
+        Self::decode(&bytes)
+            .map(Some)
+            .map_err(|e| format!("checkpoint {}: {e}", path.display()))
+    }
+
+    /// Decodes a checkpoint's bytes (header, version and body checked).
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
         let (c, n): (Self, usize) =
             bincode::serde::decode_from_slice(body, bincode::config::standard())
-                .map_err(|e| format!("checkpoint {}: undecodable ({e})", path.display()))?;
+                .map_err(|e| format!("undecodable ({e})"))?;
         if n != body.len() {
-            return Err(format!("checkpoint {}: trailing bytes", path.display()));
+            return Err("trailing bytes".into());
         }
-        Ok(Some(c))
+        Ok(c)
     }
 }
 

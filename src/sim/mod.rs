@@ -12,11 +12,14 @@ mod baselines;
 mod coordinated;
 mod fedcollab;
 mod feddisco;
+mod faults;
 mod federico;
 mod fedsac;
 mod hcct;
 
+use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};
+use crate::trace::EvalRecord;
 use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
 use crate::report::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
@@ -94,6 +97,16 @@ pub(crate) struct ClientEval {
     loss_sum: f64,
     correct: usize,
     count: usize,
+}
+
+impl From<ClientEval> for EvalRecord {
+    fn from(e: ClientEval) -> Self {
+        Self {
+            loss_sum: e.loss_sum,
+            correct: e.correct,
+            count: e.count,
+        }
+    }
 }
 
 impl From<Evaluation> for ClientEval {
@@ -566,7 +579,21 @@ fn run_seed(
     let mut local = wants(Algorithm::Local).then(|| LocalRun::new(&ctx, &init));
     let mut fedavg = (wants(Algorithm::Fedavg) || wants(Algorithm::FedavgPlus))
         .then(|| FedAvgRun::new(&ctx, &init));
-    let mut fedrc = wants(Algorithm::Federico).then(|| FedericoRun::new(&ctx, &init));
+    // A fault schedule applies to FedeRiCo; the same run without faults is kept beside it for
+    // the recovery check.
+    let schedule = scenario.fault_schedule()?;
+    let faulty = !schedule.events.is_empty();
+    let mut fedrc = wants(Algorithm::Federico).then(|| {
+        let run = FedericoRun::new(&ctx, &init);
+        if faulty {
+            run.with_faults(schedule.clone(), scenario.rounds as u64, seed)
+        } else {
+            run
+        }
+    });
+    let mut fault_free =
+        (faulty && schedule.config.baseline).then(|| FedericoRun::new(&ctx, &init));
+    let mut fault_free_finals = None;
     let mut coordinated: Vec<(Algorithm, Box<dyn coordinated::CoordinatedRun>)> = scenario
         .algorithms
         .iter()
@@ -613,6 +640,12 @@ fn run_seed(
             let t = Instant::now();
             run.round(&mut ctx)?;
             train_rounds[slot(Algorithm::Federico)].push(t.elapsed().as_secs_f64());
+        }
+        if let Some(run) = fault_free.as_mut() {
+            run.round(&mut ctx)?;
+            if round == scenario.rounds {
+                fault_free_finals = Some(run.evaluate(&mut ctx)?);
+            }
         }
         for (a, run) in coordinated.iter_mut() {
             let t = Instant::now();
@@ -709,6 +742,15 @@ fn run_seed(
             .collect(),
         faults: None,
     };
+    let mut summary = summary;
+    if let Some(f) = fedrc.as_ref().and_then(|r| r.faults.as_ref()) {
+        let report = fault_report(scenario, f, groups.as_deref(), fault_free_finals.as_deref());
+        write_fault_files(dir, f, &report)?;
+        summary.faults = Some(serde_json::to_value(&report).map_err(|e| SimError::Io {
+            path: dir.join("summary.json"),
+            source: e.into(),
+        })?);
+    }
     write_json(&dir.join("summary.json"), &summary)?;
     for (a, run) in &coordinated {
         if let Some(record) = run.record() {
@@ -747,6 +789,86 @@ fn run_seed(
         clients: fed.clients.len(),
         regression,
     })
+}
+
+/// The checks of a faulty FedeRiCo run; the round budget is τ_model + τ_grad (the simulator's
+/// rounds cost only their waits).
+fn fault_report(
+    scenario: &Scenario,
+    f: &faults::FaultSim,
+    groups: Option<&[usize]>,
+    fault_free: Option<&[ClientEval]>,
+) -> checks::Report {
+    let baseline: Option<Vec<Option<EvalRecord>>> =
+        fault_free.map(|v| v.iter().map(|&e| Some(e.into())).collect());
+    checks::evaluate(&checks::Inputs {
+        schedule: &f.schedule,
+        applied: &f.applied,
+        traces: &f.traces,
+        groups,
+        baseline: baseline.as_deref(),
+        round_budget_s: f.tau_model + f.tau_grad,
+        suspect_after: scenario.federico.suspect_after,
+        crashes: &f.crashes,
+        exits: None,
+    })
+}
+
+/// `faults.txt` (the printed report) and `traces.jsonl` (every silo's per-round record, as
+/// nodes write them) in the seed's directory.
+fn write_fault_files(dir: &Path, f: &faults::FaultSim, report: &checks::Report) -> Result<(), SimError> {
+    let path = dir.join("faults.txt");
+    std::fs::write(&path, report.render()).map_err(io_err(&path))?;
+    let path = dir.join("traces.jsonl");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io_err(&path))?);
+    for rec in f.traces.iter().flatten() {
+        serde_json::to_writer(&mut out, rec).map_err(|e| SimError::Io {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        writeln!(out).map_err(io_err(&path))?;
+    }
+    out.flush().map_err(io_err(&path))
+}
+
+/// Each silo's final test score of the scenario's FedeRiCo run *without* its faults, for the
+/// swarm's recovery check (the fault-free swarm makes the simulator's decisions bit for bit).
+pub fn fault_free_finals(
+    scenario: &Scenario,
+    seed: u64,
+    data_dir: Option<&Path>,
+) -> Result<Vec<Option<EvalRecord>>, SimError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| SimError::Threads {
+            threads,
+            reason: e.to_string(),
+        })?;
+    let real = scenario.load_real(scenario.data_dir(data_dir).as_deref())?;
+    let Setup {
+        fed,
+        learners,
+        init,
+        ..
+    } = setup(scenario, seed, real.as_ref())?;
+    let mut ctx = Ctx {
+        scenario,
+        fed: &fed,
+        seed,
+        learners,
+        pool: &pool,
+    };
+    let mut run = FedericoRun::new(&ctx, &init);
+    for _ in 0..scenario.rounds {
+        run.round(&mut ctx)?;
+    }
+    Ok(run
+        .evaluate(&mut ctx)?
+        .into_iter()
+        .map(|e| Some(e.into()))
+        .collect())
 }
 
 /// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
