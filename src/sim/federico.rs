@@ -8,10 +8,10 @@ use super::{BatchCursor, ClientEval, Ctx, SimError, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
-use crate::net::Checkpoint;
-use crate::trace::NodeRound;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
+use crate::net::Checkpoint;
+use crate::trace::NodeRound;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
@@ -266,7 +266,10 @@ impl FedericoRun {
         // A connection that comes (back) shows the peer alive: sampleable again (spec §6).
         for i in 0..k as u32 {
             for j in 0..k as u32 {
-                if i != j && st.connected(i, j) && (!f.prev.connected(i, j) || fired_restart(&fired, i)) {
+                if i != j
+                    && st.connected(i, j)
+                    && (!f.prev.connected(i, j) || fired_restart(&fired, i))
+                {
                     self.peers[i as usize].handle_reachable(NodeId(j));
                 }
             }
@@ -363,11 +366,19 @@ impl FedericoRun {
             let mut late = 0f64;
             for (from, grad) in letters {
                 late = late.max(FaultSim::delay_s(&st, from.0));
-                inbox.handle_gradient(from, self.versions[b], grad).map_err(|r| {
-                    SimError::Invariant(format!("silo-{b} rejected the gradient of {from}: {r}"))
-                })?;
+                inbox
+                    .handle_gradient(from, self.versions[b], grad)
+                    .map_err(|r| {
+                        SimError::Invariant(format!(
+                            "silo-{b} rejected the gradient of {from}: {r}"
+                        ))
+                    })?;
             }
-            wait[b] += if inbox.is_complete() { late } else { f.tau_grad };
+            wait[b] += if inbox.is_complete() {
+                late
+            } else {
+                f.tau_grad
+            };
             gradients[b] = inbox.gradients();
             self.opts[b].step(&mut self.params[b], &inbox.sum());
             self.versions[b] += 1;
@@ -392,7 +403,10 @@ impl FedericoRun {
                 bytes_sent: 0,
                 stream_bytes_sent: 0,
                 at: g as f64,
-                tracked: table.iter().map(|(id, e, _)| (id.0, e.tracked_loss)).collect(),
+                tracked: table
+                    .iter()
+                    .map(|(id, e, _)| (id.0, e.tracked_loss))
+                    .collect(),
                 last: table.iter().map(|(id, e, _)| (id.0, e.last_loss)).collect(),
                 suspects: (0..k as u32)
                     .filter(|&j| self.peers[i].is_suspect(NodeId(j)))

@@ -10,16 +10,15 @@
 
 mod baselines;
 mod coordinated;
+mod faults;
 mod fedcollab;
 mod feddisco;
-mod faults;
 mod federico;
 mod fedsac;
 mod hcct;
 
 use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::trace::EvalRecord;
 use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
 use crate::report::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
@@ -27,6 +26,7 @@ use crate::report::records::{
 };
 use crate::report::{plots, table};
 use crate::scenario::{Algorithm, Scenario, ScenarioError};
+use crate::trace::EvalRecord;
 use baselines::{FedAvgRun, LocalRun};
 use federico::FedericoRun;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -333,6 +333,11 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
             threads,
             reason: e.to_string(),
         })?;
+    // The simulator runs in rounds: a schedule timed in seconds is for the swarm.
+    scenario
+        .fault_schedule()?
+        .rounds_only()
+        .map_err(ScenarioError::Invalid)?;
     std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
     let data_dir = scenario.data_dir(opts.data_dir.as_deref());
     let real = scenario.load_real(data_dir.as_deref())?;
@@ -808,6 +813,7 @@ fn fault_report(
         groups,
         baseline: baseline.as_deref(),
         round_budget_s: f.tau_model + f.tau_grad,
+        stall_after: 1.0,
         suspect_after: scenario.federico.suspect_after,
         crashes: &f.crashes,
         exits: None,
@@ -816,7 +822,11 @@ fn fault_report(
 
 /// `faults.txt` (the printed report) and `traces.jsonl` (every silo's per-round record, as
 /// nodes write them) in the seed's directory.
-fn write_fault_files(dir: &Path, f: &faults::FaultSim, report: &checks::Report) -> Result<(), SimError> {
+fn write_fault_files(
+    dir: &Path,
+    f: &faults::FaultSim,
+    report: &checks::Report,
+) -> Result<(), SimError> {
     let path = dir.join("faults.txt");
     std::fs::write(&path, report.render()).map_err(io_err(&path))?;
     let path = dir.join("traces.jsonl");

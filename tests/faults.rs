@@ -1,0 +1,246 @@
+//! Fault schedules in the simulator (`federico simulate`): the shipped scenarios' checks pass,
+//! and the traces behind them show what the checks claim (failed pulls across a partition,
+//! kept losses, a checkpointed restart, a straggler's dropped gradients, a late joiner found).
+
+use federico::scenario::Scenario;
+use federico::sim;
+use federico::trace::NodeRound;
+use serde_json::Value;
+use std::path::Path;
+
+fn scenario(file: &str, overrides: &[&str]) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("simulations")
+        .join(file);
+    let over: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Scenario::load_with(&path, &over).expect("the shipped scenario is valid")
+}
+
+/// Runs seed 1 and returns the fault report and every silo's trace.
+fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
+    let mut s = s.clone();
+    s.seeds = vec![1];
+    let o = sim::run(
+        &s,
+        &sim::Options {
+            out: out.to_owned(),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .expect("simulation runs");
+    let report = o.summary.runs[0].faults.clone().expect("a fault report");
+    let text = std::fs::read_to_string(out.join("seed-1/traces.jsonl")).unwrap();
+    let mut traces = vec![Vec::new(); s.split.clients];
+    for line in text.lines() {
+        let r: NodeRound = serde_json::from_str(line).unwrap();
+        traces[r.node as usize].push(r);
+    }
+    (report, traces)
+}
+
+fn verdict(report: &Value, name: &str) -> bool {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check in {report}"))["pass"]
+        .as_bool()
+        .unwrap()
+}
+
+fn figure(report: &Value, name: &str, fig: &str) -> Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()["figures"][fig]
+        .clone()
+}
+
+#[test]
+fn a_4_4_partition_heals_and_every_check_passes() {
+    let s = scenario("partition-heal.toml", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    assert_eq!(report["pass"], true, "{report:#}");
+    for c in ["liveness", "memory", "recovery"] {
+        assert!(verdict(&report, c), "{c}: {report:#}");
+    }
+    let side = |i: u32| usize::from(i >= 4);
+    // Rounds 15..=34 are cut: no model crosses; every silo kept logging rounds.
+    for (i, t) in traces.iter().enumerate() {
+        let cut: Vec<&NodeRound> = t.iter().filter(|r| (15.0..35.0).contains(&r.at)).collect();
+        assert_eq!(
+            cut.len(),
+            20,
+            "silo {i} completed every round of the partition"
+        );
+        for r in &cut {
+            assert!(
+                r.answered.iter().all(|&b| side(b) == side(i as u32)),
+                "silo {i} got a model across the partition in round {}",
+                r.round
+            );
+        }
+        // ℓ of every peer on the other side is the one measured before the cut.
+        let before = t.iter().rev().find(|r| r.at < 15.0).unwrap();
+        let last = cut.last().unwrap();
+        for (j, l) in &before.last {
+            if side(*j) != side(i as u32) {
+                let now = last.last.iter().find(|x| x.0 == *j).unwrap().1;
+                assert_eq!(now.to_bits(), l.to_bits(), "silo {i} kept ℓ of silo {j}");
+            }
+        }
+        // Suspects: the other side, after at most 3 failures each.
+        assert!(last.suspects.iter().all(|&j| side(j) != side(i as u32)));
+    }
+    // 4 cross peers × 3 failures before suspicion, for each of 8 silos, at most.
+    let failed = figure(&report, "memory", "failed_pulls").as_u64().unwrap();
+    assert!(failed > 0 && failed <= 8 * 4 * 3, "failed pulls {failed}");
+    // After the heal, models cross again.
+    let crossed = traces.iter().enumerate().any(|(i, t)| {
+        t.iter()
+            .filter(|r| r.at >= 35.0 && r.at < 40.0)
+            .any(|r| r.answered.iter().any(|&b| side(b) != side(i as u32)))
+    });
+    assert!(crossed, "no model crossed within 5 rounds of the heal");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_faulty_run() {
+    let s = scenario("message-loss.toml", &[]);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    run(&s, a.path());
+    run(&s, b.path());
+    for f in ["summary.json", "traces.jsonl", "faults.txt"] {
+        let read = |d: &Path| std::fs::read(d.join("seed-1").join(f)).unwrap();
+        assert_eq!(read(a.path()), read(b.path()), "{f} differs");
+    }
+    // 20% loss: some pulls failed while it was in force.
+    let text = std::fs::read_to_string(a.path().join("seed-1/traces.jsonl")).unwrap();
+    let failed = text
+        .lines()
+        .map(|l| serde_json::from_str::<NodeRound>(l).unwrap())
+        .filter(|r| r.at >= 10.0 && r.at < 40.0)
+        .map(|r| r.sampled.len() - r.answered.len())
+        .sum::<usize>();
+    assert!(failed > 10, "only {failed} pulls lost at 20% loss");
+}
+
+#[test]
+fn a_crashed_silo_resumes_from_its_checkpoint() {
+    let s = scenario("crash-restart.toml", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    assert!(verdict(&report, "crash_safety"), "{report:#}");
+    assert!(
+        verdict(&report, "liveness") && verdict(&report, "memory"),
+        "{report:#}"
+    );
+    let t = &traces[5];
+    // Down from round 20 to 24: no record; then own round 20 again, resumed.
+    assert!(t.iter().all(|r| !(20.0..25.0).contains(&r.at)));
+    let back = t.iter().find(|r| r.at >= 25.0).unwrap();
+    assert_eq!(back.round, 20);
+    assert!(back.resumed);
+    assert_eq!(t.iter().filter(|r| r.resumed).count(), 1);
+    let before = t.iter().rev().find(|r| r.at < 20.0).unwrap();
+    assert_eq!(
+        back.version,
+        before.version + 1,
+        "one step after the restart"
+    );
+    // The others stopped pulling from silo 5 after at most 3 failures.
+    for (i, t) in traces.iter().enumerate().filter(|(i, _)| *i != 5) {
+        let tries = t
+            .iter()
+            .filter(|r| (20.0..25.0).contains(&r.at) && r.sampled.contains(&5))
+            .count();
+        assert!(tries <= 3, "silo {i} pulled the dead silo 5 {tries} times");
+    }
+}
+
+#[test]
+fn a_straggler_past_the_deadlines_loses_its_influence_not_the_pace() {
+    let s = scenario("straggler.toml", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    assert!(verdict(&report, "liveness"), "{report:#}");
+    assert!(verdict(&report, "recovery"), "{report:#}");
+    for t in &traces {
+        for r in t.iter().filter(|r| r.at >= 10.0) {
+            assert!(!r.answered.contains(&2), "silo 2's model arrived in time");
+            assert!(r.seconds <= 4.0);
+        }
+    }
+    // Every owner's step counted itself and the samplers it answered, never silo 2.
+    for (b, t) in traces.iter().enumerate() {
+        for r in t.iter().filter(|r| r.at >= 10.0) {
+            let expected = 1 + traces
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != b && *i != 2)
+                .filter(|(_, ti)| {
+                    ti.iter()
+                        .find(|x| x.at == r.at)
+                        .is_some_and(|x| x.answered.contains(&(b as u32)))
+                })
+                .count();
+            assert_eq!(r.gradients, expected, "owner {b} at round {}", r.at);
+        }
+    }
+}
+
+#[test]
+fn a_late_joiner_is_found_by_its_group() {
+    let s = scenario("late-join.toml", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    assert!(verdict(&report, "late_join"), "{report:#}");
+    assert!(traces[7].iter().all(|r| r.at >= 20.0));
+    assert_eq!(traces[7].len(), 41);
+    let rounds = figure(&report, "late_join", "joins")[0]["rounds_to_first_pull_by_mate"]
+        .as_u64()
+        .unwrap();
+    assert!(rounds <= 10);
+}
+
+#[test]
+fn a_bad_schedule_fails_at_load_naming_the_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/partition-heal.toml"),
+    )
+    .unwrap();
+    let bad = base.replace(
+        "[[0, 1, 2, 3], [4, 5, 6, 7]]",
+        "[[0, 1, 2, 3], [3, 4, 5, 6, 7]]",
+    );
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, bad).unwrap();
+    let e = Scenario::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("faults.events[1]") && e.contains("silo 3"),
+        "{e}"
+    );
+    let timed = base.replace("round = 35\nheal", "at_s = 35\nheal");
+    std::fs::write(&path, timed).unwrap();
+    let s = Scenario::load(&path).unwrap();
+    let e = sim::run(
+        &s,
+        &sim::Options {
+            out: dir.path().join("out"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("faults.events[2]") && e.contains("round = N"),
+        "{e}"
+    );
+}
