@@ -544,5 +544,5 @@ fn scale(g: &mut [f32], w: f64) {
 
 /// Whether `silo` was restarted at the start of this round (its connections are all new).
 fn fired_restart(fired: &[Fault], silo: u32) -> bool {
-    fired.iter().any(|f| *f == Fault::Restart(silo))
+    fired.contains(&Fault::Restart(silo))
 }
