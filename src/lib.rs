@@ -14,6 +14,8 @@
 //! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`coord`] | the coordinator algorithms (FedDisco, FedCollab, HCCT, FedSaC): weights, coalitions, merges | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
+//! | [`trace`] | the per-round record of one silo (a node's run log, the simulator's fault traces) | compute anything |
+//! | [`faults`] | fault schedules (schema, validation, round timeline) and the pass/fail checks over traces | apply anything |
 //! | [`scenario`] | the validated scenario file (data, split, model, algorithms, hyperparameters) | run anything |
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
 //! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
