@@ -165,6 +165,7 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
         outcome.table
     );
     text += &same_group_line(&outcome);
+    text += &fault_lines(&outcome);
     for seed in &scenario.seeds {
         let path = out.join(format!("seed-{seed}/swarm.json"));
         if let Ok(f) = std::fs::read_to_string(&path)

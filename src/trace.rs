@@ -39,6 +39,10 @@ pub struct NodeRound {
     /// simulator). Checks compare it with the times the faults were applied.
     #[serde(default)]
     pub at: f64,
+    /// When the round started, on the same clock as `at` (the simulator: `at − 0.4`, after
+    /// the round's faults at `at − 0.5`).
+    #[serde(default)]
+    pub start: f64,
     /// L̂ per known peer after the E-step, `(peer, tracked loss)`, self included.
     #[serde(default)]
     pub tracked: Vec<(u32, f64)>,

@@ -431,9 +431,25 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
             let mut run = 0u32;
             let mut in_stretch = false;
             for r in t {
-                let cut = unreachable(i, j, r.at);
+                // A round counts as cut off if it started and ended while `j` was out of
+                // reach; a round that straddles the change may have pulled `j` before it and
+                // is left out of both the baseline and the check.
+                let start = if r.start > 0.0 {
+                    r.start
+                } else {
+                    r.at - r.seconds
+                };
+                let (cut_start, cut_end) = (unreachable(i, j, start), unreachable(i, j, r.at));
                 let last = lookup(&r.last, j as u32);
                 let tracked = lookup(&r.tracked, j as u32);
+                if cut_start != cut_end {
+                    in_stretch = false;
+                    if let (Some(l), Some(tr)) = (last, tracked) {
+                        before = Some((l, tr));
+                    }
+                    continue;
+                }
+                let cut = cut_end;
                 if cut {
                     if !in_stretch {
                         in_stretch = true;
@@ -818,6 +834,7 @@ mod tests {
             bytes_sent: 0,
             stream_bytes_sent: 0,
             at: round as f64,
+            start: round as f64 - 0.4,
             tracked: vec![(node, 0.5), (other, other_loss)],
             last: vec![(node, 0.5), (other, other_loss)],
             suspects: Vec::new(),

@@ -216,6 +216,9 @@ pub struct NodeConfig {
     /// `[deadlines]`.
     #[serde(default)]
     pub deadlines: Deadlines,
+    /// `[control]`: the local control channel `federico swarm` uses for fault schedules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<super::control::ControlConfig>,
 }
 
 fn default_listen() -> Vec<String> {

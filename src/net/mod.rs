@@ -7,6 +7,7 @@
 
 mod behaviour;
 pub mod config;
+pub mod control;
 pub mod identity;
 mod metrics;
 pub mod node;

@@ -25,6 +25,7 @@
 
 use super::behaviour::{Behaviour, BehaviourConfig, BehaviourEvent};
 use super::config::NodeConfig;
+use super::control;
 use super::identity::{self, Manifest};
 use super::metrics::{self, Metrics};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
@@ -145,6 +146,8 @@ struct Driver {
 
     // The round in progress.
     round_started: Instant,
+    /// The same, in Unix seconds, for the run log.
+    round_started_unix: f64,
     sampled: Vec<NodeId>,
     received: Vec<(NodeId, u64, Arc<Vec<f32>>)>,
     /// Pulls given up on: their model may still come, and then gets a `Skip`.
@@ -154,6 +157,8 @@ struct Driver {
     pending_record: Option<NodeRound>,
     /// Resumed from a checkpoint and the first round since is not logged yet.
     resumed: bool,
+    /// Peers cut off by the control channel (a scheduled partition).
+    blocked: HashSet<PeerId>,
 
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     log: std::io::BufWriter<std::fs::File>,
@@ -311,6 +316,34 @@ pub async fn run(
         tokio::spawn(metrics::serve(listener, registry.clone()));
     }
 
+    // The control channel of a swarm's fault schedule (only with the token it wrote).
+    let (control_tx, mut control_rx) = tokio::sync::mpsc::channel::<control::Request>(16);
+    if let Some(c) = &cfg.control {
+        let token = std::fs::read_to_string(&c.token_file)
+            .map_err(|e| fatal(format!("control token {}: {e}", c.token_file.display())))?
+            .trim()
+            .to_string();
+        if token.is_empty() {
+            return Err(fatal(format!(
+                "control token {} is empty",
+                c.token_file.display()
+            )));
+        }
+        let listener = tokio::net::TcpListener::bind(&c.listen)
+            .await
+            .map_err(|e| fatal(format!("control address {}: {e}", c.listen)))?;
+        let addr = listener.local_addr().map_err(fatal)?;
+        crate::store::write_atomic(
+            &cfg.state_dir.join("control.addr"),
+            addr.to_string().as_bytes(),
+        )
+        .map_err(fatal)?;
+        info!(%addr, "control channel listening");
+        tokio::spawn(control::serve(listener, token, control_tx));
+    } else {
+        drop(control_tx);
+    }
+
     let peer_ids: Vec<PeerId> = manifest.members.iter().map(|m| m.peer_id).collect();
     let nodes = peer_ids
         .iter()
@@ -388,6 +421,7 @@ pub async fn run(
             until: start_deadline,
         },
         round_started: Instant::now(),
+        round_started_unix: 0.0,
         sampled: Vec::new(),
         received: Vec::new(),
         abandoned: HashSet::new(),
@@ -395,6 +429,7 @@ pub async fn run(
         fetched: Vec::new(),
         pending_record: None,
         resumed: round > 0,
+        blocked: HashSet::new(),
         jobs: Some(job_tx),
         log: std::io::BufWriter::new(log),
         log_path,
@@ -405,7 +440,7 @@ pub async fn run(
     d.dial_members();
     info!(node = %me, peer = %peer_id, name = %d.name, round, "node started");
 
-    let result = d.event_loop(&mut done_rx, shutdown).await;
+    let result = d.event_loop(&mut done_rx, &mut control_rx, shutdown).await;
     // Closing the job channel ends the trainer after the jobs already queued (a checkpoint
     // among them is written whole).
     d.jobs = None;
@@ -422,6 +457,7 @@ impl Driver {
             if i != self.me.index()
                 && !m.addrs.is_empty()
                 && !self.connected.contains(&NodeId(i as u32))
+                && !self.blocked.contains(&m.peer_id)
             {
                 if let Err(e) = self.swarm.dial(m.peer_id) {
                     debug!(peer = %m.name, "dial: {e}");
@@ -433,6 +469,39 @@ impl Driver {
                 let _ = self.swarm.dial(addr);
             }
         }
+    }
+
+    /// A command of the control channel: cut or restore links (a scheduled partition).
+    fn handle_control(&mut self, cmd: control::Command) -> serde_json::Value {
+        match cmd {
+            control::Command::Block(peers) => {
+                for p in peers {
+                    // Closes the open connections and refuses new ones, both ways.
+                    self.swarm.behaviour_mut().blocked.block_peer(p);
+                    self.blocked.insert(p);
+                }
+                info!(
+                    blocked = self.blocked.len(),
+                    "links cut by the control channel"
+                );
+            }
+            control::Command::Unblock(peers) => {
+                for p in peers {
+                    self.swarm.behaviour_mut().blocked.unblock_peer(p);
+                    self.blocked.remove(&p);
+                    if let Err(e) = self.swarm.dial(p) {
+                        debug!(peer = %p, "dial after unblock: {e}");
+                    }
+                }
+                info!(
+                    blocked = self.blocked.len(),
+                    "links restored by the control channel"
+                );
+            }
+            control::Command::Status => {}
+        }
+        serde_json::json!({"ok": true, "round": self.round, "version": self.version,
+            "connected": self.connected.len(), "blocked": self.blocked.len()})
     }
 
     fn send_job(&mut self, job: Job) -> Result<(), NodeError> {
@@ -464,6 +533,7 @@ impl Driver {
     async fn event_loop(
         &mut self,
         done_rx: &mut tokio::sync::mpsc::UnboundedReceiver<Done>,
+        control_rx: &mut tokio::sync::mpsc::Receiver<control::Request>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<Ending, NodeError> {
         tokio::pin!(shutdown);
@@ -487,6 +557,9 @@ impl Driver {
                     None => return Err(fatal("the training thread stopped")),
                 },
                 _ = sleep => self.handle_timeout()?,
+                Some((cmd, reply)) = control_rx.recv() => {
+                    let _ = reply.send(self.handle_control(cmd));
+                }
                 _ = redial.tick() => {
                     if self.connected.len() + 1 < self.manifest.members.len() {
                         self.dial_members();
@@ -608,6 +681,9 @@ impl Driver {
     fn start_round(&mut self) {
         let r = self.current_round();
         self.round_started = Instant::now();
+        self.round_started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         self.received.clear();
         self.sampled = self.peer.sample();
         let sampled: BTreeSet<NodeId> = self.sampled.iter().copied().collect();
@@ -725,6 +801,7 @@ impl Driver {
                     bytes_sent: 0,
                     stream_bytes_sent: 0,
                     at: 0.0,
+                    start: self.round_started_unix,
                     tracked: self
                         .peer
                         .table()
@@ -909,6 +986,16 @@ impl Driver {
                         debug!(peer = %n, "connected");
                         // Seen alive again: sampleable again (spec §6).
                         self.peer.handle_reachable(n);
+                        // A peer that (re)connects after we finished must not wait for our
+                        // round notices.
+                        if matches!(self.phase, Phase::Lingering { .. }) {
+                            let id = self
+                                .swarm
+                                .behaviour_mut()
+                                .model
+                                .send_request(&peer_id, ModelRequest::Done);
+                            self.outstanding.insert(id, Outstanding::Other);
+                        }
                     }
                     self.metrics
                         .connected_peers

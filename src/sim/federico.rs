@@ -403,6 +403,7 @@ impl FedericoRun {
                 bytes_sent: 0,
                 stream_bytes_sent: 0,
                 at: g as f64,
+                start: g as f64 - 0.4,
                 tracked: table
                     .iter()
                     .map(|(id, e, _)| (id.0, e.tracked_loss))

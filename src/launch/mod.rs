@@ -5,6 +5,9 @@
 //! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
 //! Must not: take part in a round; the nodes run the federation on their own.
 
+mod faults;
+
+use crate::faults::checks;
 use crate::learn::{Evaluation, Federation, Shard};
 use crate::net::config::Deadlines;
 use crate::net::node::NodeRound;
@@ -133,6 +136,67 @@ struct Proc {
     status: Option<std::process::ExitStatus>,
     /// Largest resident set seen while it ran (KiB, from /proc).
     max_rss_kib: u64,
+    /// How each earlier process of this silo ended (a schedule's crashes).
+    lives: Vec<String>,
+    /// Every log this silo's processes wrote.
+    logs: Vec<PathBuf>,
+    /// Killed by the fault schedule and not (yet) restarted, or told to leave.
+    by_schedule: bool,
+}
+
+impl Proc {
+    fn new(name: String, child: std::process::Child, log: PathBuf, run_log: PathBuf) -> Self {
+        Self {
+            name,
+            child,
+            logs: vec![log.clone()],
+            log,
+            run_log,
+            status: None,
+            max_rss_kib: 0,
+            lives: Vec::new(),
+            by_schedule: false,
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.status.is_none()
+    }
+
+    /// SIGKILL now, as a crash.
+    fn kill_by_schedule(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        self.lives.push("killed by the schedule".into());
+        self.by_schedule = true;
+    }
+
+    /// SIGTERM: a clean stop for good.
+    fn leave(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        self.by_schedule = true;
+    }
+
+    /// A new process for the same silo (same config, key, state directory).
+    fn relaunch(&mut self, child: std::process::Child, log: PathBuf) {
+        self.child = child;
+        self.status = None;
+        self.by_schedule = false;
+        self.logs.push(log.clone());
+        self.log = log;
+    }
+
+    /// Ended as it should: success, or stopped by the schedule.
+    fn ended_well(&self) -> bool {
+        self.status.is_some_and(|s| s.success()) || (self.by_schedule && self.status.is_some())
+    }
 }
 
 /// Resident set size of a process in KiB (Linux; 0 elsewhere or once it has exited).
@@ -266,6 +330,7 @@ pub fn prepare(
             train: scenario.train.clone(),
             federico: scenario.federico.clone(),
             deadlines: deadlines.clone(),
+            control: None,
         };
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;
@@ -314,6 +379,12 @@ fn run_seed(
     opts: &SwarmOptions,
     dir: &Path,
 ) -> anyhow::Result<SeedOutcome> {
+    // Under a fault schedule both drivers use its deadlines.
+    let mut deadlines = opts.deadlines.clone();
+    if !scenario.faults.is_empty() {
+        deadlines.model_s = scenario.faults.model_deadline_s;
+        deadlines.gradient_s = scenario.faults.gradient_deadline_s;
+    }
     let Prepared {
         federation: fed,
         names,
@@ -321,31 +392,49 @@ fn run_seed(
         state_dirs,
         nodes_dir,
         spec,
-    } = prepare(
-        scenario,
-        seed,
-        opts.data_dir.as_deref(),
-        &opts.deadlines,
-        dir,
-    )?;
+    } = prepare(scenario, seed, opts.data_dir.as_deref(), &deadlines, dir)?;
     let k = fed.clients.len();
     let regression = spec.is_regression();
     let num_params = spec.num_params();
+    // A fault schedule: every node gets a control channel only this launcher has the token of.
+    let schedule = scenario.fault_schedule()?;
+    let mut fault_driver: Option<Box<dyn FnOnce() -> faults::FaultDriver>> = None;
+    if !schedule.events.is_empty() {
+        faults::check_supported(&schedule)?;
+        let token_file = dir.join("control.token");
+        let token = faults::write_token(&token_file)?;
+        let mut peer_ids = Vec::with_capacity(k);
+        for c in &configs {
+            let mut cfg = NodeConfig::load(c)?;
+            cfg.control = Some(crate::net::control::ControlConfig {
+                listen: "127.0.0.1:0".into(),
+                token_file: token_file.clone(),
+            });
+            peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
+            std::fs::write(c, toml::to_string(&cfg)?)?;
+        }
+        let (configs, state_dirs, nodes_dir, exe) = (
+            configs.clone(),
+            state_dirs.clone(),
+            nodes_dir.clone(),
+            opts.exe.clone(),
+        );
+        let schedule = schedule.clone();
+        fault_driver = Some(Box::new(move || {
+            faults::FaultDriver::new(
+                schedule, token, peer_ids, configs, state_dirs, nodes_dir, exe,
+            )
+        }));
+    }
     let started = Instant::now();
     let mut running: Vec<Proc> = Vec::with_capacity(k);
     for ((name, cfg_path), state_dir) in names.into_iter().zip(configs).zip(state_dirs) {
         let log = nodes_dir.join(format!("{name}.log"));
         let child = start_node(&opts.exe, &cfg_path, &log)?;
-        running.push(Proc {
-            name,
-            child,
-            log,
-            run_log: state_dir.join("rounds.jsonl"),
-            status: None,
-            max_rss_kib: 0,
-        });
+        running.push(Proc::new(name, child, log, state_dir.join("rounds.jsonl")));
     }
     let mut first_round = None;
+    let mut driver = fault_driver.take().map(|make| make());
     let watched = watch(
         &mut running,
         scenario,
@@ -353,6 +442,7 @@ fn run_seed(
         opts,
         started,
         &mut first_round,
+        driver.as_mut(),
     );
     let total_seconds = started.elapsed().as_secs_f64();
     // Whatever happened, no node outlives the swarm.
@@ -360,7 +450,7 @@ fn run_seed(
     watched?;
     let abnormal: Vec<String> = running
         .iter()
-        .filter(|p| !p.status.is_some_and(|s| s.success()))
+        .filter(|p| !p.ended_well())
         .map(|p| {
             format!(
                 "{} exited {}; last log lines ({}):\n{}",
@@ -416,6 +506,20 @@ fn run_seed(
         }],
         faults: None,
     };
+    let mut summary = summary;
+    if let Some(driver) = &driver {
+        let report = fault_report(
+            scenario,
+            seed,
+            opts,
+            driver,
+            &running,
+            &logs,
+            groups.as_deref(),
+        )?;
+        std::fs::write(dir.join("faults.txt"), report.render())?;
+        summary.faults = Some(serde_json::to_value(&report)?);
+    }
     sim::write_json(&dir.join("summary.json"), &summary)?;
     let figures = figures(
         &logs,
@@ -455,6 +559,75 @@ fn run_seed(
         clients: k,
         regression,
     })
+}
+
+/// The checks of a faulty swarm. The round budget is τ_model (pulls) + τ_grad (gradients) +
+/// τ_model (the evaluation fetch) plus a compute allowance of 3× the median round of the run
+/// and 1 s; the baseline is the simulator's fault-free run of the same seed, which the
+/// fault-free swarm reproduces decision for decision (`tests/swarm.rs`).
+fn fault_report(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    driver: &faults::FaultDriver,
+    procs: &[Proc],
+    logs: &[Vec<NodeRound>],
+    groups: Option<&[usize]>,
+) -> anyhow::Result<checks::Report> {
+    let cfg = &scenario.faults;
+    let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
+    let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
+    let baseline = if cfg.baseline {
+        Some(
+            sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
+                .context("the fault-free baseline run")?,
+        )
+    } else {
+        None
+    };
+    let exits: Vec<checks::ExitEvidence> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut exits = p.lives.clone();
+            exits.push(match p.status {
+                Some(s) if s.success() => "ok".into(),
+                Some(_) if p.by_schedule => "killed by the schedule".into(),
+                Some(s) => format!("exited {s}"),
+                None => "still running".into(),
+            });
+            let bad_lines = p
+                .logs
+                .iter()
+                .flat_map(|l| {
+                    std::fs::read_to_string(l)
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|x| x.contains("panicked") || x.contains(" ERROR "))
+                        .map(|x| x.chars().take(200).collect::<String>())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            checks::ExitEvidence {
+                silo: i as u32,
+                exits,
+                bad_lines,
+            }
+        })
+        .collect();
+    let schedule = scenario.fault_schedule()?;
+    Ok(checks::evaluate(&checks::Inputs {
+        schedule: &schedule,
+        applied: &driver.applied,
+        traces: logs,
+        groups,
+        baseline: baseline.as_deref(),
+        round_budget_s: budget,
+        stall_after: budget,
+        suspect_after: scenario.federico.suspect_after,
+        crashes: &driver.crashes,
+        exits: Some(&exits),
+    }))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -550,6 +723,7 @@ fn watch(
     opts: &SwarmOptions,
     started: Instant,
     first_round: &mut Option<Duration>,
+    mut faults: Option<&mut faults::FaultDriver>,
 ) -> anyhow::Result<()> {
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -569,6 +743,7 @@ fn watch(
     loop {
         let mut done = 0u64;
         let mut min_round = u64::MAX;
+        let mut logged = 0u64;
         let mut acc = Vec::new();
         for p in procs.iter_mut() {
             if p.status.is_none() {
@@ -576,6 +751,7 @@ fn watch(
                 p.status = p.child.try_wait()?;
             }
             let rounds = read_run_log(&p.run_log).unwrap_or_default();
+            logged = logged.max(rounds.last().map_or(0, |r| r.round));
             done += rounds.len() as u64;
             min_round = min_round.min(rounds.len() as u64);
             if let Some(e) = rounds.iter().rev().find_map(|r| r.eval) {
@@ -600,13 +776,16 @@ fn watch(
             if min_round == u64::MAX { 0 } else { min_round },
             scenario.rounds
         ));
-        if procs.iter().all(|p| p.status.is_some()) {
+        if let Some(f) = faults.as_deref_mut() {
+            // With nobody running, a restart due at a round would wait for ever: fire it.
+            let idle = procs.iter().all(|p| p.status.is_some());
+            f.tick(procs, if idle { u64::MAX - 1 } else { logged })?;
+        }
+        let pending = faults.as_deref().is_some_and(|f| f.pending());
+        if procs.iter().all(|p| p.status.is_some()) && !pending {
             break;
         }
-        if let Some(p) = procs
-            .iter()
-            .find(|p| p.status.is_some_and(|s| !s.success()))
-        {
+        if let Some(p) = procs.iter().find(|p| p.status.is_some() && !p.ended_well()) {
             bar.finish_and_clear();
             bail!(
                 "node {} exited {}; stopping the swarm. Its log ({}):\n{}",
@@ -624,7 +803,9 @@ fn watch(
             bar.finish_and_clear();
             bail!("the swarm did not finish within {:?}", opts.timeout);
         }
-        std::thread::sleep(Duration::from_millis(200));
+        // A pending fault is fired within a few milliseconds of its round.
+        let pause = if pending { 10 } else { 200 };
+        std::thread::sleep(Duration::from_millis(pause));
     }
     bar.finish_and_clear();
     Ok(())

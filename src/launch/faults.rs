@@ -1,0 +1,254 @@
+//! A fault schedule applied to real node processes (`federico swarm`, issue 4).
+//!
+//! Owns: firing each event of the schedule when its trigger holds (the federation's round, read
+//! from the nodes' run logs, or seconds since the swarm started), and applying it: partitions
+//! and heals as `block`/`unblock` commands on each node's control channel (real disconnections:
+//! the nodes close and refuse the connections), crashes as SIGKILL followed by a read of the
+//! silo's checkpoint, restarts with the same config and key, leaves as SIGTERM. It records what
+//! it applied, when, on the nodes' clock (Unix seconds), for the checks.
+//! Must not: take part in a round, or judge the outcome (`faults::checks` does).
+
+use super::{Proc, start_node};
+use crate::faults::checks::{Applied, CrashEvidence};
+use crate::faults::{Fault, Restart, Schedule, Trigger};
+use crate::net::Checkpoint;
+use crate::net::control;
+use anyhow::{Context, bail};
+use libp2p::PeerId;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// When a pending restart is due.
+#[derive(Clone, Copy, Debug)]
+enum Due {
+    Round(u64),
+    At(Instant),
+}
+
+/// The schedule's state during one seed of a swarm.
+pub(crate) struct FaultDriver {
+    schedule: Schedule,
+    token: String,
+    peer_ids: Vec<PeerId>,
+    configs: Vec<PathBuf>,
+    state_dirs: Vec<PathBuf>,
+    nodes_dir: PathBuf,
+    exe: PathBuf,
+    started: Instant,
+    next: usize,
+    restarts: Vec<(Due, usize)>,
+    /// Each silo's partition group while a partition is in force.
+    groups: Option<Vec<usize>>,
+    pub(crate) applied: Vec<Applied>,
+    pub(crate) crashes: Vec<CrashEvidence>,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The events `federico swarm` can apply today; the rest are simulator-only for now.
+pub(crate) fn check_supported(schedule: &Schedule) -> anyhow::Result<()> {
+    for (i, e) in schedule.events.iter().enumerate() {
+        if matches!(
+            e.fault,
+            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Join(_)
+        ) {
+            bail!(
+                "faults.events[{}]: `federico swarm` applies partition, heal, crash (with restart) and leave; {} runs in `federico simulate` only for now",
+                i + 1,
+                e.fault.kind()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes a fresh random token for the nodes' control channels (mode 0600) and returns it.
+pub(crate) fn write_token(path: &Path) -> anyhow::Result<String> {
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    let token: String = (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect();
+    std::fs::write(path, &token).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(token)
+}
+
+impl FaultDriver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        schedule: Schedule,
+        token: String,
+        peer_ids: Vec<PeerId>,
+        configs: Vec<PathBuf>,
+        state_dirs: Vec<PathBuf>,
+        nodes_dir: PathBuf,
+        exe: PathBuf,
+    ) -> Self {
+        Self {
+            schedule,
+            token,
+            peer_ids,
+            configs,
+            state_dirs,
+            nodes_dir,
+            exe,
+            started: Instant::now(),
+            next: 0,
+            restarts: Vec::new(),
+            groups: None,
+            applied: Vec::new(),
+            crashes: Vec::new(),
+        }
+    }
+
+    /// Whether an event or restart is still to come (the launcher then polls faster).
+    pub(crate) fn pending(&self) -> bool {
+        self.next < self.schedule.events.len() || !self.restarts.is_empty()
+    }
+
+    /// Fires what is due. `logged` is the highest round any node has logged.
+    pub(crate) fn tick(&mut self, procs: &mut [Proc], logged: u64) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let due = |d: Due| match d {
+            Due::Round(r) => logged + 1 >= r,
+            Due::At(t) => now >= t,
+        };
+        let ready: Vec<usize> = self
+            .restarts
+            .iter()
+            .filter(|(d, _)| due(*d))
+            .map(|x| x.1)
+            .collect();
+        self.restarts.retain(|(d, _)| !due(*d));
+        for silo in ready {
+            self.restart(procs, silo)?;
+        }
+        while let Some(e) = self.schedule.events.get(self.next) {
+            let fire = match e.trigger {
+                Trigger::Round(r) => due(Due::Round(r)),
+                Trigger::Seconds(s) => now >= self.started + Duration::from_secs_f64(s),
+            };
+            if !fire {
+                break;
+            }
+            let fault = e.fault.clone();
+            self.next += 1;
+            self.apply(procs, &fault, logged + 1)?;
+        }
+        Ok(())
+    }
+
+    fn control_addr(&self, silo: usize) -> anyhow::Result<String> {
+        let path = self.state_dirs[silo].join("control.addr");
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(&path) {
+                if !a.trim().is_empty() {
+                    return Ok(a.trim().to_string());
+                }
+            }
+            if Instant::now() > until {
+                bail!(
+                    "silo {silo} never opened its control channel ({})",
+                    path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Blocks, on `silo`, every peer outside its partition group.
+    fn cut(&self, silo: usize, groups: &[usize]) -> anyhow::Result<()> {
+        let others: Vec<PeerId> = (0..self.peer_ids.len())
+            .filter(|&j| groups[j] != groups[silo])
+            .map(|j| self.peer_ids[j])
+            .collect();
+        control::send(&self.control_addr(silo)?, &self.token, "block", &others)
+            .map_err(|e| anyhow::anyhow!("blocking on silo {silo}: {e}"))?;
+        Ok(())
+    }
+
+    fn apply(&mut self, procs: &mut [Proc], fault: &Fault, round: u64) -> anyhow::Result<()> {
+        let k = self.peer_ids.len();
+        match fault {
+            Fault::Partition(groups) => {
+                let mut g = vec![0; k];
+                for (n, members) in groups.iter().enumerate() {
+                    for &s in members {
+                        g[s as usize] = n;
+                    }
+                }
+                for silo in (0..k).filter(|&s| procs[s].is_running()) {
+                    self.cut(silo, &g)?;
+                }
+                self.groups = Some(g);
+            }
+            Fault::Heal => {
+                for silo in (0..k).filter(|&s| procs[s].is_running()) {
+                    let addr = self.control_addr(silo)?;
+                    control::send(&addr, &self.token, "unblock", &self.peer_ids)
+                        .map_err(|e| anyhow::anyhow!("unblocking on silo {silo}: {e}"))?;
+                }
+                self.groups = None;
+            }
+            Fault::Crash { silo, restart } => {
+                let s = *silo as usize;
+                procs[s].kill_by_schedule();
+                let checkpoint = Checkpoint::read(&self.state_dirs[s].join("checkpoint.bin"));
+                let peer_ids = match &checkpoint {
+                    Ok(Some(c)) => Some((self.peer_ids[s].to_string(), c.peer_id.clone())),
+                    _ => None,
+                };
+                self.crashes.push(CrashEvidence {
+                    silo: *silo,
+                    checkpoint: checkpoint.map(|c| c.map(|c| c.round)),
+                    peer_ids,
+                });
+                match restart {
+                    Some(Restart::Rounds(d)) => self.restarts.push((Due::Round(round + d), s)),
+                    Some(Restart::Seconds(t)) => self
+                        .restarts
+                        .push((Due::At(Instant::now() + Duration::from_secs_f64(*t)), s)),
+                    None => {}
+                }
+            }
+            Fault::Leave(silo) => procs[*silo as usize].leave(),
+            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Join(_) | Fault::Restart(_) => {
+                bail!("{} is not applied by the swarm", fault.kind());
+            }
+        }
+        self.applied.push(Applied {
+            at: unix_now(),
+            fault: fault.clone(),
+        });
+        Ok(())
+    }
+
+    fn restart(&mut self, procs: &mut [Proc], silo: usize) -> anyhow::Result<()> {
+        let _ = std::fs::remove_file(self.state_dirs[silo].join("control.addr"));
+        let life = procs[silo].lives.len() + 1;
+        let log = self
+            .nodes_dir
+            .join(format!("{}.{life}.log", procs[silo].name));
+        let child = start_node(&self.exe, &self.configs[silo], &log)?;
+        procs[silo].relaunch(child, log);
+        // A partition in force applies to the restarted process too.
+        if let Some(g) = self.groups.clone() {
+            self.cut(silo, &g)?;
+        }
+        self.applied.push(Applied {
+            at: unix_now(),
+            fault: Fault::Restart(silo as u32),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! The local control channel of a node: how `federico swarm` cuts and restores links for its
+//! fault schedules (issue 4).
+//!
+//! Owns: a TCP listener on a local address, one JSON command per line, the token check, and
+//! turning accepted commands into [`Command`]s for the node's event loop.
+//! Must not: touch the swarm or the core itself — the event loop applies each command — and
+//! must never accept a command without the token (anything else on the machine could reach the
+//! port).
+//!
+//! ```text
+//! → {"token": "…", "cmd": "block", "peers": ["12D3Koo…"]}
+//! ← {"ok": true}
+//! ```
+//! `cmd` is `block` (close and refuse connections to the peers, stop dialling them), `unblock`
+//! (allow and dial them again) or `status` (the node's round).
+
+use libp2p::PeerId;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+/// `[control]` of a node config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// Local address to listen on; the bound address is written to `<state_dir>/control.addr`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// A file holding the token every command must carry (written by the swarm, mode 0600).
+    pub token_file: PathBuf,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:0".into()
+}
+
+/// What the event loop is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Close and refuse connections to these peers.
+    Block(Vec<PeerId>),
+    /// Allow these peers again and dial them.
+    Unblock(Vec<PeerId>),
+    /// Report the round.
+    Status,
+}
+
+/// A command with the channel its answer goes back on.
+pub type Request = (Command, oneshot::Sender<serde_json::Value>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    token: String,
+    cmd: String,
+    #[serde(default)]
+    peers: Vec<String>,
+}
+
+/// Parses one line against the expected token.
+pub fn parse(line: &str, token: &str) -> Result<Command, String> {
+    let l: Line = serde_json::from_str(line).map_err(|e| format!("not a command: {e}"))?;
+    // Equal-length comparison over every byte: no early exit on the first difference.
+    let (a, b) = (l.token.as_bytes(), token.as_bytes());
+    let same = a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0;
+    if !same {
+        return Err("wrong token".into());
+    }
+    let peers = || -> Result<Vec<PeerId>, String> {
+        l.peers
+            .iter()
+            .map(|p| p.parse().map_err(|e| format!("peer {p:?}: {e}")))
+            .collect()
+    };
+    match l.cmd.as_str() {
+        "block" => Ok(Command::Block(peers()?)),
+        "unblock" => Ok(Command::Unblock(peers()?)),
+        "status" => Ok(Command::Status),
+        other => Err(format!(
+            "unknown cmd {other:?}: expected block, unblock or status"
+        )),
+    }
+}
+
+/// Accepts connections and forwards each valid command to `tx`, answering with the event
+/// loop's reply (or the parse error).
+pub async fn serve(listener: tokio::net::TcpListener, token: String, tx: mpsc::Sender<Request>) {
+    loop {
+        let Ok((stream, from)) = listener.accept().await else {
+            continue;
+        };
+        let token = token.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut lines = BufReader::new(r).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let reply = match parse(&line, &token) {
+                    Ok(cmd) => {
+                        let (otx, orx) = oneshot::channel();
+                        if tx.send((cmd, otx)).await.is_err() {
+                            return;
+                        }
+                        orx.await.unwrap_or_else(
+                            |_| serde_json::json!({"ok": false, "error": "node stopping"}),
+                        )
+                    }
+                    Err(e) => {
+                        warn!(%from, "control command refused: {e}");
+                        serde_json::json!({"ok": false, "error": e})
+                    }
+                };
+                let mut text = reply.to_string();
+                text.push('\n');
+                if w.write_all(text.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Sends one command to a node's control address and returns its reply (used by the swarm).
+pub fn send(
+    addr: &str,
+    token: &str,
+    cmd: &str,
+    peers: &[PeerId],
+) -> Result<serde_json::Value, String> {
+    use std::io::{BufRead, Write};
+    let stream = std::net::TcpStream::connect(addr).map_err(|e| format!("{addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let line = serde_json::json!({
+        "token": token,
+        "cmd": cmd,
+        "peers": peers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+    });
+    let mut w = &stream;
+    writeln!(w, "{line}").map_err(|e| format!("{addr}: {e}"))?;
+    let mut reply = String::new();
+    std::io::BufReader::new(&stream)
+        .read_line(&mut reply)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&reply).map_err(|e| format!("{addr}: bad reply {reply:?}: {e}"))?;
+    if v["ok"] == true {
+        Ok(v)
+    } else {
+        Err(format!("{addr}: {}", v["error"]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_need_the_token() {
+        let p = PeerId::random();
+        let ok = format!(r#"{{"token": "s3cret", "cmd": "block", "peers": ["{p}"]}}"#);
+        assert_eq!(parse(&ok, "s3cret").unwrap(), Command::Block(vec![p]));
+        assert_eq!(parse(&ok, "s3cres").unwrap_err(), "wrong token");
+        assert_eq!(parse(&ok, "s3cre").unwrap_err(), "wrong token");
+        assert_eq!(parse(&ok, "").unwrap_err(), "wrong token");
+        let no_token = format!(r#"{{"cmd": "block", "peers": ["{p}"]}}"#);
+        assert!(parse(&no_token, "s3cret").unwrap_err().contains("token"));
+        let bad = r#"{"token": "s3cret", "cmd": "reboot"}"#;
+        assert!(parse(bad, "s3cret").unwrap_err().contains("unknown cmd"));
+        let bad_peer = r#"{"token": "s3cret", "cmd": "block", "peers": ["nope"]}"#;
+        assert!(parse(bad_peer, "s3cret").unwrap_err().contains("nope"));
+        assert!(
+            parse("garbage", "s3cret")
+                .unwrap_err()
+                .contains("not a command")
+        );
+    }
+}
