@@ -159,6 +159,10 @@ struct Driver {
     resumed: bool,
     /// Peers cut off by the control channel (a scheduled partition).
     blocked: HashSet<PeerId>,
+    /// Finished rounds waiting for their checkpoint before they are logged.
+    unlogged: Vec<NodeRound>,
+    /// The latest round whose checkpoint the trainer has written.
+    saved_round: u64,
 
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     log: std::io::BufWriter<std::fs::File>,
@@ -430,6 +434,8 @@ pub async fn run(
         pending_record: None,
         resumed: round > 0,
         blocked: HashSet::new(),
+        unlogged: Vec::new(),
+        saved_round: round,
         jobs: Some(job_tx),
         log: std::io::BufWriter::new(log),
         log_path,
@@ -444,10 +450,12 @@ pub async fn run(
     // Closing the job channel ends the trainer after the jobs already queued (a checkpoint
     // among them is written whole).
     d.jobs = None;
-    let _ = d.log.flush();
     if trainer_thread.join().is_err() {
         return Err(fatal("the training thread panicked"));
     }
+    // Every queued checkpoint is on disk now: log the rounds still waiting for theirs.
+    d.saved_round = u64::MAX;
+    d.flush_log()?;
     result
 }
 
@@ -850,7 +858,11 @@ impl Driver {
                 );
                 self.end_round(Some(eval.into()))?;
             }
-            Done::Saved { round } => debug!(round, "checkpoint written"),
+            Done::Saved { round } => {
+                debug!(round, "checkpoint written");
+                self.saved_round = self.saved_round.max(round);
+                self.flush_log()?;
+            }
         }
         Ok(())
     }
@@ -894,11 +906,10 @@ impl Driver {
             rec.suspects = (0..self.peer_ids.len() as u32)
                 .filter(|&i| self.peer.is_suspect(NodeId(i)))
                 .collect();
-            serde_json::to_writer(&mut self.log, &rec)
-                .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
-            writeln!(self.log)
-                .and_then(|_| self.log.flush())
-                .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
+            // Logged once its checkpoint is on disk: the log never claims a round that a
+            // restart would run again.
+            self.unlogged.push(rec);
+            self.flush_log()?;
         }
         info!(
             round = self.round,
@@ -911,6 +922,26 @@ impl Driver {
             self.start_round();
         }
         Ok(())
+    }
+
+    /// Writes the finished rounds whose checkpoint is written.
+    fn flush_log(&mut self) -> Result<(), NodeError> {
+        let ready = self
+            .unlogged
+            .iter()
+            .take_while(|r| r.round <= self.saved_round)
+            .count();
+        if ready == 0 {
+            return Ok(());
+        }
+        for rec in self.unlogged.drain(..ready) {
+            serde_json::to_writer(&mut self.log, &rec)
+                .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
+            writeln!(self.log).map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
+        }
+        self.log
+            .flush()
+            .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))
     }
 
     fn update_peer_metrics(&self) {

@@ -1,0 +1,153 @@
+//! Fault schedules on real node processes (`federico swarm`): a 4 | 4 partition made of real
+//! disconnections and healed, and a SIGKILL crash with a restart from the checkpoint. The
+//! verdicts are asserted, and so are the run logs behind them.
+
+use federico::launch::{self, SwarmOptions};
+use federico::scenario::Scenario;
+use federico::trace::NodeRound;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const EXE: &str = env!("CARGO_BIN_EXE_federico");
+
+fn scenario(file: &str) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("simulations")
+        .join(file);
+    let mut s = Scenario::load(&path).expect("the shipped scenario is valid");
+    s.seeds = vec![1];
+    s
+}
+
+fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
+    let outcome = launch::swarm(
+        s,
+        &SwarmOptions {
+            out: out.to_owned(),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(120),
+        },
+    )
+    .expect("the swarm runs");
+    let report = outcome.summary.runs[0]
+        .faults
+        .clone()
+        .expect("a fault report");
+    let states = out.join("seed-1/nodes");
+    let mut traces = Vec::new();
+    for i in 0..s.split.clients {
+        let path = states.join(format!("silo-{i}/rounds.jsonl"));
+        traces.push(launch::read_run_log(&path).unwrap_or_else(|e| panic!("{e}")));
+    }
+    (report, traces)
+}
+
+fn check(report: &Value, name: &str) -> Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check: {report:#}"))
+        .clone()
+}
+
+fn applied_at(report: &Value, what: &str) -> f64 {
+    report["applied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["what"].as_str().unwrap().starts_with(what))
+        .unwrap_or_else(|| panic!("{what} was not applied: {report:#}"))["at"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn a_real_4_4_partition_heals_and_every_check_passes() {
+    let s = scenario("partition-heal.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    for c in ["liveness", "memory", "recovery", "clean_exit"] {
+        assert_eq!(check(&report, c)["pass"], true, "{c}: {report:#}");
+    }
+    let (cut, heal) = (
+        applied_at(&report, "partition"),
+        applied_at(&report, "heal"),
+    );
+    assert!(heal > cut);
+    let side = |i: u32| usize::from(i >= 4);
+    let mut inside = 0;
+    for (i, t) in traces.iter().enumerate() {
+        assert_eq!(t.len(), 60, "silo {i} ran every round");
+        // No model crossed in a round that began after the cut and ended before the heal.
+        for r in t.iter().filter(|r| r.start > cut && r.at < heal) {
+            inside += 1;
+            assert!(
+                r.answered.iter().all(|&b| side(b) == side(i as u32)),
+                "silo {i} got a model across the partition in round {}",
+                r.round
+            );
+        }
+    }
+    assert!(inside >= 8, "only {inside} rounds ran inside the partition");
+    // Every silo pulled across again after the heal.
+    let crossed = traces
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| {
+            t.iter()
+                .filter(|r| r.start > heal)
+                .any(|r| r.answered.iter().any(|&b| side(b) != side(*i as u32)))
+        })
+        .count();
+    assert!(
+        crossed >= 4,
+        "only {crossed} silos pulled across after the heal"
+    );
+    let failed = check(&report, "memory")["figures"]["failed_pulls"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        failed > 0 && failed <= 8 * 4 * 3 + 8,
+        "failed pulls {failed}"
+    );
+}
+
+#[test]
+fn a_killed_node_restarts_from_its_checkpoint_with_its_peer_id() {
+    let s = scenario("crash-restart.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    for c in [
+        "liveness",
+        "memory",
+        "crash_safety",
+        "clean_exit",
+        "recovery",
+    ] {
+        assert_eq!(check(&report, c)["pass"], true, "{c}: {report:#}");
+    }
+    let crash = &check(&report, "crash_safety")["figures"]["crashes"][0];
+    assert_eq!(crash["silo"], 5);
+    assert_eq!(crash["same_peer_id"], true);
+    let last = crash["last_round_before"].as_u64().unwrap();
+    let first = crash["first_round_after"].as_u64().unwrap();
+    assert!(first == last + 1 || first == last + 2, "{crash}");
+    // Its run log: every round once except at most the one in flight, and one resumption.
+    let t = &traces[5];
+    assert_eq!(t.iter().filter(|r| r.resumed).count(), 1);
+    let mut rounds: Vec<u64> = t.iter().map(|r| r.round).collect();
+    rounds.dedup();
+    assert_eq!(rounds.len(), t.len(), "a round logged twice");
+    assert!(t.len() >= 59, "silo 5 logged {} of 60 rounds", t.len());
+    assert_eq!(t.last().unwrap().round, 60);
+    // Two processes for silo 5, both logs kept; nine processes in all.
+    let clean = check(&report, "clean_exit");
+    assert_eq!(clean["figures"]["processes"], 9);
+    assert!(dir.path().join("seed-1/nodes/silo-5.2.log").exists());
+}
