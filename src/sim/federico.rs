@@ -4,7 +4,7 @@
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients).
 
 use super::faults::{FaultSim, Msg};
-use super::{BatchCursor, ClientEval, Ctx, SimError, score_each};
+use super::{BatchCursor, ClientEval, Ctx, SimError, par_silos, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
@@ -97,23 +97,18 @@ impl FedericoRun {
         match self.cfg.mstep {
             MStep::Full => {
                 // Loss and gradient come from one pass at the same parameters (spec §5.5).
-                let out: Vec<Result<Vec<Measured>, SimError>> = ctx.pool.install(|| {
-                    ctx.learners
-                        .par_iter_mut()
-                        .enumerate()
-                        .map(|(i, learner)| {
-                            let train = &fed.clients[i].train;
-                            evaluated[i]
-                                .iter()
-                                .map(|&b| {
-                                    let (loss_sum, grad) =
-                                        learner.loss_and_grad(&params[b.index()], train, None)?;
-                                    Ok((b, loss_sum / train.len() as f64, grad))
-                                })
-                                .collect()
-                        })
-                        .collect()
-                });
+                let out: Vec<Result<Vec<Measured>, SimError>> =
+                    par_silos(ctx, |i, learner| {
+                        let train = &fed.clients[i].train;
+                        evaluated[i]
+                            .iter()
+                            .map(|&b| {
+                                let (loss_sum, grad) =
+                                    learner.loss_and_grad(&params[b.index()], train, None)?;
+                                Ok((b, loss_sum / train.len() as f64, grad))
+                            })
+                            .collect()
+                    });
                 let mut mail = Mail::new(self.params.len());
                 for (i, res) in out.into_iter().enumerate() {
                     let res = res?;
@@ -316,20 +311,13 @@ impl FedericoRun {
             .collect();
         let fed = ctx.fed;
         let params = &self.params;
-        let out: Vec<Result<Vec<Measured>, SimError>> = ctx.pool.install(|| {
-            ctx.learners
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, learner)| {
-                    let train = &fed.clients[i].train;
-                    evaluated[i]
-                        .iter()
-                        .map(|&b| {
-                            let (loss_sum, grad) =
-                                learner.loss_and_grad(&params[b.index()], train, None)?;
-                            Ok((b, loss_sum / train.len() as f64, grad))
-                        })
-                        .collect()
+        let out: Vec<Result<Vec<Measured>, SimError>> = par_silos(ctx, |i, learner| {
+            let train = &fed.clients[i].train;
+            evaluated[i]
+                .iter()
+                .map(|&b| {
+                    let (loss_sum, grad) = learner.loss_and_grad(&params[b.index()], train, None)?;
+                    Ok((b, loss_sum / train.len() as f64, grad))
                 })
                 .collect()
         });
