@@ -1055,20 +1055,22 @@ impl RoundBench {
 
     /// Only the model compute of a round with M = `neighbours`: every silo computes loss and
     /// summed gradient of M + 1 models on its training data, in parallel, with no algorithm.
+    /// Scheduled as the round schedules its own compute ([`par_silos`]).
     pub fn compute_only(&mut self) -> Result<(), SimError> {
         let m = self.scenario.federico.neighbours;
         let k = self.fed.clients.len();
-        let fed = &self.fed;
-        let init = &self.init;
-        let learners = &mut self.learners;
-        self.pool.install(|| {
-            learners.par_iter_mut().enumerate().try_for_each(|(i, l)| {
-                for b in 0..=m {
-                    l.loss_and_grad(&init[(i + b) % k], &fed.clients[i].train, None)?;
-                }
-                Ok::<(), SimError>(())
-            })
-        })
+        let init = std::mem::take(&mut self.init);
+        let mut ctx = self.ctx();
+        let fed = ctx.fed;
+        let out = par_silos(&mut ctx, |i, l| {
+            for b in 0..=m {
+                l.loss_and_grad(&init[(i + b) % k], &fed.clients[i].train, None)?;
+            }
+            Ok::<(), SimError>(())
+        });
+        self.learners = ctx.learners;
+        self.init = init;
+        out.into_iter().collect()
     }
 }
 
