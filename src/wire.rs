@@ -163,10 +163,12 @@ pub fn check_len(header: [u8; 8], max: u64) -> Result<usize, WireError> {
     Ok(len as usize)
 }
 
-/// Decodes one message body (the bytes after the length), refusing trailing bytes.
+/// Decodes one message body (the bytes after the length), refusing trailing bytes. Lengths
+/// inside the message are bounded before allocation ([`crate::store::decode_bounded`]):
+/// without that, a peer could claim a 3 EB string in a 20-byte message and abort the node
+/// (found by `the_decoder_survives_hostile_bytes`).
 pub fn decode<M: DeserializeOwned>(body: &[u8]) -> Result<M, WireError> {
-    let (m, n) = bincode::serde::decode_from_slice(body, bincode_config())
-        .map_err(|e| WireError::Decode(e.to_string()))?;
+    let (m, n) = crate::store::decode_bounded(body).map_err(WireError::Decode)?;
     if n != body.len() {
         return Err(WireError::Trailing(body.len() - n));
     }
@@ -298,5 +300,119 @@ mod tests {
         );
         assert_eq!(m.check(5, 4), Err(WireError::Length { got: 3, want: 4 }));
         assert_eq!(m.check(5, 3), Err(WireError::NonFinite(1)));
+    }
+
+    /// Every message type, encoded, for the decoder fuzz below.
+    fn samples() -> Vec<(&'static str, usize, Vec<u8>)> {
+        let grad = GradientRequest::Gradient {
+            version: 7,
+            fingerprint: 0xFEDE,
+            n_train: 40,
+            weight: 0.25,
+            grad: vec![0.5; 33],
+        };
+        let model = ModelResponse::Model(ModelPayload {
+            version: 3,
+            fingerprint: 0xFEDE,
+            params: Arc::new(vec![1.0; 65]),
+        });
+        let body = |f: Vec<u8>| f[8..].to_vec();
+        vec![
+            (
+                "pull",
+                0,
+                body(encode(&ModelRequest::Pull { round: 9 }).unwrap()),
+            ),
+            (
+                "notice",
+                0,
+                body(encode(&ModelRequest::Notice { round: 9 }).unwrap()),
+            ),
+            (
+                "fetch",
+                0,
+                body(encode(&ModelRequest::Fetch { version: 2 }).unwrap()),
+            ),
+            ("done", 0, body(encode(&ModelRequest::Done).unwrap())),
+            ("model", 1, body(encode(&model).unwrap())),
+            ("ack", 1, body(encode(&ModelResponse::Ack).unwrap())),
+            ("gradient", 2, body(encode(&grad).unwrap())),
+            (
+                "skip",
+                2,
+                body(encode(&GradientRequest::Skip { version: 1 }).unwrap()),
+            ),
+            (
+                "rejected",
+                3,
+                body(
+                    encode(&GradientResponse::Rejected {
+                        reason: "stale".into(),
+                    })
+                    .unwrap(),
+                ),
+            ),
+        ]
+    }
+
+    /// Decodes `bytes` as every message type; a panic fails the test, an error is fine.
+    fn decode_all(bytes: &[u8]) -> [bool; 4] {
+        [
+            decode::<ModelRequest>(bytes).is_ok(),
+            decode::<ModelResponse>(bytes).is_ok(),
+            decode::<GradientRequest>(bytes).is_ok(),
+            decode::<GradientResponse>(bytes).is_ok(),
+        ]
+    }
+
+    /// A long-running property test of the decoder: truncations, bit flips, spliced huge
+    /// lengths and random bytes never panic or allocate beyond what the bytes hold, and a
+    /// truncated message never decodes. Cases: `FEDERICO_FUZZ_CASES` (default 3,000 per
+    /// message type).
+    #[test]
+    fn the_decoder_survives_hostile_bytes() {
+        use rand::{Rng, RngExt, SeedableRng};
+        let cases: usize = std::env::var("FEDERICO_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3000);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xF022);
+        for (name, ty, good) in samples() {
+            assert!(decode_all(&good)[ty], "{name} decodes");
+            for c in 0..cases {
+                let mut b = good.clone();
+                match c % 4 {
+                    0 => {
+                        // Truncated: never a message.
+                        let cut = rng.random_range(0..b.len());
+                        b.truncate(cut);
+                        assert!(
+                            !decode_all(&b)[ty],
+                            "{name} truncated to {cut} bytes decoded"
+                        );
+                    }
+                    1 => {
+                        for _ in 0..rng.random_range(1..4) {
+                            let i = rng.random_range(0..b.len());
+                            b[i] ^= 1 << rng.random_range(0..8);
+                        }
+                        decode_all(&b);
+                    }
+                    2 => {
+                        // A varint claiming a huge length (u64 marker 253 + 8 bytes) spliced in.
+                        let i = rng.random_range(0..b.len());
+                        let mut huge = vec![253u8];
+                        huge.extend(rng.random::<u64>().to_le_bytes());
+                        b.splice(i..i, huge);
+                        decode_all(&b);
+                    }
+                    _ => {
+                        let mut r = vec![0u8; rng.random_range(0..256)];
+                        rng.fill_bytes(&mut r);
+                        decode_all(&r);
+                    }
+                }
+            }
+        }
     }
 }

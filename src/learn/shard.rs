@@ -40,13 +40,12 @@ impl Shard {
     pub fn read(path: &Path) -> Result<Self, DataError> {
         let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
         let body = crate::store::strip_header(&bytes, MAGIC, VERSION).map_err(|e| bad(path, e))?;
-        let (shard, used): (Shard, usize) =
-            bincode::serde::decode_from_slice(body, bincode::config::standard()).map_err(|e| {
-                bad(
-                    path,
-                    format!("undecodable ({e}); truncated or not a shard?"),
-                )
-            })?;
+        let (shard, used): (Shard, usize) = crate::store::decode_bounded(body).map_err(|e| {
+            bad(
+                path,
+                format!("undecodable ({e}); truncated or not a shard?"),
+            )
+        })?;
         if used != body.len() {
             return Err(bad(path, format!("{} trailing bytes", body.len() - used)));
         }

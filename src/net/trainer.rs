@@ -91,8 +91,7 @@ impl Checkpoint {
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
         let (c, n): (Self, usize) =
-            bincode::serde::decode_from_slice(body, bincode::config::standard())
-                .map_err(|e| format!("undecodable ({e})"))?;
+            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
         if n != body.len() {
             return Err("trailing bytes".into());
         }

@@ -97,18 +97,17 @@ impl FedericoRun {
         match self.cfg.mstep {
             MStep::Full => {
                 // Loss and gradient come from one pass at the same parameters (spec §5.5).
-                let out: Vec<Result<Vec<Measured>, SimError>> =
-                    par_silos(ctx, |i, learner| {
-                        let train = &fed.clients[i].train;
-                        evaluated[i]
-                            .iter()
-                            .map(|&b| {
-                                let (loss_sum, grad) =
-                                    learner.loss_and_grad(&params[b.index()], train, None)?;
-                                Ok((b, loss_sum / train.len() as f64, grad))
-                            })
-                            .collect()
-                    });
+                let out: Vec<Result<Vec<Measured>, SimError>> = par_silos(ctx, |i, learner| {
+                    let train = &fed.clients[i].train;
+                    evaluated[i]
+                        .iter()
+                        .map(|&b| {
+                            let (loss_sum, grad) =
+                                learner.loss_and_grad(&params[b.index()], train, None)?;
+                            Ok((b, loss_sum / train.len() as f64, grad))
+                        })
+                        .collect()
+                });
                 let mut mail = Mail::new(self.params.len());
                 for (i, res) in out.into_iter().enumerate() {
                     let res = res?;
@@ -316,7 +315,8 @@ impl FedericoRun {
             evaluated[i]
                 .iter()
                 .map(|&b| {
-                    let (loss_sum, grad) = learner.loss_and_grad(&params[b.index()], train, None)?;
+                    let (loss_sum, grad) =
+                        learner.loss_and_grad(&params[b.index()], train, None)?;
                     Ok((b, loss_sum / train.len() as f64, grad))
                 })
                 .collect()

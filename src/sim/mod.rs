@@ -248,7 +248,11 @@ pub(crate) fn par_silos<T: Send>(
     });
     results
         .into_iter()
-        .map(|r| r.into_inner().expect("result lock").expect("every silo ran"))
+        .map(|r| {
+            r.into_inner()
+                .expect("result lock")
+                .expect("every silo ran")
+        })
         .collect()
 }
 
