@@ -71,8 +71,48 @@ pub fn strip_header<'a>(
     Ok(&bytes[12..])
 }
 
+/// Decodes bincode-2 (standard configuration) from `body`, with every length inside checked
+/// against a bound before anything is allocated for it: the smallest of 64 KiB, 1 MiB, 16 MiB,
+/// 256 MiB, 4 GiB and 64 GiB that is at least twice the body. Corrupt or hostile bytes then give
+/// an error, never an allocation of what a bogus length claims (which aborts the process).
+/// Returns the value and the bytes read.
+pub fn decode_bounded<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, usize), String> {
+    fn with<T: serde::de::DeserializeOwned, const L: usize>(
+        body: &[u8],
+    ) -> Result<(T, usize), String> {
+        bincode::serde::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
+            .map_err(|e| e.to_string())
+    }
+    match body.len().saturating_mul(2) {
+        n if n <= 1 << 16 => with::<T, { 1 << 16 }>(body),
+        n if n <= 1 << 20 => with::<T, { 1 << 20 }>(body),
+        n if n <= 1 << 24 => with::<T, { 1 << 24 }>(body),
+        n if n <= 1 << 28 => with::<T, { 1 << 28 }>(body),
+        n if n <= 1 << 32 => with::<T, { 1 << 32 }>(body),
+        n if n <= 1 << 36 => with::<T, { 1 << 36 }>(body),
+        _ => Err(format!(
+            "{} bytes is more than this build decodes",
+            body.len()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_bogus_length_is_an_error_not_an_allocation() {
+        // A string claiming 2^62 bytes (varint marker 253 + u64), then nothing.
+        let mut body = vec![253u8];
+        body.extend((1u64 << 62).to_le_bytes());
+        let r = super::decode_bounded::<String>(&body);
+        assert!(r.is_err(), "{r:?}");
+        let r = super::decode_bounded::<(u64, Vec<String>)>(&[7, 1, 253, 0, 0, 0, 0, 0, 0, 0, 64]);
+        assert!(r.is_err(), "{r:?}");
+        // A real value still decodes.
+        let ok = bincode::serde::encode_to_vec("hello", bincode::config::standard()).unwrap();
+        assert_eq!(super::decode_bounded::<String>(&ok).unwrap().0, "hello");
+    }
     use super::*;
 
     #[test]
@@ -101,31 +141,5 @@ mod tests {
                 .unwrap_err()
                 .contains("truncated")
         );
-    }
-}
-
-/// Decodes bincode-2 (standard configuration) from `body`, with every length inside checked
-/// against a bound before anything is allocated for it: the smallest of 64 KiB, 1 MiB, 16 MiB,
-/// 256 MiB, 4 GiB and 64 GiB that is at least twice the body. Corrupt or hostile bytes then give
-/// an error, never an allocation of what a bogus length claims (which aborts the process).
-/// Returns the value and the bytes read.
-pub fn decode_bounded<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T, usize), String> {
-    fn with<T: serde::de::DeserializeOwned, const L: usize>(
-        body: &[u8],
-    ) -> Result<(T, usize), String> {
-        bincode::serde::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
-            .map_err(|e| e.to_string())
-    }
-    match body.len().saturating_mul(2) {
-        n if n <= 1 << 16 => with::<T, { 1 << 16 }>(body),
-        n if n <= 1 << 20 => with::<T, { 1 << 20 }>(body),
-        n if n <= 1 << 24 => with::<T, { 1 << 24 }>(body),
-        n if n <= 1 << 28 => with::<T, { 1 << 28 }>(body),
-        n if n <= 1 << 32 => with::<T, { 1 << 32 }>(body),
-        n if n <= 1 << 36 => with::<T, { 1 << 36 }>(body),
-        _ => Err(format!(
-            "{} bytes is more than this build decodes",
-            body.len()
-        )),
     }
 }

@@ -44,6 +44,21 @@ pub enum Rejection {
     NonFinite,
 }
 
+impl Rejection {
+    /// A stable label for metrics: `stale`, `future_version`, `unexpected`, `duplicate`,
+    /// `wrong_shape`, `non_finite`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Rejection::Stale { .. } => "stale",
+            Rejection::FutureVersion { .. } => "future_version",
+            Rejection::Unexpected => "unexpected",
+            Rejection::Duplicate => "duplicate",
+            Rejection::WrongLength { .. } => "wrong_shape",
+            Rejection::NonFinite => "non_finite",
+        }
+    }
+}
+
 /// Gradients for one version of an owner's model.
 #[derive(Clone, Debug)]
 pub struct GradientInbox {

@@ -1268,28 +1268,35 @@ impl Driver {
                         ..
                     } => {
                         if fingerprint != self.fingerprint {
-                            Err("fingerprint".to_string())
+                            Err((
+                                "wrong_fingerprint",
+                                format!(
+                                    "architecture fingerprint {fingerprint:#018x}, ours is {:#018x}",
+                                    self.fingerprint
+                                ),
+                            ))
                         } else {
                             self.inbox
                                 .handle_gradient(from, version, grad)
-                                .map_err(|r| r.to_string())
+                                .map_err(|r| (r.label(), r.to_string()))
                         }
                     }
                     GradientRequest::Skip { version } => self
                         .inbox
                         .handle_skip(from, version)
-                        .map_err(|r| r.to_string()),
+                        .map_err(|r| (r.label(), r.to_string())),
                 };
                 let resp = match verdict {
                     Ok(()) => GradientResponse::Accepted,
-                    Err(reason) => {
-                        let key = reason
-                            .split(|c: char| !c.is_alphanumeric())
-                            .next()
-                            .unwrap_or("other")
-                            .to_lowercase();
-                        self.metrics.reject(&key);
-                        debug!(peer = %from, "gradient rejected: {reason}");
+                    Err((label, reason)) => {
+                        self.metrics.reject(label);
+                        // Late gradients are routine under faults; anything else is logged
+                        // loudly, naming the sender.
+                        if label == "stale" {
+                            debug!(node = %from, peer_id = %peer, "gradient rejected: {reason}");
+                        } else {
+                            warn!(node = %from, peer_id = %peer, "gradient rejected ({label}): {reason}");
+                        }
                         GradientResponse::Rejected { reason }
                     }
                 };
