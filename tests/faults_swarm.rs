@@ -20,7 +20,12 @@ fn scenario(file: &str) -> Scenario {
     s
 }
 
+/// One swarm at a time: three 8-process swarms at once on a 2-core machine would race for free
+/// ports and blur the 2 s deadlines the checks are about.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let outcome = launch::swarm(
         s,
         &SwarmOptions {
@@ -150,4 +155,34 @@ fn a_killed_node_restarts_from_its_checkpoint_with_its_peer_id() {
     let clean = check(&report, "clean_exit");
     assert_eq!(clean["figures"]["processes"], 9);
     assert!(dir.path().join("seed-1/nodes/silo-5.2.log").exists());
+}
+
+#[test]
+fn a_late_joiner_process_is_found_by_its_group() {
+    let s = scenario("late-join.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, dir.path());
+    for c in ["liveness", "late_join", "clean_exit", "recovery"] {
+        assert_eq!(check(&report, c)["pass"], true, "{c}: {report:#}");
+    }
+    let joined = applied_at(&report, "join silo 7");
+    // Silo 7 ran nothing before its join, then all its rounds; a group mate pulled it.
+    assert!(traces[7].iter().all(|r| r.start >= joined));
+    assert_eq!(traces[7].len(), 60);
+    let join = &check(&report, "late_join")["figures"]["joins"][0];
+    assert!(
+        join["rounds_to_first_pull_by_mate"].as_u64().unwrap() <= 10,
+        "{join}"
+    );
+    // Before the join the others tried it at most `suspect_after` times each, then left it.
+    for (i, t) in traces.iter().enumerate().take(7) {
+        let tries = t
+            .iter()
+            .filter(|r| r.at < joined && r.sampled.contains(&7))
+            .count();
+        assert!(
+            tries <= 3,
+            "silo {i} pulled the absent silo 7 {tries} times"
+        );
+    }
 }

@@ -52,12 +52,9 @@ fn unix_now() -> f64 {
 /// The events `federico swarm` can apply today; the rest are simulator-only for now.
 pub(crate) fn check_supported(schedule: &Schedule) -> anyhow::Result<()> {
     for (i, e) in schedule.events.iter().enumerate() {
-        if matches!(
-            e.fault,
-            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Join(_)
-        ) {
+        if matches!(e.fault, Fault::Delay { .. } | Fault::Loss { .. }) {
             bail!(
-                "faults.events[{}]: `federico swarm` applies partition, heal, crash (with restart) and leave; {} runs in `federico simulate` only for now",
+                "faults.events[{}]: `federico swarm` applies partition, heal, crash (with restart), leave and join; {} runs in `federico simulate` only for now",
                 i + 1,
                 e.fault.kind()
             );
@@ -222,7 +219,17 @@ impl FaultDriver {
                 }
             }
             Fault::Leave(silo) => procs[*silo as usize].leave(),
-            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Join(_) | Fault::Restart(_) => {
+            Fault::Join(silo) => {
+                // The silo's first process: its state directory is fresh.
+                let s = *silo as usize;
+                let log = self.nodes_dir.join(format!("{}.log", procs[s].name));
+                let child = start_node(&self.exe, &self.configs[s], &log)?;
+                procs[s].join(child, log);
+                if let Some(g) = self.groups.clone() {
+                    self.cut(s, &g)?;
+                }
+            }
+            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Restart(_) => {
                 bail!("{} is not applied by the swarm", fault.kind());
             }
         }

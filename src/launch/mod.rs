@@ -184,6 +184,27 @@ impl Proc {
         self.by_schedule = true;
     }
 
+    /// A silo that joins late: nothing runs until the schedule starts it ([`Self::join`]).
+    fn absent(exe: &Path, name: String, log: PathBuf, run_log: PathBuf) -> anyhow::Result<Self> {
+        // A stand-in process that exits at once, so every `Proc` owns a child.
+        let child = std::process::Command::new(exe)
+            .arg("--help")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut p = Self::new(name, child, log, run_log);
+        p.status = p.child.wait().ok();
+        p.logs.clear();
+        p.by_schedule = true;
+        Ok(p)
+    }
+
+    /// The late joiner's first process.
+    fn join(&mut self, child: std::process::Child, log: PathBuf) {
+        self.relaunch(child, log);
+    }
+
     /// A new process for the same silo (same config, key, state directory).
     fn relaunch(&mut self, child: std::process::Child, log: PathBuf) {
         self.child = child;
@@ -384,6 +405,10 @@ fn run_seed(
     if !scenario.faults.is_empty() {
         deadlines.model_s = scenario.faults.model_deadline_s;
         deadlines.gradient_s = scenario.faults.gradient_deadline_s;
+        // With a late joiner the others must not wait long for it before round 1.
+        if scenario.faults.events.iter().any(|e| e.join.is_some()) {
+            deadlines.start_s = deadlines.start_s.min(3.0);
+        }
     }
     let Prepared {
         federation: fed,
@@ -428,10 +453,25 @@ fn run_seed(
     }
     let started = Instant::now();
     let mut running: Vec<Proc> = Vec::with_capacity(k);
-    for ((name, cfg_path), state_dir) in names.into_iter().zip(configs).zip(state_dirs) {
+    let late: Vec<usize> = schedule
+        .events
+        .iter()
+        .filter_map(|e| match e.fault {
+            crate::faults::Fault::Join(s) => Some(s as usize),
+            _ => None,
+        })
+        .collect();
+    for (i, ((name, cfg_path), state_dir)) in
+        names.into_iter().zip(configs).zip(state_dirs).enumerate()
+    {
         let log = nodes_dir.join(format!("{name}.log"));
+        let run_log = state_dir.join("rounds.jsonl");
+        if late.contains(&i) {
+            running.push(Proc::absent(&opts.exe, name, log, run_log)?);
+            continue;
+        }
         let child = start_node(&opts.exe, &cfg_path, &log)?;
-        running.push(Proc::new(name, child, log, state_dir.join("rounds.jsonl")));
+        running.push(Proc::new(name, child, log, run_log));
     }
     let mut first_round = None;
     let mut driver = fault_driver.take().map(|make| make());
