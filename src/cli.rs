@@ -248,6 +248,11 @@ fn node(args: NodeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if cfg.coordinated.is_some() {
+        rt.block_on(crate::net::coordinated::run(cfg, shutdown_signal()))?;
+        tracing::info!("coordinated node stopped");
+        return Ok(());
+    }
     let ending = rt.block_on(crate::net::node::run(cfg, shutdown_signal()))?;
     tracing::info!(?ending, "node stopped");
     Ok(())

@@ -266,6 +266,7 @@ pub fn prepare(
             train: scenario.train.clone(),
             federico: scenario.federico.clone(),
             deadlines: deadlines.clone(),
+            coordinated: None,
         };
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;

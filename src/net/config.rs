@@ -216,6 +216,9 @@ pub struct NodeConfig {
     /// `[deadlines]`.
     #[serde(default)]
     pub deadlines: Deadlines,
+    /// `[coordinated]`: run against a coordinator (e.g. FedDisco) instead of FedeRiCo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinated: Option<super::coordinated::CoordinatedConfig>,
 }
 
 fn default_listen() -> Vec<String> {

@@ -242,6 +242,12 @@ pub async fn run(
     let mut linger: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
+        // The round clock runs whenever a round is open and someone registered, so a round
+        // whose updates were lost (a restart) still closes, keeping the global.
+        if round_deadline.is_none() && state.round < cfg.rounds && !state.reports.is_empty() {
+            round_deadline = Some(Instant::now() + deadline);
+            opened = Instant::now();
+        }
         if state.round >= cfg.rounds && linger.is_none() {
             info!("all rounds done; serving the final model a while");
             linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
@@ -313,9 +319,6 @@ pub async fn run(
                         match state.update(&who, round, model) {
                             Ok(all_in) => {
                                 let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
-                                if round_deadline.is_none() {
-                                    round_deadline = Some(Instant::now() + deadline);
-                                }
                                 if all_in {
                                     close(&mut state, &params, false, &mut log, opened, &ckpt)?;
                                     round_deadline = None;

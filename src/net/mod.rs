@@ -7,6 +7,7 @@
 
 mod behaviour;
 pub mod config;
+pub mod coordinated;
 pub mod coordinator;
 pub mod identity;
 mod metrics;
