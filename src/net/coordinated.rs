@@ -168,6 +168,26 @@ async fn ask(
     }
 }
 
+/// Fetches global `want`, retrying failed exchanges (coordinator unreachable) until `limit`
+/// has passed since the first try: the node waits at most `limit` per round for the global.
+async fn fetch_within(
+    tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
+    want: u64,
+    limit: Duration,
+) -> Result<CoordResponse, String> {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let r = ask(tx, CoordRequest::Fetch { round: want }, left).await;
+        match r {
+            Err(_) if tokio::time::Instant::now() + Duration::from_millis(500) < until => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 fn fnv(params: &[f32]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in params {
@@ -337,7 +357,7 @@ pub async fn run(
             let want = last_global.map_or(0, |g| g + 1);
             let got = tokio::select! {
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
-                r = ask(&tx, CoordRequest::Fetch { round: want }, fetch) => r,
+                r = fetch_within(&tx, want, fetch) => r,
             };
             let global_round = match got {
                 Ok(CoordResponse::Global { round: g, params }) if params.len() == model.len() => {
@@ -436,8 +456,7 @@ pub async fn run(
         // when it cannot be had).
         let want = last_global.map_or(0, |g| g + 1);
         let mut final_round = None;
-        if let Ok(CoordResponse::Global { round: g, params }) =
-            ask(&tx, CoordRequest::Fetch { round: want }, fetch).await
+        if let Ok(CoordResponse::Global { round: g, params }) = fetch_within(&tx, want, fetch).await
             && params.len() == model.len()
         {
             model = params.to_vec();
