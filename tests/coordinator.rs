@@ -83,7 +83,7 @@ fn setup(dir: &Path, sc: &Scenario, rounds: u64, tau: f64, fetch_s: f64) -> Setu
     let text = format!(
         "key = {key:?}\nmanifest = {man:?}\nname = \"coordinator\"\nlisten = [\"/ip4/127.0.0.1/tcp/{port}\"]\n\
          state_dir = {sd:?}\nrounds = {rounds}\nalgorithm = \"feddisco\"\nupdate_deadline_s = {tau}\n\
-         seed = 1\nsample_shape = {shape:?}\nclasses = {classes}\n\n[model]\n{model}\n[feddisco]\n{fd}",
+         seed = 1\nnodes = 4\nsample_shape = {shape:?}\nclasses = {classes}\n\n[model]\n{model}\n[feddisco]\n{fd}",
         key = key_path.display().to_string(),
         man = manifest_path.display().to_string(),
         sd = coord_dir.display().to_string(),

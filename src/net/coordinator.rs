@@ -71,6 +71,10 @@ pub struct CoordinatorConfig {
     pub sample_shape: Vec<usize>,
     /// Number of classes.
     pub classes: usize,
+    /// Nodes expected: a round closes before the deadline only once this many registered and
+    /// all of them sent (0: whoever registered).
+    #[serde(default)]
+    pub nodes: usize,
     /// Largest message accepted, MiB.
     #[serde(default = "default_max_mib")]
     pub max_message_mib: u64,
@@ -319,7 +323,7 @@ pub async fn run(
                         match state.update(&who, round, model) {
                             Ok(all_in) => {
                                 let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
-                                if all_in {
+                                if all_in && state.reports.len() >= cfg.nodes {
                                     close(&mut state, &params, false, &mut log, opened, &ckpt)?;
                                     round_deadline = None;
                                     opened = Instant::now();
