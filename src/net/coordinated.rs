@@ -454,7 +454,10 @@ pub async fn run(
         }
         // The final global: the coordinator's aggregate of the last round (or the own model
         // when it cannot be had).
-        let want = last_global.map_or(0, |g| g + 1);
+        // The coordinator's last round (`rounds`, shared with the coordinator's config) may
+        // lie ahead when rounds were spent detached: wait for it a little longer.
+        let want = last_global.map_or(0, |g| g + 1).max(cfg.rounds);
+        let fetch = fetch * 4;
         let mut final_round = None;
         if let Ok(CoordResponse::Global { round: g, params }) = fetch_within(&tx, want, fetch).await
             && params.len() == model.len()
