@@ -28,6 +28,8 @@ pub enum Command {
     Partition(PartitionArgs),
     /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
     Node(NodeArgs),
+    /// Run the thin FedDisco coordinator as a peer of the federation (coordinated mode).
+    Coordinator(NodeArgs),
     /// Run a scenario's FedeRiCo as N real node processes on 127.0.0.1 and report like simulate.
     Swarm(SwarmArgs),
 }
@@ -133,6 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keygen(args) => keygen(args),
         Command::Partition(args) => partition(args),
         Command::Node(args) => node(args),
+        Command::Coordinator(args) => coordinator(args),
         Command::Swarm(args) => swarm(args),
     }
 }
@@ -246,8 +249,25 @@ fn node(args: NodeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if cfg.coordinated.is_some() {
+        rt.block_on(crate::net::coordinated::run(cfg, shutdown_signal()))?;
+        tracing::info!("coordinated node stopped");
+        return Ok(());
+    }
     let ending = rt.block_on(crate::net::node::run(cfg, shutdown_signal()))?;
     tracing::info!(?ending, "node stopped");
+    Ok(())
+}
+
+fn coordinator(args: NodeArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_json);
+    let cfg = crate::net::coordinator::CoordinatorConfig::load(&args.config)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(crate::net::coordinator::run(cfg, shutdown_signal()))?;
+    tracing::info!("coordinator stopped");
     Ok(())
 }
 

@@ -26,6 +26,7 @@
 
 pub mod cli;
 pub mod coord;
+pub mod coord_wire;
 pub mod core;
 pub mod faults;
 pub mod ids;

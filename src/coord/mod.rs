@@ -8,5 +8,6 @@
 
 pub mod fedcollab;
 pub mod feddisco;
+pub mod feddisco_server;
 pub mod fedsac;
 pub mod hcct;

@@ -352,6 +352,7 @@ pub fn prepare(
             federico: scenario.federico.clone(),
             deadlines: deadlines.clone(),
             control: None,
+            coordinated: None,
         };
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;

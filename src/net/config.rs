@@ -219,6 +219,9 @@ pub struct NodeConfig {
     /// `[control]`: the local control channel `federico swarm` uses for fault schedules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<super::control::ControlConfig>,
+    /// `[coordinated]`: run against a coordinator (e.g. FedDisco) instead of FedeRiCo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinated: Option<super::coordinated::CoordinatedConfig>,
 }
 
 fn default_listen() -> Vec<String> {

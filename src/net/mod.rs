@@ -8,6 +8,8 @@
 mod behaviour;
 pub mod config;
 pub mod control;
+pub mod coordinated;
+pub mod coordinator;
 pub mod identity;
 mod metrics;
 pub mod node;

@@ -148,7 +148,7 @@ pub(crate) struct BatchCursor {
 }
 
 impl BatchCursor {
-    fn new(n: usize, rng: StdRng) -> Self {
+    pub(crate) fn new(n: usize, rng: StdRng) -> Self {
         Self {
             order: (0..n).collect(),
             pos: n,

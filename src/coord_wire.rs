@@ -1,0 +1,202 @@
+//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode, FedDisco): what a
+//! node and the thin coordinator say to each other, and the checks a received message must
+//! pass before it reaches the coordinator's state.
+//! Owns: message types, the protocol name, and payload validation. Framing (8-byte length,
+//! bincode-2 body, bound checked before allocation) is [`crate::wire`]'s, so the same
+//! size-capped codec serves this protocol.
+//! Must not: know about swarms or rounds in progress.
+//!
+//! What crosses the wire: a node's sample count and its label-distribution discrepancy
+//! (FedDisco's `DiscoReport`, computed locally — the label histogram never leaves the node),
+//! its locally trained parameters once per round, and the aggregated global model back.
+//! The sender is the authenticated libp2p peer (Noise), so no message carries its sender's id.
+
+use crate::coord::feddisco::{DiscoReport, Metric};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Node ↔ coordinator requests and responses.
+pub const COORD_PROTOCOL: &str = "/federico/coord/1";
+
+/// Node → coordinator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CoordRequest {
+    /// Join (or rejoin) the federation: `(N_k, δ_k)`. Answered with [`CoordResponse::Ack`].
+    Register {
+        /// `N_k`: labelled training samples.
+        n_train: u64,
+        /// `δ_k`: discrepancy of the node's label distribution to the uniform target.
+        discrepancy: f64,
+    },
+    /// "Give me the global model of round `round`" (the model the round starts from). Held by
+    /// the coordinator until that round's aggregate exists; answered at once if it does.
+    Fetch {
+        /// The round wanted (0 = the initial model).
+        round: u64,
+    },
+    /// The node's locally trained model of round `round` (trained from global `round`).
+    Update {
+        /// The round trained.
+        round: u64,
+        /// Flat parameters in name-sorted order.
+        params: Arc<Vec<f32>>,
+        /// `N_k` again (informational; the registered report is used for the weights).
+        n_train: u64,
+    },
+}
+
+/// Coordinator → node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CoordResponse {
+    /// The global model the round `round` starts from.
+    Global {
+        /// Its round.
+        round: u64,
+        /// Flat parameters in name-sorted order.
+        params: Arc<Vec<f32>>,
+    },
+    /// A register or an update was recorded.
+    Ack,
+    /// The request was refused.
+    Error {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+impl CoordRequest {
+    /// The checks a coordinator applies before a request touches its state: a finite
+    /// discrepancy in `[0, max]` for the run's metric and class count, at least one sample, and
+    /// for updates the right parameter count and finite values. The error is the reason sent
+    /// back in [`CoordResponse::Error`].
+    pub fn check(&self, metric: Metric, classes: usize, num_params: usize) -> Result<(), String> {
+        match self {
+            CoordRequest::Register {
+                n_train,
+                discrepancy,
+            } => {
+                if *n_train == 0 {
+                    return Err("n_train is 0; a node needs at least 1 labelled sample".into());
+                }
+                DiscoReport {
+                    num_samples: *n_train,
+                    discrepancy: *discrepancy,
+                }
+                .check(metric, classes)
+                .map_err(|e| e.to_string())
+            }
+            CoordRequest::Fetch { .. } => Ok(()),
+            CoordRequest::Update {
+                params, n_train, ..
+            } => {
+                if *n_train == 0 {
+                    return Err("n_train is 0; an update needs at least 1 sample".into());
+                }
+                crate::wire::check_vector(params, num_params).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{check_len, decode, encode};
+
+    fn roundtrip<M: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(m: M) {
+        let frame = encode(&m).unwrap();
+        let len = check_len(frame[..8].try_into().unwrap(), 1 << 20).unwrap();
+        assert_eq!(len, frame.len() - 8);
+        let back: M = decode(&frame[8..]).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        roundtrip(CoordRequest::Register {
+            n_train: 120,
+            discrepancy: 0.25,
+        });
+        roundtrip(CoordRequest::Fetch { round: 7 });
+        roundtrip(CoordRequest::Update {
+            round: 3,
+            params: Arc::new(vec![1.0, -2.5, 0.0]),
+            n_train: 9,
+        });
+        roundtrip(CoordResponse::Global {
+            round: 4,
+            params: Arc::new(vec![0.5; 10]),
+        });
+        roundtrip(CoordResponse::Ack);
+        roundtrip(CoordResponse::Error {
+            reason: "no".into(),
+        });
+    }
+
+    #[test]
+    fn bad_bytes_are_errors_not_panics() {
+        // Truncations of a valid frame, garbage, an absurd vector length, trailing bytes.
+        let frame = encode(&CoordRequest::Update {
+            round: 1,
+            params: Arc::new(vec![1.0; 16]),
+            n_train: 3,
+        })
+        .unwrap();
+        for cut in 0..frame.len() - 8 {
+            assert!(
+                decode::<CoordRequest>(&frame[8..8 + cut]).is_err(),
+                "cut {cut}"
+            );
+        }
+        assert!(decode::<CoordRequest>(&[0xff; 32]).is_err());
+        // Variant 2 (Update), round 1, then a varint length of u64::MAX with no data behind it.
+        let absurd = [2u8, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert!(decode::<CoordRequest>(&absurd).is_err());
+        let mut trailing = frame[8..].to_vec();
+        trailing.push(0);
+        assert!(decode::<CoordRequest>(&trailing).is_err());
+        for b in [[9u8], [3u8]] {
+            assert!(decode::<CoordResponse>(&b).is_err());
+        }
+        // The frame bound is checked before allocation.
+        assert!(check_len((u64::MAX).to_le_bytes(), 1 << 20).is_err());
+    }
+
+    #[test]
+    fn checks_refuse_bad_reports_and_updates() {
+        let ok = CoordRequest::Register {
+            n_train: 10,
+            discrepancy: 0.3,
+        };
+        assert!(ok.check(Metric::Kl, 10, 4).is_ok());
+        for d in [f64::NAN, -0.1, f64::INFINITY, 1e9] {
+            let r = CoordRequest::Register {
+                n_train: 10,
+                discrepancy: d,
+            };
+            assert!(r.check(Metric::Kl, 10, 4).is_err(), "{d}");
+        }
+        let empty = CoordRequest::Register {
+            n_train: 0,
+            discrepancy: 0.0,
+        };
+        assert!(empty.check(Metric::Kl, 10, 4).is_err());
+        let up = |params: Vec<f32>| CoordRequest::Update {
+            round: 0,
+            params: Arc::new(params),
+            n_train: 5,
+        };
+        assert!(up(vec![0.0; 4]).check(Metric::Kl, 10, 4).is_ok());
+        assert!(up(vec![0.0; 3]).check(Metric::Kl, 10, 4).is_err());
+        assert!(
+            up(vec![0.0, f32::NAN, 0.0, 0.0])
+                .check(Metric::Kl, 10, 4)
+                .is_err()
+        );
+        assert!(
+            CoordRequest::Fetch { round: 99 }
+                .check(Metric::Kl, 10, 4)
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,486 @@
+//! A node in coordinated mode (issue 5): `[coordinated] mode = "feddisco"` in its config runs
+//! FedDisco against the coordinator named there instead of FedeRiCo.
+//! Owns: registering `(N_k, δ_k)` (computed here from the node's own label counts — the
+//! histogram never leaves it), the round loop (fetch the global, train locally with the
+//! simulator's FedDisco recipe on a blocking thread, send the update, evaluate), the fallback
+//! when the coordinator is unreachable (keep training from the last model it has, retry every
+//! round, reattach when the coordinator answers again), the run log and the checkpoint.
+//! Must not: weigh or aggregate (the coordinator does), or train inside the event loop: the
+//! swarm runs in its own task and training on `spawn_blocking`.
+
+use super::NodeConfig;
+use super::coordinator::CoordCodec;
+use super::identity::{self, Manifest};
+use super::metrics::Metrics;
+use crate::coord::feddisco;
+use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
+use crate::ids::{Stream, stream_seed};
+use crate::learn::{Learner, Sgd, Shard};
+use crate::scenario::FeddiscoConfig;
+use crate::sim::{BatchCursor, sgd_steps};
+use libp2p::futures::StreamExt;
+use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+/// `[coordinated]` in a node config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatedConfig {
+    /// The algorithm: only `"feddisco"`.
+    pub mode: String,
+    /// The coordinator's peer ID; its addresses come from the manifest.
+    pub coordinator: String,
+    /// FedDisco's local recipe (epochs, lr, momentum, weight decay) and metric.
+    #[serde(default)]
+    pub feddisco: FeddiscoConfig,
+    /// How long a fetch of the next global may take before the node falls back to its own
+    /// model for the round, in seconds.
+    #[serde(default = "default_fetch_s")]
+    pub fetch_s: f64,
+}
+
+fn default_fetch_s() -> f64 {
+    20.0
+}
+
+/// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
+const STREAM_TAG: u64 = 0xD15C_0000;
+
+/// One line of the coordinated node's `rounds.jsonl`.
+#[derive(Serialize)]
+struct RoundLine {
+    node: u32,
+    round: u64,
+    /// The coordinator's round of the global trained from (None when detached).
+    global_round: Option<u64>,
+    attached: bool,
+    update_acked: bool,
+    seconds: f64,
+    at: f64,
+    eval: Option<crate::trace::EvalRecord>,
+}
+
+/// The final line.
+#[derive(Serialize)]
+struct FinalLine {
+    node: u32,
+    final_global_round: Option<u64>,
+    /// FNV-1a of the final model's bytes: equal on every node that holds the same global.
+    model_hash: String,
+    eval: crate::trace::EvalRecord,
+}
+
+/// The node's state on disk (`<state_dir>/coordinated.bin`).
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    peer_id: String,
+    round: u64,
+    last_global: Option<u64>,
+    params: Vec<f32>,
+}
+
+const MAGIC: &[u8; 8] = b"FEDCNOD1";
+const VERSION: u32 = 1;
+
+#[derive(NetworkBehaviour)]
+struct NodeBehaviour {
+    members: libp2p::swarm::behaviour::toggle::Toggle<
+        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
+    >,
+    coord: rr::Behaviour<CoordCodec>,
+}
+
+type Reply = oneshot::Sender<Result<CoordResponse, String>>;
+
+/// The swarm task: sends requests to the coordinator and routes the answers back.
+async fn swarm_task(
+    mut swarm: libp2p::Swarm<NodeBehaviour>,
+    coordinator: PeerId,
+    addrs: Vec<Multiaddr>,
+    mut rx: mpsc::UnboundedReceiver<(CoordRequest, Reply)>,
+) {
+    let mut pending: HashMap<OutboundRequestId, Reply> = HashMap::new();
+    loop {
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some((req, reply)) = msg else { return };
+                for a in &addrs {
+                    swarm.add_peer_address(coordinator, a.clone());
+                }
+                let id = swarm.behaviour_mut().coord.send_request(&coordinator, req);
+                pending.insert(id, reply);
+            }
+            ev = swarm.select_next_some() => match ev {
+                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::Message {
+                    message: rr::Message::Response { request_id, response },
+                    ..
+                })) => {
+                    if let Some(r) = pending.remove(&request_id) {
+                        let _ = r.send(Ok(response));
+                    }
+                }
+                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::OutboundFailure {
+                    request_id, error, ..
+                })) => {
+                    if let Some(r) = pending.remove(&request_id) {
+                        let _ = r.send(Err(error.to_string()));
+                    }
+                }
+                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::Message {
+                    message: rr::Message::Request { channel, .. },
+                    ..
+                })) => {
+                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
+                        reason: "nodes serve no coordinator requests".into(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Sends one request and waits for its answer, at most `limit`.
+async fn ask(
+    tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
+    req: CoordRequest,
+    limit: Duration,
+) -> Result<CoordResponse, String> {
+    let (rtx, rrx) = oneshot::channel();
+    tx.send((req, rtx))
+        .map_err(|_| "swarm task ended".to_string())?;
+    match tokio::time::timeout(limit, rrx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("swarm task ended".into()),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+/// Fetches global `want`, retrying failed exchanges (coordinator unreachable) until `limit`
+/// has passed since the first try: the node waits at most `limit` per round for the global.
+async fn fetch_within(
+    tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
+    want: u64,
+    limit: Duration,
+) -> Result<CoordResponse, String> {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let r = ask(tx, CoordRequest::Fetch { round: want }, left).await;
+        match r {
+            Err(_) if tokio::time::Instant::now() + Duration::from_millis(500) < until => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn fnv(params: &[f32]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in params {
+        for b in v.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Runs a coordinated node until its rounds are done or `shutdown` resolves.
+pub async fn run(
+    cfg: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let cc = cfg
+        .coordinated
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?;
+    if cc.mode != "feddisco" {
+        anyhow::bail!(
+            "[coordinated] mode = {:?}; only \"feddisco\" is supported",
+            cc.mode
+        );
+    }
+    let coordinator: PeerId = cc
+        .coordinator
+        .parse()
+        .map_err(|e| anyhow::anyhow!("[coordinated] coordinator: {e}"))?;
+    let key = identity::load_key(&cfg.key)?;
+    let peer_id = key.public().to_peer_id();
+    let manifest = Manifest::load(&cfg.manifest)?;
+    let (me, member) = manifest
+        .by_name(&cfg.name)
+        .ok_or_else(|| anyhow::anyhow!("name {:?} is not in the manifest", cfg.name))?;
+    if member.peer_id != peer_id {
+        anyhow::bail!(
+            "key has peer ID {peer_id}, the manifest lists {}",
+            member.peer_id
+        );
+    }
+    let coord_addrs = manifest
+        .members
+        .iter()
+        .find(|m| m.peer_id == coordinator)
+        .map(|m| m.addrs.clone())
+        .ok_or_else(|| anyhow::anyhow!("the coordinator {coordinator} is not in the manifest"))?;
+    let data = match &cfg.data.shard {
+        Some(path) => Shard::read(path)?.data,
+        None => cfg.data.load()?,
+    };
+    let spec = cfg
+        .model
+        .spec(&data.train.sample_shape, data.train.num_classes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let batch = cfg.train.batch_size;
+    let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let counts: Vec<u64> = data
+        .train
+        .class_counts()
+        .iter()
+        .map(|&n| n as u64)
+        .collect();
+    let report =
+        feddisco::report(&counts, cc.feddisco.metric).map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    std::fs::create_dir_all(&cfg.state_dir)?;
+    let ckpt = cfg.state_dir.join("coordinated.bin");
+    let saved = match std::fs::read(&ckpt) {
+        Ok(b) => {
+            let body =
+                crate::store::strip_header(&b, MAGIC, VERSION).map_err(|e| anyhow::anyhow!(e))?;
+            let (s, _): (Saved, usize) =
+                bincode::serde::decode_from_slice(body, bincode::config::standard())?;
+            if s.peer_id != peer_id.to_string() {
+                anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
+            }
+            Some(s)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let (mut round, mut last_global, mut model) = match saved {
+        Some(s) => (s.round, s.last_global, s.params),
+        None => (
+            0,
+            None,
+            learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
+                cfg.seed,
+                me,
+                Stream::Init,
+            ))),
+        ),
+    };
+    let mut cursor = BatchCursor::new(
+        data.train.len(),
+        StdRng::seed_from_u64(stream_seed(cfg.seed ^ STREAM_TAG, me, Stream::Batches)),
+    );
+
+    // The swarm, in its own task.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let fetch = Duration::from_secs_f64(cc.fetch_s);
+    let allowed: Option<Vec<PeerId>> =
+        (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
+    let max = cfg.max_message();
+    let mut swarm = SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )?
+        .with_quic()
+        .with_behaviour(|_| {
+            let members = allowed.map(|ids| {
+                let mut b =
+                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
+                for id in ids {
+                    b.allow_peer(id);
+                }
+                b
+            });
+            NodeBehaviour {
+                members: members.into(),
+                coord: rr::Behaviour::with_codec(
+                    CoordCodec::new(max, metrics),
+                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+                    rr::Config::default().with_request_timeout(fetch),
+                ),
+            }
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    for a in &cfg.listen {
+        let addr: Multiaddr = a.parse()?;
+        swarm.listen_on(addr)?;
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(swarm_task(swarm, coordinator, coord_addrs, rx));
+
+    let log_path = cfg.state_dir.join("rounds.jsonl");
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    info!(node = %me, peer = %peer_id, round, "coordinated node started");
+    let fd = cc.feddisco.clone();
+    let register = CoordRequest::Register {
+        n_train: report.num_samples,
+        discrepancy: report.discrepancy,
+    };
+    let mut registered = false;
+    tokio::pin!(shutdown);
+    let data = Arc::new(data);
+
+    let result: anyhow::Result<()> = async {
+        while round < cfg.rounds {
+            let started = std::time::Instant::now();
+            if !registered {
+                registered = matches!(
+                    ask(&tx, register.clone(), fetch).await,
+                    Ok(CoordResponse::Ack)
+                );
+            }
+            let want = last_global.map_or(0, |g| g + 1);
+            let got = tokio::select! {
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                r = fetch_within(&tx, want, fetch) => r,
+            };
+            let global_round = match got {
+                Ok(CoordResponse::Global { round: g, params }) if params.len() == model.len() => {
+                    model = params.to_vec();
+                    last_global = Some(g);
+                    Some(g)
+                }
+                other => {
+                    warn!(
+                        round,
+                        ?other,
+                        "no global: training from the last model (fallback)"
+                    );
+                    registered = false;
+                    None
+                }
+            };
+            // Local training off the event loop, with the simulator's recipe.
+            let steps = fd.local_epochs * (data.train.len() / batch).max(1);
+            let (l, c, d, p) = (learner, cursor, data.clone(), model);
+            let fdc = fd.clone();
+            let (l, c, p) = tokio::task::spawn_blocking(move || {
+                let (mut l, mut c, mut p) = (l, c, p);
+                let mut opt = Sgd::new(
+                    p.len(),
+                    fdc.lr as f32,
+                    fdc.momentum as f32,
+                    fdc.weight_decay as f32,
+                );
+                let r = sgd_steps(
+                    &mut l,
+                    &mut p,
+                    &mut opt,
+                    &d.train,
+                    &mut c,
+                    batch,
+                    steps,
+                    |_, _| {},
+                );
+                r.map(|_| (l, c, p))
+            })
+            .await?
+            .map_err(|e| anyhow::anyhow!("training: {e}"))?;
+            learner = l;
+            cursor = c;
+            let local = p;
+            let mut acked = false;
+            if let Some(g) = global_round {
+                let up = CoordRequest::Update {
+                    round: g,
+                    params: Arc::new(local.clone()),
+                    n_train: report.num_samples,
+                };
+                acked = matches!(ask(&tx, up, fetch).await, Ok(CoordResponse::Ack));
+            }
+            // Detached: the own model carries on; attached: the next global replaces it.
+            model = local;
+            round += 1;
+            let eval = if cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds {
+                let ev = learner
+                    .evaluate(&model, &data.test)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                Some(crate::trace::EvalRecord::from(ev))
+            } else {
+                None
+            };
+            let line = RoundLine {
+                node: me.0,
+                round,
+                global_round,
+                attached: global_round.is_some(),
+                update_acked: acked,
+                seconds: started.elapsed().as_secs_f64(),
+                at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+                eval,
+            };
+            writeln!(log, "{}", serde_json::to_string(&line)?)?;
+            log.flush()?;
+            let mut bytes = crate::store::header(MAGIC, VERSION);
+            bincode::serde::encode_into_std_write(
+                &Saved {
+                    peer_id: peer_id.to_string(),
+                    round,
+                    last_global,
+                    params: model.clone(),
+                },
+                &mut bytes,
+                bincode::config::standard(),
+            )?;
+            crate::store::write_atomic(&ckpt, &bytes)?;
+        }
+        // The final global: the coordinator's aggregate of the last round (or the own model
+        // when it cannot be had).
+        // The coordinator's last round (`rounds`, shared with the coordinator's config) may
+        // lie ahead when rounds were spent detached: wait for it a little longer.
+        let want = last_global.map_or(0, |g| g + 1).max(cfg.rounds);
+        let fetch = fetch * 4;
+        let mut final_round = None;
+        if let Ok(CoordResponse::Global { round: g, params }) = fetch_within(&tx, want, fetch).await
+            && params.len() == model.len()
+        {
+            model = params.to_vec();
+            final_round = Some(g);
+        }
+        let ev = learner
+            .evaluate(&model, &data.test)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let accuracy = ev.accuracy();
+        let line = FinalLine {
+            node: me.0,
+            final_global_round: final_round,
+            model_hash: fnv(&model),
+            eval: crate::trace::EvalRecord::from(ev),
+        };
+        writeln!(log, "{}", serde_json::to_string(&line)?)?;
+        log.flush()?;
+        info!(accuracy, final_round, "coordinated run done");
+        Ok(())
+    }
+    .await;
+    task.abort();
+    result
+}

@@ -1,0 +1,390 @@
+//! `federico coordinator --config FILE`: the thin FedDisco coordinator as a libp2p peer of the
+//! federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
+//! so the allow-list admits it). It never sees data and never trains.
+//! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
+//! clock (close when every registered node sent, or at the update deadline τ), held fetches,
+//! the per-round JSONL log and the checkpoint after every round (resumed on restart).
+//! Must not: decide weights itself ([`crate::coord::feddisco_server`] and
+//! [`crate::coord::feddisco`] do).
+//!
+//! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
+//! FedDisco starts (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured model), so
+//! the coordinator needs the model, the sample shape and the class count, not the data.
+
+use super::behaviour::Codec;
+use super::identity::{self, Manifest};
+use super::metrics::Metrics;
+use crate::coord::feddisco::Params;
+use crate::coord::feddisco_server::{FetchAnswer, RoundLog, ServerState};
+use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::Learner;
+use crate::scenario::{FeddiscoConfig, ModelConfig};
+use libp2p::futures::StreamExt;
+use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{Multiaddr, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// The codec of `/federico/coord/1`: the nodes' size-capped bincode frames.
+pub(crate) type CoordCodec = Codec<CoordRequest, CoordResponse>;
+
+/// The coordinator's config file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorConfig {
+    /// Its keypair (`federico keygen`).
+    pub key: PathBuf,
+    /// The federation's manifest; the coordinator is a member under `name`.
+    pub manifest: PathBuf,
+    /// Its name in the manifest.
+    pub name: String,
+    /// Listen addresses.
+    pub listen: Vec<String>,
+    /// Checkpoint and round log.
+    pub state_dir: PathBuf,
+    /// Rounds to run.
+    pub rounds: u64,
+    /// Only `"feddisco"`.
+    #[serde(default = "feddisco_name")]
+    pub algorithm: String,
+    /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
+    #[serde(default)]
+    pub feddisco: FeddiscoConfig,
+    /// τ: how long a round waits for updates once it opened, in seconds.
+    #[serde(default = "default_deadline")]
+    pub update_deadline_s: f64,
+    /// The run seed (the initial model is silo 0's under it).
+    #[serde(default)]
+    pub seed: u64,
+    /// The model, as in scenario files.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// One sample's shape (e.g. `[1, 28, 28]`).
+    pub sample_shape: Vec<usize>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Nodes expected: a round closes before the deadline only once this many registered and
+    /// all of them sent (0: whoever registered).
+    #[serde(default)]
+    pub nodes: usize,
+    /// Largest message accepted, MiB.
+    #[serde(default = "default_max_mib")]
+    pub max_message_mib: u64,
+}
+
+fn feddisco_name() -> String {
+    "feddisco".into()
+}
+fn default_deadline() -> f64 {
+    30.0
+}
+fn default_max_mib() -> u64 {
+    crate::wire::DEFAULT_MAX_MESSAGE >> 20
+}
+
+impl CoordinatorConfig {
+    /// Reads and validates a config; relative paths are resolved against the file's folder.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        let mut c: Self =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [&mut c.key, &mut c.manifest, &mut c.state_dir] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        if c.algorithm != "feddisco" {
+            anyhow::bail!(
+                "{}: algorithm = {:?}; only \"feddisco\" is supported",
+                path.display(),
+                c.algorithm
+            );
+        }
+        if !(c.update_deadline_s.is_finite() && c.update_deadline_s > 0.0) {
+            anyhow::bail!("{}: update_deadline_s must be > 0", path.display());
+        }
+        if c.classes < 2 {
+            anyhow::bail!("{}: classes must be ≥ 2", path.display());
+        }
+        Ok(c)
+    }
+
+    fn params(&self) -> Params {
+        Params {
+            a: self.feddisco.a,
+            b: self.feddisco.b,
+            normalise: self.feddisco.normalise,
+        }
+    }
+}
+
+#[derive(NetworkBehaviour)]
+struct CoordBehaviour {
+    members: libp2p::swarm::behaviour::toggle::Toggle<
+        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
+    >,
+    coord: rr::Behaviour<CoordCodec>,
+}
+
+/// One JSONL line of `coordinator.jsonl`.
+#[derive(Serialize)]
+struct LogLine<'a> {
+    #[serde(flatten)]
+    round: &'a RoundLog,
+    /// Seconds since the round opened.
+    elapsed_s: f64,
+}
+
+/// Runs the coordinator until its rounds are done or `shutdown` resolves.
+pub async fn run(
+    cfg: CoordinatorConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let key = identity::load_key(&cfg.key)?;
+    let peer_id = key.public().to_peer_id();
+    let manifest = Manifest::load(&cfg.manifest)?;
+    let (_, member) = manifest
+        .by_name(&cfg.name)
+        .ok_or_else(|| anyhow::anyhow!("name {:?} is not in the manifest", cfg.name))?;
+    if member.peer_id != peer_id {
+        anyhow::bail!(
+            "key has peer ID {peer_id}, the manifest lists {} for {:?}",
+            member.peer_id,
+            cfg.name
+        );
+    }
+    let spec = cfg
+        .model
+        .spec(&cfg.sample_shape, Some(cfg.classes))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::create_dir_all(&cfg.state_dir)?;
+    let ckpt = cfg.state_dir.join("coordinator.bin");
+    let mut state = match ServerState::load(&ckpt).map_err(|e| anyhow::anyhow!(e))? {
+        Some(s) => {
+            info!(
+                round = s.round,
+                registered = s.reports.len(),
+                "resuming from checkpoint"
+            );
+            s
+        }
+        None => {
+            let learner = Learner::new(&spec, 1).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let init = learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
+                cfg.seed,
+                NodeId(0),
+                Stream::Init,
+            )));
+            ServerState::new(init)
+        }
+    };
+    let num_params = state.global.len();
+    let params = cfg.params();
+    params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let allowed: Option<Vec<libp2p::PeerId>> =
+        (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
+    let max = cfg.max_message_mib << 20;
+    let deadline = Duration::from_secs_f64(cfg.update_deadline_s);
+    let mut swarm = SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )?
+        .with_quic()
+        .with_behaviour(|_| {
+            let members = allowed.map(|ids| {
+                let mut b =
+                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
+                for id in ids {
+                    b.allow_peer(id);
+                }
+                b
+            });
+            CoordBehaviour {
+                members: members.into(),
+                coord: rr::Behaviour::with_codec(
+                    CoordCodec::new(max, metrics),
+                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+                    // Fetches are held up to a whole round: bound the exchange by 3 τ.
+                    rr::Config::default()
+                        .with_request_timeout(deadline * 3)
+                        .with_max_concurrent_streams(1024),
+                ),
+            }
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    for a in &cfg.listen {
+        let addr: Multiaddr = a.parse()?;
+        swarm.listen_on(addr)?;
+    }
+    let log_path = cfg.state_dir.join("coordinator.jsonl");
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    info!(peer = %peer_id, round = state.round, rounds = cfg.rounds, "coordinator started");
+
+    let mut held: Vec<(u64, ResponseChannel<CoordResponse>)> = Vec::new();
+    let mut opened = Instant::now();
+    let mut round_deadline: Option<Instant> = None;
+    let mut linger: Option<Instant> = None;
+    tokio::pin!(shutdown);
+    loop {
+        // The round clock runs whenever a round is open and someone registered, so a round
+        // whose updates were lost (a restart) still closes, keeping the global.
+        if round_deadline.is_none() && state.round < cfg.rounds && !state.reports.is_empty() {
+            round_deadline = Some(Instant::now() + deadline);
+            opened = Instant::now();
+        }
+        if state.round >= cfg.rounds && linger.is_none() {
+            info!("all rounds done; serving the final model a while");
+            linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
+        }
+        let wake = match (round_deadline, linger) {
+            (_, Some(l)) => l,
+            (Some(d), None) => d,
+            (None, None) => Instant::now() + Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = &mut shutdown => {
+                info!("stopped by a signal");
+                return Ok(());
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                if linger.is_some() {
+                    return Ok(());
+                }
+                if round_deadline.is_some() {
+                    close(&mut state, &params, true, &mut log, opened, &ckpt)?;
+                    round_deadline = None;
+                    opened = Instant::now();
+                    serve_held(&mut swarm, &state, &mut held);
+                }
+            }
+            ev = swarm.select_next_some() => {
+                let SwarmEvent::Behaviour(CoordBehaviourEvent::Coord(rr::Event::Message {
+                    peer,
+                    message: rr::Message::Request { request, channel, .. },
+                    ..
+                })) = ev else {
+                    if let SwarmEvent::NewListenAddr { address, .. } = ev {
+                        info!(%address, "listening");
+                    }
+                    continue;
+                };
+                let who = peer.to_string();
+                if let Err(reason) = request.check(cfg.feddisco.metric, cfg.classes, num_params) {
+                    warn!(peer = %who, %reason, "refused a request");
+                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
+                    continue;
+                }
+                match request {
+                    CoordRequest::Register { n_train, discrepancy } => {
+                        state.register(&who, crate::coord::feddisco::DiscoReport {
+                            num_samples: n_train,
+                            discrepancy,
+                        });
+                        info!(peer = %who, n_train, discrepancy, "registered");
+                        state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
+                        let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
+                    }
+                    CoordRequest::Fetch { round } => match state.fetch(round) {
+                        FetchAnswer::Now { round, params } => {
+                            let _ = swarm.behaviour_mut().coord.send_response(
+                                channel,
+                                CoordResponse::Global { round, params },
+                            );
+                        }
+                        FetchAnswer::Hold => held.push((round, channel)),
+                    },
+                    CoordRequest::Update { round, params: model, .. } => {
+                        if state.round >= cfg.rounds {
+                            let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
+                                reason: "the run is over".into(),
+                            });
+                            continue;
+                        }
+                        match state.update(&who, round, model) {
+                            Ok(all_in) => {
+                                let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
+                                if all_in && state.reports.len() >= cfg.nodes {
+                                    close(&mut state, &params, false, &mut log, opened, &ckpt)?;
+                                    round_deadline = None;
+                                    opened = Instant::now();
+                                    serve_held(&mut swarm, &state, &mut held);
+                                }
+                            }
+                            Err(reason) => {
+                                warn!(peer = %who, %reason, "refused an update");
+                                let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn close(
+    state: &mut ServerState,
+    params: &Params,
+    timed_out: bool,
+    log: &mut std::fs::File,
+    opened: Instant,
+    ckpt: &Path,
+) -> anyhow::Result<()> {
+    let line = state
+        .close(params, timed_out)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    state.save(ckpt).map_err(|e| anyhow::anyhow!(e))?;
+    let text = serde_json::to_string(&LogLine {
+        round: &line,
+        elapsed_s: opened.elapsed().as_secs_f64(),
+    })?;
+    writeln!(log, "{text}")?;
+    log.flush()?;
+    info!(
+        round = line.round,
+        senders = line.peers.len(),
+        timed_out,
+        "round closed"
+    );
+    Ok(())
+}
+
+fn serve_held(
+    swarm: &mut libp2p::Swarm<CoordBehaviour>,
+    state: &ServerState,
+    held: &mut Vec<(u64, ResponseChannel<CoordResponse>)>,
+) {
+    let mut keep = Vec::new();
+    for (round, channel) in held.drain(..) {
+        match state.fetch(round) {
+            FetchAnswer::Now { round, params } => {
+                let _ = swarm
+                    .behaviour_mut()
+                    .coord
+                    .send_response(channel, CoordResponse::Global { round, params });
+            }
+            FetchAnswer::Hold => keep.push((round, channel)),
+        }
+    }
+    *held = keep;
+}

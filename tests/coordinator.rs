@@ -1,0 +1,278 @@
+//! Coordinated mode (issue 5) with real processes on 127.0.0.1: a FedDisco coordinator and 4
+//! nodes end to end, and the coordinator killed (SIGKILL) mid-run and restarted from its
+//! checkpoint.
+
+use federico::coord::feddisco_server::ServerState;
+use federico::launch::{self, Prepared};
+use federico::net::config::Deadlines;
+use federico::net::coordinated::CoordinatedConfig;
+use federico::net::{Manifest, Member, NodeConfig, keygen};
+use federico::scenario::Scenario;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_federico");
+
+fn scenario(rounds: usize) -> Scenario {
+    let over: Vec<String> = [
+        "split.clients=4".to_string(),
+        format!("rounds={rounds}"),
+        "eval_every=1".into(),
+        "feddisco.local_epochs=2".into(),
+        "feddisco.lr=0.05".into(),
+    ]
+    .to_vec();
+    Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Setup {
+    p: Prepared,
+    coord_cfg: PathBuf,
+    coord_dir: PathBuf,
+}
+
+/// `launch::prepare`'s run directory, plus a coordinator: a key, a manifest member (last, so
+/// the nodes keep the simulator's silo indices), its config, and `[coordinated]` in every node.
+fn setup(dir: &Path, sc: &Scenario, rounds: u64, tau: f64, fetch_s: f64) -> Setup {
+    let p = launch::prepare(
+        sc,
+        1,
+        None,
+        &Deadlines {
+            model_s: 3.0,
+            gradient_s: 3.0,
+            start_s: 10.0,
+            linger_s: 5.0,
+        },
+        dir,
+    )
+    .unwrap();
+    let key_path = dir.join("keys").join("coordinator.key");
+    let key = keygen(&key_path).unwrap();
+    let coord_id = key.public().to_peer_id();
+    let port = free_port();
+    let manifest_path = dir.join("manifest.toml");
+    let mut manifest = Manifest::load(&manifest_path).unwrap();
+    manifest.members.push(Member {
+        name: "coordinator".into(),
+        peer_id: coord_id,
+        addrs: vec![format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap()],
+    });
+    std::fs::write(&manifest_path, manifest.to_toml()).unwrap();
+    for c in &p.configs {
+        let mut cfg = NodeConfig::load(c).unwrap();
+        cfg.coordinated = Some(CoordinatedConfig {
+            mode: "feddisco".into(),
+            coordinator: coord_id.to_string(),
+            feddisco: sc.feddisco.clone(),
+            fetch_s,
+        });
+        std::fs::write(c, toml::to_string(&cfg).unwrap()).unwrap();
+    }
+    let first = &p.federation.clients[0].train;
+    let coord_dir = dir.join("coordinator");
+    let text = format!(
+        "key = {key:?}\nmanifest = {man:?}\nname = \"coordinator\"\nlisten = [\"/ip4/127.0.0.1/tcp/{port}\"]\n\
+         state_dir = {sd:?}\nrounds = {rounds}\nalgorithm = \"feddisco\"\nupdate_deadline_s = {tau}\n\
+         seed = 1\nnodes = 4\nsample_shape = {shape:?}\nclasses = {classes}\n\n[model]\n{model}\n[feddisco]\n{fd}",
+        key = key_path.display().to_string(),
+        man = manifest_path.display().to_string(),
+        sd = coord_dir.display().to_string(),
+        shape = first.sample_shape,
+        classes = first.num_classes().unwrap(),
+        model = toml::to_string(&sc.model).unwrap(),
+        fd = toml::to_string(&sc.feddisco).unwrap(),
+    );
+    let coord_cfg = dir.join("coordinator.toml");
+    std::fs::write(&coord_cfg, text).unwrap();
+    Setup {
+        p,
+        coord_cfg,
+        coord_dir,
+    }
+}
+
+fn start_coordinator(s: &Setup, log: &str) -> Child {
+    Command::new(EXE)
+        .arg("coordinator")
+        .arg("--config")
+        .arg(&s.coord_cfg)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(s.p.nodes_dir.join(log)).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn start_nodes(p: &Prepared) -> Vec<Child> {
+    p.names
+        .iter()
+        .zip(&p.configs)
+        .map(|(n, c)| {
+            launch::start_node(Path::new(EXE), c, &p.nodes_dir.join(format!("{n}.log"))).unwrap()
+        })
+        .collect()
+}
+
+fn wait(child: &mut Child, until: Instant, what: &str) -> std::process::ExitStatus {
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("{what} did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// (per-round lines, the final line) of a node's log.
+fn node_log(dir: &Path) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let mut l = lines(&dir.join("rounds.jsonl"));
+    let last = l.pop().expect("a final line");
+    assert!(last.get("model_hash").is_some(), "{last}");
+    (l, last)
+}
+
+fn accuracy(v: &serde_json::Value) -> f64 {
+    v["eval"]["correct"].as_f64().unwrap() / v["eval"]["count"].as_f64().unwrap()
+}
+
+#[test]
+fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds = 8;
+    let sc = scenario(rounds);
+    let s = setup(tmp.path(), &sc, rounds as u64, 10.0, 20.0);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let until = Instant::now() + Duration::from_secs(50);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    assert!(wait(&mut coord, until, "coordinator").success());
+
+    // The coordinator logged every round, with all four nodes and their FedDisco weights.
+    let clog = lines(&s.coord_dir.join("coordinator.jsonl"));
+    assert_eq!(clog.len(), rounds);
+    for (r, l) in clog.iter().enumerate() {
+        assert_eq!(l["round"].as_u64().unwrap(), r as u64);
+        let w: Vec<f64> = serde_json::from_value(l["weights"].clone()).unwrap();
+        assert_eq!(w.len(), 4, "{l}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert!(!l["timed_out"].as_bool().unwrap());
+    }
+    // Every node completed every round attached, and holds the same final global.
+    let mut hashes = Vec::new();
+    let mut accs = Vec::new();
+    for d in &s.p.state_dirs {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), rounds);
+        assert!(per_round.iter().all(|l| l["attached"].as_bool().unwrap()));
+        assert!(
+            per_round
+                .iter()
+                .all(|l| l["update_acked"].as_bool().unwrap())
+        );
+        assert_eq!(last["final_global_round"].as_u64(), Some(rounds as u64));
+        hashes.push(last["model_hash"].as_str().unwrap().to_string());
+        accs.push(accuracy(&last));
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    let mean = accs.iter().sum::<f64>() / accs.len() as f64;
+    eprintln!(
+        "coordinated FedDisco: {rounds} rounds, mean final accuracy {mean:.4} ({accs:?}), {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds = 14;
+    let sc = scenario(rounds);
+    // τ = 2 s, and a node waits up to 3 s per round for the global before falling back.
+    let s = setup(tmp.path(), &sc, rounds as u64, 2.0, 3.0);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let clog = s.coord_dir.join("coordinator.jsonl");
+    let until = Instant::now() + Duration::from_secs(30);
+    while lines(&clog).len() < 4 {
+        assert!(
+            Instant::now() < until,
+            "the coordinator never reached round 4"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    coord.kill().unwrap(); // SIGKILL
+    coord.wait().unwrap();
+    let before = ServerState::load(&s.coord_dir.join("coordinator.bin"))
+        .unwrap()
+        .unwrap();
+    let closed = lines(&clog).len() as u64;
+    assert_eq!(
+        before.round, closed,
+        "the checkpoint holds the last closed round"
+    );
+    assert_eq!(before.reports.len(), 4);
+    // Down long enough for every node to fall back at least once.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut coord = start_coordinator(&s, "coordinator-restarted.log");
+    let until = Instant::now() + Duration::from_secs(45);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    assert!(wait(&mut coord, until, "coordinator").success());
+    let restarted_log =
+        std::fs::read_to_string(s.p.nodes_dir.join("coordinator-restarted.log")).unwrap();
+    assert!(restarted_log.contains("resuming from checkpoint"));
+    let clog = lines(&clog);
+    // The restarted coordinator went on from the checkpoint's round.
+    assert_eq!(clog[closed as usize]["round"].as_u64(), Some(before.round));
+
+    let mut hashes = Vec::new();
+    let mut detached = 0;
+    for d in &s.p.state_dirs {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), rounds, "every node completed every round");
+        let att: Vec<bool> = per_round
+            .iter()
+            .map(|l| l["attached"].as_bool().unwrap())
+            .collect();
+        detached += att.iter().filter(|a| !**a).count();
+        // Fell back while the coordinator was down, and reattached afterwards.
+        let first_off = att.iter().position(|a| !a).expect("a fallback round");
+        assert!(att[first_off..].iter().any(|a| *a), "reattached: {att:?}");
+        assert!(*att.last().unwrap(), "attached at the end: {att:?}");
+        assert!(last["final_global_round"].as_u64().is_some());
+        hashes.push(last["model_hash"].as_str().unwrap().to_string());
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    eprintln!(
+        "coordinator killed after {closed} rounds: {detached} node-rounds in fallback, {} coordinator rounds in all, {:.1} s",
+        clog.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
