@@ -1,7 +1,7 @@
 //! The per-round trace of one silo: what a node writes to its `rounds.jsonl`, and what the
 //! simulator records for the same silo when it runs a fault schedule.
 //! Owns: the record and its serde form (every field added later has a serde default, so older
-//! logs still read).
+//! logs still read), and cutting a run log back to the round of its checkpoint.
 //! Must not: compute anything; drivers fill it, `faults::checks` and `launch` read it.
 
 use crate::learn::Evaluation;
@@ -75,5 +75,91 @@ impl From<Evaluation> for EvalRecord {
             correct: e.correct,
             count: e.count,
         }
+    }
+}
+
+/// Cuts the run log at `path` back to the rounds a restart will not run again: lines of
+/// rounds before `next_round` (the first round the restart runs) stay; later rounds, lines
+/// without a round (a coordinated node's final line) and a line torn by a kill go. Rewritten atomically, only when something goes; returns how many
+/// lines went. A missing log is an empty one.
+pub fn trim_log(path: &std::path::Path, next_round: u64) -> Result<usize, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut kept = String::with_capacity(text.len());
+    let mut dropped = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        #[derive(Deserialize)]
+        struct Round {
+            round: u64,
+        }
+        match serde_json::from_str::<Round>(line) {
+            Ok(r) if r.round < next_round => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+            _ => dropped += 1,
+        }
+    }
+    if dropped > 0 {
+        crate::store::write_atomic(path, kept.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(round: u64) -> String {
+        let r = NodeRound {
+            node: 0,
+            round,
+            version: round,
+            sampled: vec![],
+            answered: vec![],
+            gradients: 1,
+            weights: vec![(0, 1.0)],
+            eval: None,
+            seconds: 0.1,
+            bytes_sent: 0,
+            stream_bytes_sent: 0,
+            at: 0.0,
+            start: 0.0,
+            tracked: vec![],
+            last: vec![],
+            suspects: vec![],
+            resumed: false,
+        };
+        serde_json::to_string(&r).unwrap()
+    }
+
+    fn rounds(path: &std::path::Path) -> Vec<u64> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<NodeRound>(l).unwrap().round)
+            .collect()
+    }
+
+    #[test]
+    fn a_log_is_cut_back_to_its_checkpoint_and_a_torn_line_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rounds.jsonl");
+        let torn = &line(4)[..20];
+        let text = format!("{}\n{}\n{}\n{}\n{torn}", line(1), line(2), line(3), line(4));
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(trim_log(&path, 3).unwrap(), 3);
+        assert_eq!(rounds(&path), vec![1, 2]);
+        // Nothing past the checkpoint: the file is left as it is.
+        assert_eq!(trim_log(&path, 3).unwrap(), 0);
+        assert_eq!(rounds(&path), vec![1, 2]);
+        // No checkpoint: a stale log goes whole.
+        assert_eq!(trim_log(&path, 1).unwrap(), 2);
+        assert!(rounds(&path).is_empty());
+        assert_eq!(trim_log(&dir.path().join("none.jsonl"), 5).unwrap(), 0);
     }
 }

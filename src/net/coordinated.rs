@@ -261,8 +261,8 @@ pub async fn run(
         Ok(b) => {
             let body =
                 crate::store::strip_header(&b, MAGIC, VERSION).map_err(|e| anyhow::anyhow!(e))?;
-            let (s, _): (Saved, usize) =
-                bincode::serde::decode_from_slice(body, bincode::config::standard())?;
+            let (s, _): (Saved, usize) = crate::store::decode_bounded(body)
+                .map_err(|e| anyhow::anyhow!("checkpoint {}: undecodable ({e})", ckpt.display()))?;
             if s.peer_id != peer_id.to_string() {
                 anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
             }
@@ -331,6 +331,15 @@ pub async fn run(
     let task = tokio::spawn(swarm_task(swarm, coordinator, coord_addrs, rx));
 
     let log_path = cfg.state_dir.join("rounds.jsonl");
+    // Each round's line is written before its checkpoint: cut what the checkpoint lacks.
+    let cut = crate::trace::trim_log(&log_path, round + 1).map_err(|e| anyhow::anyhow!(e))?;
+    if cut > 0 {
+        warn!(
+            lines = cut,
+            checkpoint_round = round,
+            "run log cut back to the checkpoint"
+        );
+    }
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -411,7 +420,21 @@ pub async fn run(
                     params: Arc::new(local.clone()),
                     n_train: report.num_samples,
                 };
-                acked = matches!(ask(&tx, up, fetch).await, Ok(CoordResponse::Ack));
+                acked = match ask(&tx, up.clone(), fetch).await {
+                    Ok(CoordResponse::Ack) => true,
+                    // Refused, typically because the registration was lost (a node that
+                    // started before the coordinator listened, or a coordinator restarted
+                    // without it): register again and resend once.
+                    Ok(CoordResponse::Error { reason }) => {
+                        warn!(round, %reason, "update refused; registering again");
+                        registered = matches!(
+                            ask(&tx, register.clone(), fetch).await,
+                            Ok(CoordResponse::Ack)
+                        );
+                        registered && matches!(ask(&tx, up, fetch).await, Ok(CoordResponse::Ack))
+                    }
+                    _ => false,
+                };
             }
             // Detached: the own model carries on; attached: the next global replaces it.
             model = local;

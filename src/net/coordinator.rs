@@ -234,6 +234,14 @@ pub async fn run(
         swarm.listen_on(addr)?;
     }
     let log_path = cfg.state_dir.join("coordinator.jsonl");
+    let cut = crate::trace::trim_log(&log_path, state.round).map_err(|e| anyhow::anyhow!(e))?;
+    if cut > 0 {
+        warn!(
+            lines = cut,
+            checkpoint_round = state.round,
+            "round log cut back to the checkpoint"
+        );
+    }
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -353,13 +361,14 @@ fn close(
     let line = state
         .close(params, timed_out)
         .map_err(|e| anyhow::anyhow!(e))?;
-    state.save(ckpt).map_err(|e| anyhow::anyhow!(e))?;
+    // The line before the checkpoint: a kill between the two leaves a line the restart cuts.
     let text = serde_json::to_string(&LogLine {
         round: &line,
         elapsed_s: opened.elapsed().as_secs_f64(),
     })?;
     writeln!(log, "{text}")?;
     log.flush()?;
+    state.save(ckpt).map_err(|e| anyhow::anyhow!(e))?;
     info!(
         round = line.round,
         senders = line.peers.len(),

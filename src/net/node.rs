@@ -159,11 +159,6 @@ struct Driver {
     resumed: bool,
     /// Peers cut off by the control channel (a scheduled partition).
     blocked: HashSet<PeerId>,
-    /// Finished rounds waiting for their checkpoint before they are logged.
-    unlogged: Vec<NodeRound>,
-    /// The latest round whose checkpoint the trainer has written.
-    saved_round: u64,
-
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
@@ -393,6 +388,14 @@ pub async fn run(
         .map_err(fatal)?;
 
     let log_path = cfg.state_dir.join("rounds.jsonl");
+    let cut = crate::trace::trim_log(&log_path, round + 1).map_err(fatal)?;
+    if cut > 0 {
+        warn!(
+            lines = cut,
+            checkpoint_round = round,
+            "run log cut back to the checkpoint (rounds it had not saved, or a torn line)"
+        );
+    }
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -434,8 +437,6 @@ pub async fn run(
         pending_record: None,
         resumed: round > 0,
         blocked: HashSet::new(),
-        unlogged: Vec::new(),
-        saved_round: round,
         jobs: Some(job_tx),
         log: std::io::BufWriter::new(log),
         log_path,
@@ -453,9 +454,6 @@ pub async fn run(
     if trainer_thread.join().is_err() {
         return Err(fatal("the training thread panicked"));
     }
-    // Every queued checkpoint is on disk now: log the rounds still waiting for theirs.
-    d.saved_round = u64::MAX;
-    d.flush_log()?;
     result
 }
 
@@ -835,10 +833,6 @@ impl Driver {
                 self.round += 1;
                 self.metrics.rounds.set(self.round as i64);
                 self.update_peer_metrics();
-                self.send_job(Job::Checkpoint {
-                    round: self.round,
-                    peer: Box::new(self.peer.clone()),
-                })?;
                 self.serve_held();
                 let last = self.total_rounds().is_some_and(|t| self.round >= t);
                 if self.round % self.cfg.eval_every == 0 || last {
@@ -858,11 +852,7 @@ impl Driver {
                 );
                 self.end_round(Some(eval.into()))?;
             }
-            Done::Saved { round } => {
-                debug!(round, "checkpoint written");
-                self.saved_round = self.saved_round.max(round);
-                self.flush_log()?;
-            }
+            Done::Saved { round } => debug!(round, "checkpoint written"),
         }
         Ok(())
     }
@@ -906,11 +896,15 @@ impl Driver {
             rec.suspects = (0..self.peer_ids.len() as u32)
                 .filter(|&i| self.peer.is_suspect(NodeId(i)))
                 .collect();
-            // Logged once its checkpoint is on disk: the log never claims a round that a
-            // restart would run again.
-            self.unlogged.push(rec);
-            self.flush_log()?;
+            // The round's line goes to disk before its checkpoint: a kill between the two
+            // leaves a line past the checkpoint, which the restart cuts (`trim_log`), never a
+            // checkpointed round without its line.
+            self.append_log(&rec)?;
         }
+        self.send_job(Job::Checkpoint {
+            round: self.round,
+            peer: Box::new(self.peer.clone()),
+        })?;
         info!(
             round = self.round,
             seconds = self.round_started.elapsed().as_secs_f64(),
@@ -924,24 +918,15 @@ impl Driver {
         Ok(())
     }
 
-    /// Writes the finished rounds whose checkpoint is written.
-    fn flush_log(&mut self) -> Result<(), NodeError> {
-        let ready = self
-            .unlogged
-            .iter()
-            .take_while(|r| r.round <= self.saved_round)
-            .count();
-        if ready == 0 {
-            return Ok(());
-        }
-        for rec in self.unlogged.drain(..ready) {
-            serde_json::to_writer(&mut self.log, &rec)
-                .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
-            writeln!(self.log).map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
-        }
+    /// Appends one round to the run log and flushes it.
+    fn append_log(&mut self, rec: &NodeRound) -> Result<(), NodeError> {
+        let path = &self.log_path;
+        serde_json::to_writer(&mut self.log, rec)
+            .map_err(|e| fatal(format!("{}: {e}", path.display())))?;
+        writeln!(self.log).map_err(|e| fatal(format!("{}: {e}", path.display())))?;
         self.log
             .flush()
-            .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))
+            .map_err(|e| fatal(format!("{}: {e}", path.display())))
     }
 
     fn update_peer_metrics(&self) {
