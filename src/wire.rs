@@ -8,9 +8,22 @@
 //!
 //! The sender of every message is the authenticated libp2p peer (Noise), so no message carries
 //! its sender's id: a peer cannot speak for another.
+//!
+//! # Untrusted input
+//!
+//! Every byte read here comes from a peer that may be broken or hostile. [`read_frame`] and
+//! [`decode`] return an error for anything that is not exactly one well-formed message, never
+//! panic, and never allocate more than the bytes actually received (plus a small constant): the
+//! frame length is checked against the bound before reading, the body is buffered as it arrives,
+//! vectors grow as their elements decode, and strings are taken from the received bytes rather
+//! than allocated at an announced length. The frame has no version field: the protocol names
+//! carry it (`/federico/model/1`), and a peer speaking another version fails protocol
+//! negotiation before any frame is exchanged.
 
+use libp2p::futures::{AsyncRead, AsyncReadExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::io;
 use std::sync::Arc;
 
 /// Model pulls, round notices and final-model fetches (request → response).
@@ -98,8 +111,26 @@ pub enum GradientResponse {
     /// Dropped, with the reason (stale, duplicate, unexpected, wrong length, not finite…).
     Rejected {
         /// Why, in words.
+        #[serde(deserialize_with = "string_from_input")]
         reason: String,
     },
+}
+
+/// Deserializes a `String` through `deserialize_str`: bincode then takes it from the received
+/// bytes (its announced length checked against them) instead of allocating whatever length a
+/// peer announces, which `deserialize_string` would do before reading a byte.
+fn string_from_input<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<String, E> {
+            Ok(s.to_owned())
+        }
+    }
+    d.deserialize_str(Text)
 }
 
 /// A payload that must not reach the core.
@@ -112,6 +143,14 @@ pub enum WireError {
         len: u64,
         /// The configured limit.
         max: u64,
+    },
+    /// The stream ended inside a frame.
+    #[error("truncated frame: {got} of {want} bytes")]
+    Truncated {
+        /// Bytes received (header included).
+        got: u64,
+        /// Bytes the frame needed (header included; 8 while the header itself is cut).
+        want: u64,
     },
     /// The bytes are not a valid message.
     #[error("undecodable message: {0}")]
@@ -161,6 +200,58 @@ pub fn check_len(header: [u8; 8], max: u64) -> Result<usize, WireError> {
         return Err(WireError::TooLarge { len, max });
     }
     Ok(len as usize)
+}
+
+/// Reads one frame from `io` and returns its body (the bytes after the length).
+///
+/// The announced length is checked against `max` before anything is allocated for it, and the
+/// body is buffered as it arrives, so a peer that announces a large frame and sends little costs
+/// little. A [`WireError`] (too large, truncated) comes back as an
+/// [`io::ErrorKind::InvalidData`] error that [`rejection`] recognises; a stream that ends before
+/// the first byte is a plain [`io::ErrorKind::UnexpectedEof`] (the peer said nothing, which is
+/// not a malformed message: a responder that drops a request does exactly that).
+pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R, max: u64) -> io::Result<Vec<u8>> {
+    let mut header = [0u8; 8];
+    let mut got = 0;
+    while got < header.len() {
+        match io.read(&mut header[got..]).await? {
+            0 if got == 0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the stream closed before a message",
+                ));
+            }
+            0 => {
+                return Err(invalid(WireError::Truncated {
+                    got: got as u64,
+                    want: 8,
+                }));
+            }
+            n => got += n,
+        }
+    }
+    let len = check_len(header, max).map_err(invalid)?;
+    // Grows as bytes arrive; the first reservation is small whatever the header says.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    io.take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(invalid(WireError::Truncated {
+            got: 8 + body.len() as u64,
+            want: 8 + len as u64,
+        }));
+    }
+    Ok(body)
+}
+
+/// `e` as the error [`read_frame`] and the codec give for a rejected frame.
+pub fn invalid(e: WireError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// The [`WireError`] inside an I/O error from [`read_frame`] or the codec, if it is one: a
+/// message refused, rather than a connection that failed.
+pub fn rejection(e: &io::Error) -> Option<&WireError> {
+    e.get_ref()?.downcast_ref::<WireError>()
 }
 
 /// Decodes one message body (the bytes after the length), refusing trailing bytes.
@@ -298,5 +389,58 @@ mod tests {
         );
         assert_eq!(m.check(5, 4), Err(WireError::Length { got: 3, want: 4 }));
         assert_eq!(m.check(5, 3), Err(WireError::NonFinite(1)));
+    }
+
+    fn read(bytes: &[u8], max: u64) -> io::Result<Vec<u8>> {
+        libp2p::futures::executor::block_on(read_frame(&mut &bytes[..], max))
+    }
+
+    #[test]
+    fn a_frame_is_read_whole_or_refused_with_its_reason() {
+        let frame = encode(&ModelRequest::Pull { round: 3 }).unwrap();
+        assert_eq!(read(&frame, 1 << 20).unwrap(), frame[8..]);
+        // Cut anywhere after the first byte: truncated.
+        for cut in 1..frame.len() {
+            let e = read(&frame[..cut], 1 << 20).unwrap_err();
+            assert!(
+                matches!(rejection(&e), Some(WireError::Truncated { .. })),
+                "cut at {cut}: {e}"
+            );
+        }
+        // Nothing at all: not a message, and not a rejection.
+        let e = read(&[], 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(rejection(&e).is_none());
+        // A header that announces more than the bound, with nothing behind it.
+        let e = read(&u64::MAX.to_le_bytes(), 1 << 20).unwrap_err();
+        assert!(matches!(rejection(&e), Some(WireError::TooLarge { .. })));
+        // A header that announces 200 MiB (within the bound) and sends 3 bytes: truncated.
+        let mut lie = (200u64 << 20).to_le_bytes().to_vec();
+        lie.extend([1, 2, 3]);
+        let e = read(&lie, 256 << 20).unwrap_err();
+        assert_eq!(
+            rejection(&e),
+            Some(&WireError::Truncated {
+                got: 11,
+                want: 8 + (200 << 20)
+            })
+        );
+    }
+
+    #[test]
+    fn a_string_that_claims_more_bytes_than_it_has_is_refused() {
+        // Rejected { reason } with a reason claiming 2^60 bytes: without care, bincode
+        // allocates the announced length before reading (an abort, not an error).
+        let mut lie = vec![1u8]; // variant Rejected
+        lie.push(253); // varint marker for a u64 length
+        lie.extend((1u64 << 60).to_le_bytes());
+        lie.extend(b"short");
+        assert!(matches!(
+            decode::<GradientResponse>(&lie),
+            Err(WireError::Decode(_))
+        ));
+        roundtrip(GradientResponse::Rejected {
+            reason: "duplicate: ünïcode".into(),
+        });
     }
 }

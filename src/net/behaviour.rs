@@ -1,11 +1,12 @@
 //! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
 //! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
-//! Owns: how the protocols are framed and bounded, and how the behaviour is assembled.
+//! Owns: how the protocols are framed and bounded, counting frames refused by the codec, and how
+//! the behaviour is assembled.
 //! Must not: interpret messages (that is the round driver) or train.
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Reason};
 use crate::wire::{self, GradientRequest, GradientResponse, ModelRequest, ModelResponse};
-use libp2p::futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use libp2p::futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use libp2p::request_response::{self as rr, ProtocolSupport};
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
@@ -42,24 +43,25 @@ impl<Req, Resp> Codec<Req, Resp> {
         }
     }
 
+    /// Reads one message. A frame that is refused (oversized, truncated, not a message) is
+    /// counted here by reason and comes back as an `InvalidData` error carrying the
+    /// [`wire::WireError`], which the round driver logs with the peer (libp2p reports it as an
+    /// inbound or outbound failure; the codec never learns who sent the bytes).
     async fn read<T: AsyncRead + Unpin + Send, M: DeserializeOwned>(
         &self,
         protocol: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<M> {
-        let mut header = [0u8; 8];
-        io.read_exact(&mut header).await?;
-        let len = wire::check_len(header, self.max).map_err(|e| {
-            self.metrics.reject("too_large");
-            io::Error::new(io::ErrorKind::InvalidData, e)
+        let body = wire::read_frame(io, self.max).await.inspect_err(|e| {
+            if let Some(w) = wire::rejection(e) {
+                self.metrics.reject(Reason::from(w));
+            }
         })?;
-        let mut body = vec![0u8; len]; // only after the bound check
-        io.read_exact(&mut body).await?;
         self.metrics
-            .count_bytes(protocol.as_ref(), "in", len + header.len());
+            .count_bytes(protocol.as_ref(), "in", body.len() + 8);
         wire::decode(&body).map_err(|e| {
-            self.metrics.reject("undecodable");
-            io::Error::new(io::ErrorKind::InvalidData, e)
+            self.metrics.reject(Reason::from(&e));
+            wire::invalid(e)
         })
     }
 

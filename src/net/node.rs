@@ -26,12 +26,14 @@
 use super::behaviour::{Behaviour, BehaviourConfig, BehaviourEvent};
 use super::config::NodeConfig;
 use super::identity::{self, Manifest};
-use super::metrics::{self, Metrics};
+use super::metrics::{self, Metrics, Reason};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
 use crate::core::{GradientInbox, Peer};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Evaluation, Learner, Shard};
-use crate::wire::{GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse};
+use crate::wire::{
+    self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse, WireError,
+};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::{DialError, ListenError, SwarmEvent};
@@ -960,8 +962,8 @@ impl Driver {
                 send_back_addr,
                 ..
             } => {
-                self.metrics.reject("not_a_member");
-                warn!(from = %send_back_addr, "refused a connection: {cause}");
+                self.metrics.reject(Reason::NotAMember);
+                warn!(from = %send_back_addr, reason = %Reason::NotAMember, "refused a connection: {cause}");
             }
             SwarmEvent::OutgoingConnectionError {
                 error: DialError::Denied { cause },
@@ -1005,7 +1007,9 @@ impl Driver {
                 ..
             } => {
                 let Some(from) = self.node_of(&peer) else {
-                    self.metrics.reject("not_a_member");
+                    // Dropping the channel answers nothing.
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a model request from outside the manifest");
                     return Ok(());
                 };
                 match request {
@@ -1072,19 +1076,36 @@ impl Driver {
             } => {
                 let what = self.outstanding.remove(&request_id);
                 let abandoned = self.abandoned.remove(&request_id);
-                let ModelResponse::Model(payload) = response else {
+                let Some(from) = self.nodes.get(&peer).copied() else {
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a response from outside the manifest");
                     return Ok(());
                 };
-                let Some(from) = self.nodes.get(&peer).copied() else {
-                    return Ok(());
+                let payload = match (response, what) {
+                    (
+                        ModelResponse::Model(p),
+                        Some(Outstanding::Pull { .. } | Outstanding::Fetch { .. }),
+                    ) => p,
+                    (ModelResponse::Ack, Some(Outstanding::Other)) => return Ok(()),
+                    (response, what) => {
+                        // A model for a notice, an acknowledgement for a pull or a fetch, or an
+                        // answer to nothing we asked.
+                        let reason = Reason::Unexpected;
+                        self.metrics.reject(reason);
+                        let got = match response {
+                            ModelResponse::Model(_) => "a model",
+                            ModelResponse::Ack => "an acknowledgement",
+                        };
+                        warn!(peer = %from, %reason, "refused {got} in answer to {what:?}");
+                        self.model_refused(what, abandoned);
+                        return Ok(());
+                    }
                 };
                 if let Err(e) = payload.check(self.fingerprint, self.num_params) {
-                    self.metrics.reject("bad_model");
-                    warn!(peer = %from, "refused a model: {e}");
-                    if let Some(Outstanding::Pull { to, .. }) = what {
-                        self.peer.handle_unreachable(to);
-                        self.pull_settled(to);
-                    }
+                    let reason = Reason::from(&e);
+                    self.metrics.reject(reason);
+                    warn!(peer = %from, %reason, "refused a model: {e}");
+                    self.model_refused(what, abandoned);
                     return Ok(());
                 }
                 match what {
@@ -1121,32 +1142,73 @@ impl Driver {
                 }
             }
             rr::Event::OutboundFailure {
-                request_id, error, ..
+                peer,
+                request_id,
+                error,
+                ..
             } => {
                 self.abandoned.remove(&request_id);
+                // A response the codec refused is counted there; say why here.
+                let reason = outbound_rejection(&error).map(Reason::from);
                 match self.outstanding.remove(&request_id) {
                     Some(Outstanding::Pull { round, to }) => {
-                        warn!(peer = %to, round, "pull failed: {error}");
+                        warn!(peer = %to, round, reason = reason.map(Reason::label), "pull failed: {error}");
                         if round == self.current_round() {
                             self.peer.handle_unreachable(to);
                             self.pull_settled(to);
                         }
                     }
                     Some(Outstanding::Fetch { to }) => {
-                        warn!(peer = %to, "fetch failed: {error}");
+                        warn!(peer = %to, reason = reason.map(Reason::label), "fetch failed: {error}");
                         if let Phase::Fetching { waiting, .. } = &mut self.phase {
                             waiting.remove(&to);
                         }
                     }
-                    _ => debug!("notice failed: {error}"),
+                    _ => match reason {
+                        Some(reason) => {
+                            warn!(%peer, %reason, "refused the answer to a notice: {error}")
+                        }
+                        None => debug!("notice failed: {error}"),
+                    },
                 }
             }
-            rr::Event::InboundFailure { peer, error, .. } => {
-                debug!(%peer, "inbound model request failed: {error}");
-            }
+            rr::Event::InboundFailure { peer, error, .. } => match inbound_rejection(&error) {
+                // Counted by the codec, which cannot know the peer.
+                Some(e) => {
+                    warn!(peer = %self.who(&peer), reason = %Reason::from(e), "refused a model request: {e}")
+                }
+                None => debug!(%peer, "inbound model request failed: {error}"),
+            },
             rr::Event::ResponseSent { .. } => {}
         }
         Ok(())
+    }
+
+    /// A model response was refused: a pull of this round counts as failed (the owner keeps its
+    /// last loss, spec §6), a fetch leaves the mixture. Nothing of the response is kept.
+    fn model_refused(&mut self, what: Option<Outstanding>, abandoned: bool) {
+        match what {
+            Some(Outstanding::Pull { round, to })
+                if !abandoned && round == self.current_round() =>
+            {
+                self.peer.handle_unreachable(to);
+                self.pull_settled(to);
+            }
+            Some(Outstanding::Fetch { to }) => {
+                if let Phase::Fetching { waiting, .. } = &mut self.phase {
+                    waiting.remove(&to);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A peer for the log: its node id when it is a member, else its peer ID.
+    fn who(&self, peer: &PeerId) -> String {
+        match self.nodes.get(peer) {
+            Some(n) => n.to_string(),
+            None => peer.to_string(),
+        }
     }
 
     fn pull_settled(&mut self, b: NodeId) {
@@ -1166,40 +1228,45 @@ impl Driver {
                 ..
             } => {
                 let Some(from) = self.nodes.get(&peer).copied() else {
-                    self.metrics.reject("not_a_member");
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a gradient from outside the manifest");
                     return;
                 };
+                // Every check runs before the inbox is touched; the inbox's own checks leave it
+                // as it was when they refuse.
                 let verdict = match request {
                     GradientRequest::Gradient {
                         version,
                         fingerprint,
+                        weight,
                         grad,
                         ..
                     } => {
                         if fingerprint != self.fingerprint {
-                            Err("fingerprint".to_string())
+                            let e = WireError::Fingerprint {
+                                got: fingerprint,
+                                want: self.fingerprint,
+                            };
+                            Err((Reason::WrongFingerprint, e.to_string()))
+                        } else if !weight.is_finite() {
+                            Err((Reason::NonFinite, format!("non-finite weight {weight}")))
                         } else {
                             self.inbox
                                 .handle_gradient(from, version, grad)
-                                .map_err(|r| r.to_string())
+                                .map_err(|r| (Reason::from(&r), r.to_string()))
                         }
                     }
                     GradientRequest::Skip { version } => self
                         .inbox
                         .handle_skip(from, version)
-                        .map_err(|r| r.to_string()),
+                        .map_err(|r| (Reason::from(&r), r.to_string())),
                 };
                 let resp = match verdict {
                     Ok(()) => GradientResponse::Accepted,
-                    Err(reason) => {
-                        let key = reason
-                            .split(|c: char| !c.is_alphanumeric())
-                            .next()
-                            .unwrap_or("other")
-                            .to_lowercase();
-                        self.metrics.reject(&key);
-                        debug!(peer = %from, "gradient rejected: {reason}");
-                        GradientResponse::Rejected { reason }
+                    Err((reason, text)) => {
+                        self.metrics.reject(reason);
+                        warn!(peer = %from, %reason, "refused a gradient: {text}");
+                        GradientResponse::Rejected { reason: text }
                     }
                 };
                 let _ = self
@@ -1217,12 +1284,37 @@ impl Driver {
                 peer,
                 ..
             } => {
-                debug!(%peer, "our gradient was rejected: {reason}");
+                // The peer's words: shortened and escaped before they reach our log.
+                let reason: String = reason.chars().take(200).collect();
+                debug!(%peer, "our gradient was rejected: {reason:?}");
             }
             rr::Event::OutboundFailure { peer, error, .. } => {
-                warn!(%peer, "gradient not delivered: {error}");
+                let reason = outbound_rejection(&error).map(Reason::from);
+                warn!(%peer, reason = reason.map(Reason::label), "gradient not delivered: {error}");
             }
+            rr::Event::InboundFailure { peer, error, .. } => match inbound_rejection(&error) {
+                Some(e) => {
+                    warn!(peer = %self.who(&peer), reason = %Reason::from(e), "refused a gradient request: {e}")
+                }
+                None => debug!(%peer, "inbound gradient request failed: {error}"),
+            },
             _ => {}
         }
+    }
+}
+
+/// The frame the codec refused on an inbound stream, if that is why it failed.
+fn inbound_rejection(e: &rr::InboundFailure) -> Option<&WireError> {
+    match e {
+        rr::InboundFailure::Io(e) => wire::rejection(e),
+        _ => None,
+    }
+}
+
+/// The frame the codec refused on an outbound stream (the answer), if that is why it failed.
+fn outbound_rejection(e: &rr::OutboundFailure) -> Option<&WireError> {
+    match e {
+        rr::OutboundFailure::Io(e) => wire::rejection(e),
+        _ => None,
     }
 }
