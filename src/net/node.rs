@@ -433,7 +433,7 @@ pub async fn run(
         round,
         version,
         snapshot: Arc::new(params),
-        inbox: GradientInbox::new(version, num_params),
+        inbox: GradientInbox::new(version, num_params).with_clip_norm(cfg.federico.clip_norm),
         held: Vec::new(),
         phase: Phase::Starting {
             until: start_deadline,
@@ -612,7 +612,8 @@ impl Driver {
                     }
                     let inbox = std::mem::replace(
                         &mut self.inbox,
-                        GradientInbox::new(self.version + 1, self.num_params),
+                        GradientInbox::new(self.version + 1, self.num_params)
+                            .with_clip_norm(self.cfg.federico.clip_norm),
                     );
                     if let Some(rec) = self.pending_record.as_mut() {
                         rec.gradients = inbox.gradients();
