@@ -251,6 +251,9 @@ pub fn invalid(e: WireError) -> io::Error {
 /// The [`WireError`] inside an I/O error from [`read_frame`] or the codec, if it is one: a
 /// message refused, rather than a connection that failed.
 pub fn rejection(e: &io::Error) -> Option<&WireError> {
+    if e.kind() != io::ErrorKind::InvalidData {
+        return None;
+    }
     e.get_ref()?.downcast_ref::<WireError>()
 }
 

@@ -1149,7 +1149,7 @@ impl Driver {
                 ..
             } => {
                 self.abandoned.remove(&request_id);
-                // A response the codec refused is counted there; say why here.
+                // A response the codec refused was logged and counted there.
                 let reason = outbound_rejection(&error).map(Reason::from);
                 match self.outstanding.remove(&request_id) {
                     Some(Outstanding::Pull { round, to }) => {
@@ -1173,13 +1173,10 @@ impl Driver {
                     },
                 }
             }
-            rr::Event::InboundFailure { peer, error, .. } => match inbound_rejection(&error) {
-                // Counted by the codec, which cannot know the peer.
-                Some(e) => {
-                    warn!(peer = %self.who(&peer), reason = %Reason::from(e), "refused a model request: {e}")
-                }
-                None => debug!(%peer, "inbound model request failed: {error}"),
-            },
+            // A request the codec refused never gets here: the codec logs and counts it.
+            rr::Event::InboundFailure { peer, error, .. } => {
+                debug!(%peer, "inbound model request failed: {error}");
+            }
             rr::Event::ResponseSent { .. } => {}
         }
         Ok(())
@@ -1201,14 +1198,6 @@ impl Driver {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// A peer for the log: its node id when it is a member, else its peer ID.
-    fn who(&self, peer: &PeerId) -> String {
-        match self.nodes.get(peer) {
-            Some(n) => n.to_string(),
-            None => peer.to_string(),
         }
     }
 
@@ -1293,22 +1282,8 @@ impl Driver {
                 let reason = outbound_rejection(&error).map(Reason::from);
                 warn!(%peer, reason = reason.map(Reason::label), "gradient not delivered: {error}");
             }
-            rr::Event::InboundFailure { peer, error, .. } => match inbound_rejection(&error) {
-                Some(e) => {
-                    warn!(peer = %self.who(&peer), reason = %Reason::from(e), "refused a gradient request: {e}")
-                }
-                None => debug!(%peer, "inbound gradient request failed: {error}"),
-            },
             _ => {}
         }
-    }
-}
-
-/// The frame the codec refused on an inbound stream, if that is why it failed.
-fn inbound_rejection(e: &rr::InboundFailure) -> Option<&WireError> {
-    match e {
-        rr::InboundFailure::Io(e) => wire::rejection(e),
-        _ => None,
     }
 }
 
