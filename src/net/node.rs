@@ -2,7 +2,9 @@
 //!
 //! Owns: the event loop that owns the swarm and the FedeRiCo core ([`Peer`]), and moves models,
 //! gradients and round notices between them and the training thread; deadlines; the owner's
-//! serving rules; checkpoints on round boundaries; the run log; shutdown.
+//! serving rules; refusing decoded messages that fail the checks (a warning naming the peer, a
+//! count by reason, and no change of state); checkpoints on round boundaries; the run log;
+//! shutdown.
 //! Must not: decide what the core decides (sampling, weights, which gradients count), or run
 //! any tensor work: that goes to the training thread, so serving never waits for training.
 //!
