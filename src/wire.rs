@@ -205,8 +205,8 @@ pub fn check_len(header: [u8; 8], max: u64) -> Result<usize, WireError> {
 /// Reads one frame from `io` and returns its body (the bytes after the length).
 ///
 /// The announced length is checked against `max` before anything is allocated for it, and the
-/// body is buffered as it arrives, so a peer that announces a large frame and sends little costs
-/// little. A [`WireError`] (too large, truncated) comes back as an
+/// buffer grows only as the body arrives, so a peer that announces a large frame and sends little
+/// costs little. A [`WireError`] (too large, truncated) comes back as an
 /// [`io::ErrorKind::InvalidData`] error that [`rejection`] recognises; a stream that ends before
 /// the first byte is a plain [`io::ErrorKind::UnexpectedEof`] (the peer said nothing, which is
 /// not a malformed message: a responder that drops a request does exactly that).
@@ -231,14 +231,25 @@ pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R, max: u64) -> io::Resul
         }
     }
     let len = check_len(header, max).map_err(invalid)?;
-    // Grows as bytes arrive; the first reservation is small whatever the header says.
-    let mut body = Vec::with_capacity(len.min(64 << 10));
-    io.take(len as u64).read_to_end(&mut body).await?;
-    if body.len() < len {
-        return Err(invalid(WireError::Truncated {
-            got: 8 + body.len() as u64,
-            want: 8 + len as u64,
-        }));
+    // The buffer doubles as bytes arrive, from 64 KiB and never past the announced length:
+    // memory follows what was received, and ends exactly the frame's size.
+    let mut body = Vec::new();
+    let mut filled = 0;
+    while filled < len {
+        if filled == body.len() {
+            let grow = body.len().max(64 << 10).min(len - body.len());
+            body.reserve_exact(grow);
+            body.resize(body.len() + grow, 0);
+        }
+        match io.read(&mut body[filled..]).await? {
+            0 => {
+                return Err(invalid(WireError::Truncated {
+                    got: 8 + filled as u64,
+                    want: 8 + len as u64,
+                }));
+            }
+            n => filled += n,
+        }
     }
     Ok(body)
 }
