@@ -1,7 +1,9 @@
 //! The owner's side of the M-step (FedeRiCo spec §3.2 steps 6–7 and §6).
-//! Owns: which weighted gradients an owner waits for, which it accepts, and their sum.
+//! Owns: which weighted gradients an owner waits for, which it accepts, the optional per-sender
+//! norm clipping (spec §6, security), and their sum.
 //! Must not: apply the optimizer step (the driver's learner does), read clocks (deadlines are
-//! the driver's), or trust its inputs: every rejection is a value, never a panic.
+//! the driver's), or trust its inputs: every rejection is a value, never a panic, and a
+//! rejected gradient or skip leaves the inbox exactly as it was.
 
 use crate::ids::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,26 +46,13 @@ pub enum Rejection {
     NonFinite,
 }
 
-impl Rejection {
-    /// A stable label for metrics: `stale`, `future_version`, `unexpected`, `duplicate`,
-    /// `wrong_shape`, `non_finite`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Rejection::Stale { .. } => "stale",
-            Rejection::FutureVersion { .. } => "future_version",
-            Rejection::Unexpected => "unexpected",
-            Rejection::Duplicate => "duplicate",
-            Rejection::WrongLength { .. } => "wrong_shape",
-            Rejection::NonFinite => "non_finite",
-        }
-    }
-}
-
 /// Gradients for one version of an owner's model.
 #[derive(Clone, Debug)]
 pub struct GradientInbox {
     version: u64,
     len: usize,
+    /// Each accepted gradient is scaled down to at most this L2 norm (`None`: no clipping).
+    clip_norm: Option<f64>,
     expected: BTreeSet<NodeId>,
     received: BTreeMap<NodeId, Option<Vec<f32>>>,
 }
@@ -74,9 +63,19 @@ impl GradientInbox {
         Self {
             version,
             len,
+            clip_norm: None,
             expected: BTreeSet::new(),
             received: BTreeMap::new(),
         }
+    }
+
+    /// Clips every accepted gradient to an L2 norm of at most `clip_norm` (when `Some`) before it
+    /// is summed: no single sender — a malicious sampler included — moves the step by more than
+    /// that (spec §6, security). Applies to every sender alike, the owner's own gradient too.
+    /// Call before the first gradient arrives.
+    pub fn with_clip_norm(mut self, clip_norm: Option<f64>) -> Self {
+        self.clip_norm = clip_norm;
+        self
     }
 
     /// The version this inbox collects for.
@@ -112,12 +111,13 @@ impl GradientInbox {
         Ok(())
     }
 
-    /// Accepts at most one weighted gradient per (sender, version).
+    /// Accepts at most one weighted gradient per (sender, version), of the model's length, with
+    /// finite values, from a sender that was served this version; clipped if configured.
     pub fn handle_gradient(
         &mut self,
         from: NodeId,
         version: u64,
-        grad: Vec<f32>,
+        mut grad: Vec<f32>,
     ) -> Result<(), Rejection> {
         self.check(from, version)?;
         if grad.len() != self.len {
@@ -128,6 +128,9 @@ impl GradientInbox {
         }
         if grad.iter().any(|g| !g.is_finite()) {
             return Err(Rejection::NonFinite);
+        }
+        if let Some(clip) = self.clip_norm {
+            clip_to_norm(&mut grad, clip);
         }
         self.received.insert(from, Some(grad));
         Ok(())
@@ -170,6 +173,17 @@ impl GradientInbox {
             }
         }
         total
+    }
+}
+
+/// Scales `g` so that its L2 norm is at most `clip` (computed in f64; finite values only).
+fn clip_to_norm(g: &mut [f32], clip: f64) {
+    let norm = g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    if norm > clip {
+        let scale = (clip / norm) as f32;
+        for x in g {
+            *x *= scale;
+        }
     }
 }
 
@@ -237,5 +251,77 @@ mod tests {
         assert!(i.is_complete());
         assert_eq!(i.sum(), vec![2.0]);
         assert_eq!(i.handle_skip(NodeId(1), 0), Err(Rejection::Duplicate));
+    }
+
+    fn norm(g: &[f32]) -> f64 {
+        g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
+    }
+
+    #[test]
+    fn clipping_bounds_each_senders_norm_and_keeps_its_direction() {
+        let mut i = GradientInbox::new(0, 2).with_clip_norm(Some(1.0));
+        for k in 0..3 {
+            i.expect(NodeId(k));
+        }
+        i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap(); // norm 5 → 1
+        i.handle_gradient(NodeId(1), 0, vec![0.3, 0.4]).unwrap(); // norm 0.5: kept
+        // A huge but finite gradient (its squares overflow f32, not f64).
+        i.handle_gradient(NodeId(2), 0, vec![-3e38, 0.0]).unwrap();
+        let sum = i.sum();
+        let want = [0.6 + 0.3 - 1.0, 0.8 + 0.4];
+        for (s, w) in sum.iter().zip(want) {
+            assert!((f64::from(*s) - w).abs() < 1e-6, "{sum:?}");
+        }
+        assert!(norm(&sum) <= 3.0 + 1e-6);
+        // No clipping configured: the sum is the plain sum.
+        let mut j = GradientInbox::new(0, 2);
+        j.expect(NodeId(0));
+        j.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
+        assert_eq!(j.sum(), vec![3.0, 4.0]);
+    }
+
+    #[test]
+    fn a_clipped_gradient_has_at_most_the_clip_norm() {
+        for (clip, g) in [
+            (0.5, vec![1.0f32; 1000]),
+            (1e-3, vec![1e-2, -7.0, 3.5]),
+            (2.0, vec![0.0, 0.0]),
+        ] {
+            let mut g2 = g.clone();
+            clip_to_norm(&mut g2, clip);
+            assert!(norm(&g2) <= clip * (1.0 + 1e-6), "{clip}: {}", norm(&g2));
+            if norm(&g) > clip {
+                assert!((norm(&g2) - clip).abs() <= clip * 1e-5);
+            } else {
+                assert_eq!(g2, g);
+            }
+        }
+    }
+
+    #[test]
+    fn a_rejected_gradient_changes_nothing_even_when_it_would_complete_the_inbox() {
+        let mut i = GradientInbox::new(5, 2);
+        i.expect(NodeId(0));
+        i.expect(NodeId(1));
+        i.handle_gradient(NodeId(0), 5, vec![1.0, 1.0]).unwrap();
+        let before = (i.sum(), i.gradients(), i.missing().collect::<Vec<_>>());
+        for r in [
+            i.handle_gradient(NodeId(1), 4, vec![0.0; 2]),
+            i.handle_gradient(NodeId(1), 6, vec![0.0; 2]),
+            i.handle_gradient(NodeId(1), 5, vec![0.0; 1]),
+            i.handle_gradient(NodeId(1), 5, vec![f32::NEG_INFINITY, 0.0]),
+            i.handle_gradient(NodeId(2), 5, vec![0.0; 2]),
+            i.handle_gradient(NodeId(0), 5, vec![0.0; 2]),
+            i.handle_skip(NodeId(1), 4),
+            i.handle_skip(NodeId(2), 5),
+            i.handle_skip(NodeId(0), 5),
+        ] {
+            assert!(r.is_err());
+        }
+        assert!(!i.is_complete());
+        assert_eq!(
+            (i.sum(), i.gradients(), i.missing().collect::<Vec<_>>()),
+            before
+        );
     }
 }

@@ -168,6 +168,11 @@ pub struct FedericoConfig {
     pub suspect_after: u32,
     /// What the M-step computes per round (spec §5.5).
     pub mstep: MStep,
+    /// Optional per-sender gradient-norm clipping (spec §6, security): an owner scales each
+    /// gradient it accepts, its own included, to an L2 norm of at most this before summing, so a
+    /// malicious sampler cannot move a model by more than this per round. `None` (the default)
+    /// is the paper's algorithm.
+    pub clip_norm: Option<f64>,
 }
 
 impl Default for FedericoConfig {
@@ -182,6 +187,7 @@ impl Default for FedericoConfig {
             infer_min_weight: 1e-3,
             suspect_after: 3,
             mstep: MStep::Full,
+            clip_norm: None,
         }
     }
 }
@@ -213,6 +219,13 @@ impl FedericoConfig {
         }
         if self.suspect_after == 0 {
             return Err("suspect_after must be at least 1, got 0".into());
+        }
+        if let Some(c) = self.clip_norm {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!(
+                    "clip_norm must be a positive finite number (or absent), got {c}"
+                ));
+            }
         }
         Ok(())
     }
@@ -630,6 +643,18 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.validate().unwrap_err().contains("loss_scale"));
+        for c in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let bad = FedericoConfig {
+                clip_norm: Some(c),
+                ..Default::default()
+            };
+            assert!(bad.validate().unwrap_err().contains("clip_norm"), "{c}");
+        }
+        let clipped = FedericoConfig {
+            clip_norm: Some(5.0),
+            ..Default::default()
+        };
+        assert!(clipped.validate().is_ok());
         assert!(FedericoConfig::default().validate().is_ok());
     }
 }

@@ -1,33 +1,57 @@
 //! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
 //! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
-//! Owns: how the protocols are framed and bounded, and how the behaviour is assembled.
+//! Owns: how the protocols are framed and bounded, refusing (logging with the sender, counting)
+//! frames that are not messages, and how the behaviour is assembled.
 //! Must not: interpret messages (that is the round driver) or train.
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Reason};
 use crate::wire::{self, GradientRequest, GradientResponse, ModelRequest, ModelResponse};
-use libp2p::futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use libp2p::core::Endpoint;
+use libp2p::core::transport::PortUse;
+use libp2p::futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use libp2p::request_response::{self as rr, ProtocolSupport};
-use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::{StreamProtocol, allow_block_list, identify, identity, kad, mdns};
+use libp2p::swarm::{
+    ConnectionDenied, ConnectionId, FromSwarm, NetworkBehaviour, THandler, THandlerInEvent,
+    THandlerOutEvent, ToSwarm,
+};
+use libp2p::{Multiaddr, PeerId, StreamProtocol, allow_block_list, identify, identity, kad, mdns};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io;
 use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tracing::warn;
 
-/// Length-prefixed bincode-2 frames with a bound checked before allocation; counts the bytes.
+/// Length-prefixed bincode-2 frames with a bound checked before allocation; counts the bytes,
+/// and logs and counts the frames it refuses.
 pub(crate) struct Codec<Req, Resp> {
     max: u64,
     metrics: Metrics,
+    /// The remote peer, in the copies that serve a connection (`None` in the behaviour's own).
+    peer: Option<PeerId>,
+    /// The peer whose connection handler [`Exchange`] is creating right now: the copy made for
+    /// that handler takes it (libp2p tells a codec nothing about the streams it reads).
+    connecting: Arc<Mutex<Option<PeerId>>>,
     _types: PhantomData<fn() -> (Req, Resp)>,
 }
 
 impl<Req, Resp> Clone for Codec<Req, Resp> {
     fn clone(&self) -> Self {
+        let connecting = || {
+            *self
+                .connecting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
         Self {
             max: self.max,
             metrics: self.metrics.clone(),
+            peer: self.peer.or_else(connecting),
+            connecting: self.connecting.clone(),
             _types: PhantomData,
         }
     }
@@ -38,29 +62,41 @@ impl<Req, Resp> Codec<Req, Resp> {
         Self {
             max,
             metrics,
+            peer: None,
+            connecting: Arc::default(),
             _types: PhantomData,
         }
     }
 
+    /// Reads one message. A frame that is refused (oversized, truncated, not a message) is
+    /// logged with its sender and counted by reason here, and comes back as an `InvalidData`
+    /// error carrying the [`wire::WireError`]: for a request libp2p then drops the stream and
+    /// tells no one, for a response the round driver sees an outbound failure.
     async fn read<T: AsyncRead + Unpin + Send, M: DeserializeOwned>(
         &self,
         protocol: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<M> {
-        let mut header = [0u8; 8];
-        io.read_exact(&mut header).await?;
-        let len = wire::check_len(header, self.max).map_err(|e| {
-            self.metrics.reject("too_large");
-            io::Error::new(io::ErrorKind::InvalidData, e)
+        let body = wire::read_frame(io, self.max).await.inspect_err(|e| {
+            if let Some(w) = wire::rejection(e) {
+                self.refused(protocol, w);
+            }
         })?;
-        let mut body = vec![0u8; len]; // only after the bound check
-        io.read_exact(&mut body).await?;
         self.metrics
-            .count_bytes(protocol.as_ref(), "in", len + header.len());
+            .count_bytes(protocol.as_ref(), "in", body.len() + 8);
         wire::decode(&body).map_err(|e| {
-            self.metrics.reject("undecodable");
-            io::Error::new(io::ErrorKind::InvalidData, e)
+            self.refused(protocol, &e);
+            wire::invalid(e)
         })
+    }
+
+    fn refused(&self, protocol: &StreamProtocol, e: &wire::WireError) {
+        let reason = Reason::from(e);
+        self.metrics.reject(reason);
+        match &self.peer {
+            Some(peer) => warn!(%peer, %protocol, %reason, "refused a frame: {e}"),
+            None => warn!(peer = "unknown", %protocol, %reason, "refused a frame: {e}"),
+        }
     }
 
     async fn write<T: AsyncWrite + Unpin + Send, M: Serialize>(
@@ -134,6 +170,138 @@ where
 pub(crate) type ModelCodec = Codec<ModelRequest, ModelResponse>;
 pub(crate) type GradientCodec = Codec<GradientRequest, GradientResponse>;
 
+/// One FedeRiCo protocol: request-response with our [`Codec`], whose copy for each connection
+/// knows the remote peer, so a frame it refuses is logged with its sender. Everything else is
+/// libp2p's request-response behaviour, reached through `Deref`.
+pub(crate) struct Exchange<Req: Message, Resp: Message> {
+    inner: rr::Behaviour<Codec<Req, Resp>>,
+    /// Shared with the codec: set while the inner behaviour creates a connection's handler
+    /// (which copies the codec).
+    connecting: Arc<Mutex<Option<PeerId>>>,
+}
+
+/// What the codec can carry.
+pub(crate) trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {}
+impl<M: Serialize + DeserializeOwned + Send + Sync + 'static> Message for M {}
+
+impl<Req: Message, Resp: Message> Exchange<Req, Resp> {
+    fn new(
+        codec: Codec<Req, Resp>,
+        protocols: impl IntoIterator<Item = (StreamProtocol, ProtocolSupport)>,
+        cfg: rr::Config,
+    ) -> Self {
+        let connecting = codec.connecting.clone();
+        Self {
+            inner: rr::Behaviour::with_codec(codec, protocols, cfg),
+            connecting,
+        }
+    }
+
+    /// Runs `f` (which creates a connection handler) with `peer` announced to the codec.
+    fn for_peer<T>(
+        &mut self,
+        peer: PeerId,
+        f: impl FnOnce(&mut rr::Behaviour<Codec<Req, Resp>>) -> T,
+    ) -> T {
+        let slot = || {
+            self.connecting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        *slot() = Some(peer);
+        let out = f(&mut self.inner);
+        *self
+            .connecting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        out
+    }
+}
+
+impl<Req: Message, Resp: Message> Deref for Exchange<Req, Resp> {
+    type Target = rr::Behaviour<Codec<Req, Resp>>;
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
+impl<Req: Message, Resp: Message> DerefMut for Exchange<Req, Resp> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
+    }
+}
+
+impl<Req: Message, Resp: Message> NetworkBehaviour for Exchange<Req, Resp> {
+    type ConnectionHandler = THandler<rr::Behaviour<Codec<Req, Resp>>>;
+    type ToSwarm = rr::Event<Req, Resp>;
+
+    fn handle_pending_inbound_connection(
+        &mut self,
+        id: ConnectionId,
+        local: &Multiaddr,
+        remote: &Multiaddr,
+    ) -> Result<(), ConnectionDenied> {
+        self.inner
+            .handle_pending_inbound_connection(id, local, remote)
+    }
+
+    fn handle_established_inbound_connection(
+        &mut self,
+        id: ConnectionId,
+        peer: PeerId,
+        local: &Multiaddr,
+        remote: &Multiaddr,
+    ) -> Result<THandler<Self>, ConnectionDenied> {
+        self.for_peer(peer, |b| {
+            b.handle_established_inbound_connection(id, peer, local, remote)
+        })
+    }
+
+    fn handle_pending_outbound_connection(
+        &mut self,
+        id: ConnectionId,
+        peer: Option<PeerId>,
+        addresses: &[Multiaddr],
+        role: Endpoint,
+    ) -> Result<Vec<Multiaddr>, ConnectionDenied> {
+        self.inner
+            .handle_pending_outbound_connection(id, peer, addresses, role)
+    }
+
+    fn handle_established_outbound_connection(
+        &mut self,
+        id: ConnectionId,
+        peer: PeerId,
+        addr: &Multiaddr,
+        role: Endpoint,
+        port_use: PortUse,
+    ) -> Result<THandler<Self>, ConnectionDenied> {
+        self.for_peer(peer, |b| {
+            b.handle_established_outbound_connection(id, peer, addr, role, port_use)
+        })
+    }
+
+    fn on_swarm_event(&mut self, event: FromSwarm) {
+        self.inner.on_swarm_event(event)
+    }
+
+    fn on_connection_handler_event(
+        &mut self,
+        peer: PeerId,
+        id: ConnectionId,
+        event: THandlerOutEvent<Self>,
+    ) {
+        self.inner.on_connection_handler_event(peer, id, event)
+    }
+
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<ToSwarm<Self::ToSwarm, THandlerInEvent<Self>>> {
+        self.inner.poll(cx)
+    }
+}
+
 /// Everything a node's swarm does.
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
@@ -142,9 +310,9 @@ pub(crate) struct Behaviour {
     /// Peers cut off on purpose (partition tests).
     pub(crate) blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     /// Pulls, notices and fetches → models and acks.
-    pub(crate) model: rr::Behaviour<ModelCodec>,
+    pub(crate) model: Exchange<ModelRequest, ModelResponse>,
     /// Weighted gradients and skips → acknowledgements.
-    pub(crate) gradient: rr::Behaviour<GradientCodec>,
+    pub(crate) gradient: Exchange<GradientRequest, GradientResponse>,
     /// Exchanges listen addresses.
     pub(crate) identify: identify::Behaviour,
     /// Finds peers beyond the bootstrap list.
@@ -179,7 +347,7 @@ impl Behaviour {
         let rr_cfg = rr::Config::default()
             .with_request_timeout(cfg.request_timeout)
             .with_max_concurrent_streams(1024);
-        let model = rr::Behaviour::with_codec(
+        let model = Exchange::new(
             ModelCodec::new(cfg.max_message, metrics.clone()),
             [(
                 StreamProtocol::new(wire::MODEL_PROTOCOL),
@@ -187,7 +355,7 @@ impl Behaviour {
             )],
             rr_cfg.clone(),
         );
-        let gradient = rr::Behaviour::with_codec(
+        let gradient = Exchange::new(
             GradientCodec::new(cfg.max_message, metrics),
             [(
                 StreamProtocol::new(wire::GRADIENT_PROTOCOL),

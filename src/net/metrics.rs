@@ -1,8 +1,12 @@
 //! The node's Prometheus metrics (with the client libp2p's own metrics use) and a minimal
 //! text endpoint for them.
-//! Owns: metric definitions and serving `GET /metrics` on the configured local address.
-//! Must not: compute what it reports; the round driver sets the values.
+//! Owns: metric definitions, the stable `reason` labels of rejected messages ([`Reason`]), and
+//! serving `GET /metrics` on the configured local address.
+//! Must not: compute what it reports or decide what is rejected; the codec and the round driver
+//! set the values.
 
+use crate::core::Rejection;
+use crate::wire::WireError;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,6 +17,107 @@ use std::sync::atomic::AtomicU64;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type Labels = Vec<(String, String)>;
+
+/// Why a message from a peer was dropped: the `reason` label of
+/// `federico_rejected_messages_total`. The labels are part of the node's interface (dashboards
+/// and alerts key on them): add new ones, never rename.
+///
+/// There is no `wrong_version`: frames carry no version, the protocol names do
+/// (`/federico/model/1`), and a peer speaking another version fails protocol negotiation before
+/// any frame reaches the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// `truncated`: the stream ended inside a frame (codec).
+    Truncated,
+    /// `oversized`: a frame announced more than `max_message_mib` (codec, before allocation).
+    Oversized,
+    /// `garbage`: the bytes are not a message of the protocol, or bytes follow it (codec).
+    Garbage,
+    /// `wrong_shape`: a model or gradient with another number of parameters.
+    WrongShape,
+    /// `wrong_fingerprint`: a model or gradient of another architecture.
+    WrongFingerprint,
+    /// `non_finite`: NaN or infinity in a model, a gradient or its weight.
+    NonFinite,
+    /// `duplicate`: a second gradient or skip from one sender for one version.
+    Duplicate,
+    /// `stale`: a gradient or skip for a version older than the owner's.
+    Stale,
+    /// `future_version`: a gradient or skip for a version the owner has not reached.
+    FutureVersion,
+    /// `unexpected`: a gradient or skip from a peer not served that version, or a response of
+    /// the wrong kind (an acknowledgement to a pull, a model to a notice).
+    Unexpected,
+    /// `not_a_member`: a connection or message from a peer outside the manifest.
+    NotAMember,
+}
+
+impl Reason {
+    /// Every reason, in the order of the docs.
+    #[cfg(test)]
+    pub(crate) const ALL: [Reason; 11] = [
+        Reason::Truncated,
+        Reason::Oversized,
+        Reason::Garbage,
+        Reason::WrongShape,
+        Reason::WrongFingerprint,
+        Reason::NonFinite,
+        Reason::Duplicate,
+        Reason::Stale,
+        Reason::FutureVersion,
+        Reason::Unexpected,
+        Reason::NotAMember,
+    ];
+
+    /// The metric label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Reason::Truncated => "truncated",
+            Reason::Oversized => "oversized",
+            Reason::Garbage => "garbage",
+            Reason::WrongShape => "wrong_shape",
+            Reason::WrongFingerprint => "wrong_fingerprint",
+            Reason::NonFinite => "non_finite",
+            Reason::Duplicate => "duplicate",
+            Reason::Stale => "stale",
+            Reason::FutureVersion => "future_version",
+            Reason::Unexpected => "unexpected",
+            Reason::NotAMember => "not_a_member",
+        }
+    }
+}
+
+impl From<&WireError> for Reason {
+    fn from(e: &WireError) -> Self {
+        match e {
+            WireError::TooLarge { .. } => Reason::Oversized,
+            WireError::Truncated { .. } => Reason::Truncated,
+            WireError::Decode(_) | WireError::Trailing(_) => Reason::Garbage,
+            WireError::Fingerprint { .. } => Reason::WrongFingerprint,
+            WireError::Length { .. } => Reason::WrongShape,
+            WireError::NonFinite(_) => Reason::NonFinite,
+        }
+    }
+}
+
+impl From<&Rejection> for Reason {
+    fn from(r: &Rejection) -> Self {
+        match r {
+            Rejection::Stale { .. } => Reason::Stale,
+            Rejection::FutureVersion { .. } => Reason::FutureVersion,
+            Rejection::Unexpected => Reason::Unexpected,
+            Rejection::Duplicate => Reason::Duplicate,
+            Rejection::WrongLength { .. } => Reason::WrongShape,
+            Rejection::NonFinite => Reason::NonFinite,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
 
 /// Handles to every metric the round driver updates.
 #[derive(Clone, Default)]
@@ -94,9 +199,10 @@ impl Metrics {
             .inc_by(n as u64);
     }
 
-    pub(crate) fn reject(&self, reason: &str) {
+    /// Counts one rejected message. The caller logs it, naming the peer.
+    pub(crate) fn reject(&self, reason: Reason) {
         self.rejected
-            .get_or_create(&vec![("reason".into(), reason.into())])
+            .get_or_create(&vec![("reason".into(), reason.label().into())])
             .inc();
     }
 
@@ -155,5 +261,30 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, registry: Arc<Regis
             let _ = sock.write_all(body.as_bytes()).await;
             let _ = sock.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_labels_are_distinct_snake_case_and_reach_the_endpoint_text() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let mut seen = std::collections::BTreeSet::new();
+        for r in Reason::ALL {
+            let l = r.label();
+            assert!(l.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{l}");
+            assert!(seen.insert(l), "{l} twice");
+            m.reject(r);
+        }
+        m.reject(Reason::Stale);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("federico_rejected_messages_total{reason=\"stale\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Owns: the event loop that owns the swarm and the FedeRiCo core ([`Peer`]), and moves models,
 //! gradients and round notices between them and the training thread; deadlines; the owner's
-//! serving rules; checkpoints on round boundaries; the run log; shutdown.
+//! serving rules; refusing decoded messages that fail the checks (a warning naming the peer, a
+//! count by reason, and no change of state); checkpoints on round boundaries; the run log;
+//! shutdown.
 //! Must not: decide what the core decides (sampling, weights, which gradients count), or run
 //! any tensor work: that goes to the training thread, so serving never waits for training.
 //!
@@ -27,13 +29,15 @@ use super::behaviour::{Behaviour, BehaviourConfig, BehaviourEvent};
 use super::config::NodeConfig;
 use super::control;
 use super::identity::{self, Manifest};
-use super::metrics::{self, Metrics};
+use super::metrics::{self, Metrics, Reason};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
 use crate::core::{GradientInbox, Peer};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Learner, Shard};
 pub use crate::trace::{EvalRecord, NodeRound};
-use crate::wire::{GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse};
+use crate::wire::{
+    self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse, WireError,
+};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::{DialError, ListenError, SwarmEvent};
@@ -422,7 +426,7 @@ pub async fn run(
         round,
         version,
         snapshot: Arc::new(params),
-        inbox: GradientInbox::new(version, num_params),
+        inbox: GradientInbox::new(version, num_params).with_clip_norm(cfg.federico.clip_norm),
         held: Vec::new(),
         phase: Phase::Starting {
             until: start_deadline,
@@ -641,7 +645,8 @@ impl Driver {
                     }
                     let inbox = std::mem::replace(
                         &mut self.inbox,
-                        GradientInbox::new(self.version + 1, self.num_params),
+                        GradientInbox::new(self.version + 1, self.num_params)
+                            .with_clip_norm(self.cfg.federico.clip_norm),
                     );
                     if let Some(rec) = self.pending_record.as_mut() {
                         rec.gradients = inbox.gradients();
@@ -1036,8 +1041,8 @@ impl Driver {
                 send_back_addr,
                 ..
             } => {
-                self.metrics.reject("not_a_member");
-                warn!(from = %send_back_addr, "refused a connection: {cause}");
+                self.metrics.reject(Reason::NotAMember);
+                warn!(from = %send_back_addr, reason = %Reason::NotAMember, "refused a connection: {cause}");
             }
             SwarmEvent::OutgoingConnectionError {
                 error: DialError::Denied { cause },
@@ -1081,7 +1086,9 @@ impl Driver {
                 ..
             } => {
                 let Some(from) = self.node_of(&peer) else {
-                    self.metrics.reject("not_a_member");
+                    // Dropping the channel answers nothing.
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a model request from outside the manifest");
                     return Ok(());
                 };
                 match request {
@@ -1148,19 +1155,36 @@ impl Driver {
             } => {
                 let what = self.outstanding.remove(&request_id);
                 let abandoned = self.abandoned.remove(&request_id);
-                let ModelResponse::Model(payload) = response else {
+                let Some(from) = self.nodes.get(&peer).copied() else {
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a response from outside the manifest");
                     return Ok(());
                 };
-                let Some(from) = self.nodes.get(&peer).copied() else {
-                    return Ok(());
+                let payload = match (response, what) {
+                    (
+                        ModelResponse::Model(p),
+                        Some(Outstanding::Pull { .. } | Outstanding::Fetch { .. }),
+                    ) => p,
+                    (ModelResponse::Ack, Some(Outstanding::Other)) => return Ok(()),
+                    (response, what) => {
+                        // A model for a notice, an acknowledgement for a pull or a fetch, or an
+                        // answer to nothing we asked.
+                        let reason = Reason::Unexpected;
+                        self.metrics.reject(reason);
+                        let got = match response {
+                            ModelResponse::Model(_) => "a model",
+                            ModelResponse::Ack => "an acknowledgement",
+                        };
+                        warn!(peer = %from, %reason, "refused {got} in answer to {what:?}");
+                        self.model_refused(what, abandoned);
+                        return Ok(());
+                    }
                 };
                 if let Err(e) = payload.check(self.fingerprint, self.num_params) {
-                    self.metrics.reject("bad_model");
-                    warn!(peer = %from, "refused a model: {e}");
-                    if let Some(Outstanding::Pull { to, .. }) = what {
-                        self.peer.handle_unreachable(to);
-                        self.pull_settled(to);
-                    }
+                    let reason = Reason::from(&e);
+                    self.metrics.reject(reason);
+                    warn!(peer = %from, %reason, "refused a model: {e}");
+                    self.model_refused(what, abandoned);
                     return Ok(());
                 }
                 match what {
@@ -1197,32 +1221,62 @@ impl Driver {
                 }
             }
             rr::Event::OutboundFailure {
-                request_id, error, ..
+                peer,
+                request_id,
+                error,
+                ..
             } => {
                 self.abandoned.remove(&request_id);
+                // A response the codec refused was logged and counted there.
+                let reason = outbound_rejection(&error).map(Reason::from);
                 match self.outstanding.remove(&request_id) {
                     Some(Outstanding::Pull { round, to }) => {
-                        warn!(peer = %to, round, "pull failed: {error}");
+                        warn!(peer = %to, round, reason = reason.map(Reason::label), "pull failed: {error}");
                         if round == self.current_round() {
                             self.peer.handle_unreachable(to);
                             self.pull_settled(to);
                         }
                     }
                     Some(Outstanding::Fetch { to }) => {
-                        warn!(peer = %to, "fetch failed: {error}");
+                        warn!(peer = %to, reason = reason.map(Reason::label), "fetch failed: {error}");
                         if let Phase::Fetching { waiting, .. } = &mut self.phase {
                             waiting.remove(&to);
                         }
                     }
-                    _ => debug!("notice failed: {error}"),
+                    _ => match reason {
+                        Some(reason) => {
+                            warn!(%peer, %reason, "refused the answer to a notice: {error}")
+                        }
+                        None => debug!("notice failed: {error}"),
+                    },
                 }
             }
+            // A request the codec refused never gets here: the codec logs and counts it.
             rr::Event::InboundFailure { peer, error, .. } => {
                 debug!(%peer, "inbound model request failed: {error}");
             }
             rr::Event::ResponseSent { .. } => {}
         }
         Ok(())
+    }
+
+    /// A model response was refused: a pull of this round counts as failed (the owner keeps its
+    /// last loss, spec §6), a fetch leaves the mixture. Nothing of the response is kept.
+    fn model_refused(&mut self, what: Option<Outstanding>, abandoned: bool) {
+        match what {
+            Some(Outstanding::Pull { round, to })
+                if !abandoned && round == self.current_round() =>
+            {
+                self.peer.handle_unreachable(to);
+                self.pull_settled(to);
+            }
+            Some(Outstanding::Fetch { to }) => {
+                if let Phase::Fetching { waiting, .. } = &mut self.phase {
+                    waiting.remove(&to);
+                }
+            }
+            _ => {}
+        }
     }
 
     fn pull_settled(&mut self, b: NodeId) {
@@ -1242,47 +1296,51 @@ impl Driver {
                 ..
             } => {
                 let Some(from) = self.nodes.get(&peer).copied() else {
-                    self.metrics.reject("not_a_member");
+                    self.metrics.reject(Reason::NotAMember);
+                    warn!(%peer, reason = %Reason::NotAMember, "refused a gradient from outside the manifest");
                     return;
                 };
+                // Every check runs before the inbox is touched; the inbox's own checks leave it
+                // as it was when they refuse.
                 let verdict = match request {
                     GradientRequest::Gradient {
                         version,
                         fingerprint,
+                        weight,
                         grad,
                         ..
                     } => {
                         if fingerprint != self.fingerprint {
-                            Err((
-                                "wrong_fingerprint",
-                                format!(
-                                    "architecture fingerprint {fingerprint:#018x}, ours is {:#018x}",
-                                    self.fingerprint
-                                ),
-                            ))
+                            let e = WireError::Fingerprint {
+                                got: fingerprint,
+                                want: self.fingerprint,
+                            };
+                            Err((Reason::WrongFingerprint, e.to_string()))
+                        } else if !weight.is_finite() {
+                            Err((Reason::NonFinite, format!("non-finite weight {weight}")))
                         } else {
                             self.inbox
                                 .handle_gradient(from, version, grad)
-                                .map_err(|r| (r.label(), r.to_string()))
+                                .map_err(|r| (Reason::from(&r), r.to_string()))
                         }
                     }
                     GradientRequest::Skip { version } => self
                         .inbox
                         .handle_skip(from, version)
-                        .map_err(|r| (r.label(), r.to_string())),
+                        .map_err(|r| (Reason::from(&r), r.to_string())),
                 };
                 let resp = match verdict {
                     Ok(()) => GradientResponse::Accepted,
-                    Err((label, reason)) => {
-                        self.metrics.reject(label);
-                        // Late gradients are routine under faults; anything else is logged
-                        // loudly, naming the sender.
-                        if label == "stale" {
-                            debug!(node = %from, peer_id = %peer, "gradient rejected: {reason}");
+                    Err((reason, text)) => {
+                        self.metrics.reject(reason);
+                        // Late gradients are routine under faults (info); anything else is a
+                        // warning. Both name the sender.
+                        if reason == Reason::Stale {
+                            info!(peer = %from, peer_id = %peer, %reason, "refused a gradient: {text}");
                         } else {
-                            warn!(node = %from, peer_id = %peer, "gradient rejected ({label}): {reason}");
+                            warn!(peer = %from, peer_id = %peer, %reason, "refused a gradient: {text}");
                         }
-                        GradientResponse::Rejected { reason }
+                        GradientResponse::Rejected { reason: text }
                     }
                 };
                 let _ = self
@@ -1300,12 +1358,23 @@ impl Driver {
                 peer,
                 ..
             } => {
-                debug!(%peer, "our gradient was rejected: {reason}");
+                // The peer's words: shortened and escaped before they reach our log.
+                let reason: String = reason.chars().take(200).collect();
+                debug!(%peer, "our gradient was rejected: {reason:?}");
             }
             rr::Event::OutboundFailure { peer, error, .. } => {
-                warn!(%peer, "gradient not delivered: {error}");
+                let reason = outbound_rejection(&error).map(Reason::from);
+                warn!(%peer, reason = reason.map(Reason::label), "gradient not delivered: {error}");
             }
             _ => {}
         }
+    }
+}
+
+/// The frame the codec refused on an outbound stream (the answer), if that is why it failed.
+fn outbound_rejection(e: &rr::OutboundFailure) -> Option<&WireError> {
+    match e {
+        rr::OutboundFailure::Io(e) => wire::rejection(e),
+        _ => None,
     }
 }

@@ -64,7 +64,8 @@ pub struct Checkpoint {
 }
 
 const MAGIC: &[u8; 8] = b"FEDCKPT1";
-const VERSION: u32 = 1;
+/// 2: `FedericoConfig` (inside the core's state) gained `clip_norm`.
+const VERSION: u32 = 2;
 
 impl Checkpoint {
     /// The file's bytes.

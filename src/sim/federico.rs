@@ -424,6 +424,7 @@ impl FedericoRun {
                 served[b.index()].push(NodeId(i as u32));
             }
         }
+        let clip_norm = self.cfg.clip_norm;
         let owners = self
             .params
             .iter_mut()
@@ -433,7 +434,8 @@ impl FedericoRun {
         ctx.pool.install(|| {
             jobs.into_par_iter().enumerate().try_for_each(
                 |(b, ((((params, opt), version), served), letters))| {
-                    let mut inbox = GradientInbox::new(*version, params.len());
+                    let mut inbox =
+                        GradientInbox::new(*version, params.len()).with_clip_norm(clip_norm);
                     for from in served {
                         inbox.expect(from);
                     }

@@ -1,0 +1,603 @@
+//! A hostile peer against a live node process (issue 4, "hostile and broken peers").
+//!
+//! A federation of two: silo-0 is a real `federico node`; silo-1 is this test, holding silo-1's
+//! key (so the node lets it connect) and speaking the protocols through a raw-bytes codec, so it
+//! can send anything. It plays round 1 just well enough for the node to reach version 1, then
+//! holds the node's `Pull{2}` unanswered, which keeps the node in round 2 at version 1 for as
+//! long as `deadlines.model_s` (120 s) — a fixed state to aim at. It then sends every kind of bad
+//! message, and checks that the node refused each with a log line naming silo-1 and a counter
+//! for the reason, that its model and version did not move, and — after answering the held pull
+//! properly — that it goes on to finish round 2. An outsider with a key of its own is refused
+//! at connection time.
+
+use federico::launch;
+use federico::net::config::Deadlines;
+use federico::net::{Manifest, NodeConfig, load_key};
+use federico::scenario::Scenario;
+use federico::wire::{
+    self, GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL, ModelPayload,
+    ModelRequest, ModelResponse,
+};
+use libp2p::futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, StreamExt};
+use libp2p::request_response::{
+    self as rr, OutboundFailure, OutboundRequestId, ProtocolSupport, ResponseChannel,
+};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, StreamProtocol, Swarm, SwarmBuilder, identity, noise, tcp, yamux};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_federico");
+
+/// Requests and responses as raw bytes: whatever the test hands it is written verbatim, and
+/// whatever arrives is read to the end of the stream.
+#[derive(Clone, Default)]
+struct Raw;
+
+impl rr::Codec for Raw {
+    type Protocol = StreamProtocol;
+    type Request = Vec<u8>;
+    type Response = Vec<u8>;
+
+    async fn read_request<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        io.take(64 << 20).read_to_end(&mut buf).await?;
+        Ok(buf)
+    }
+
+    async fn read_response<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        io.take(64 << 20).read_to_end(&mut buf).await?;
+        Ok(buf)
+    }
+
+    async fn write_request<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        req: Vec<u8>,
+    ) -> io::Result<()> {
+        io.write_all(&req).await?;
+        io.flush().await
+    }
+
+    async fn write_response<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        resp: Vec<u8>,
+    ) -> io::Result<()> {
+        io.write_all(&resp).await?;
+        io.flush().await
+    }
+}
+
+#[derive(NetworkBehaviour)]
+struct Hostile {
+    model: rr::Behaviour<Raw>,
+    gradient: rr::Behaviour<Raw>,
+    /// The gradient protocol at a version the node does not speak.
+    gradient_v2: rr::Behaviour<Raw>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Proto {
+    Model,
+    Gradient,
+    GradientV2,
+}
+
+/// How a request of ours ended.
+#[derive(Debug)]
+enum Outcome {
+    /// The bytes that came back (empty when the node closed the stream without answering).
+    Answer(Vec<u8>),
+    Failed(OutboundFailure),
+}
+
+/// A request from the node to us, not answered yet.
+struct Inbound {
+    proto: Proto,
+    bytes: Vec<u8>,
+    channel: ResponseChannel<Vec<u8>>,
+}
+
+fn swarm(key: identity::Keypair) -> Swarm<Hostile> {
+    // Our side must not time out the node's pull we hold.
+    let cfg = rr::Config::default().with_request_timeout(Duration::from_secs(300));
+    let rr = |name: &'static str, support| {
+        rr::Behaviour::with_codec(Raw, [(StreamProtocol::new(name), support)], cfg.clone())
+    };
+    SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| Hostile {
+            model: rr(MODEL_PROTOCOL, ProtocolSupport::Full),
+            gradient: rr(GRADIENT_PROTOCOL, ProtocolSupport::Full),
+            gradient_v2: rr("/federico/gradient/2", ProtocolSupport::Outbound),
+        })
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(600)))
+        .build()
+}
+
+/// Silo-1 as a hostile peer: sends raw requests to the node and collects the node's requests.
+struct Client {
+    swarm: Swarm<Hostile>,
+    node: PeerId,
+    inbound: Vec<Inbound>,
+}
+
+impl Client {
+    async fn connect(&mut self, addr: Multiaddr) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.swarm.dial(addr.clone()).unwrap();
+            loop {
+                match self.next().await {
+                    SwarmEvent::ConnectionEstablished { peer_id, .. } if peer_id == self.node => {
+                        return;
+                    }
+                    SwarmEvent::OutgoingConnectionError { .. } => break,
+                    _ => {}
+                }
+            }
+            assert!(
+                Instant::now() < until,
+                "the node never accepted a connection"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The next swarm event, with a failsafe.
+    async fn next(&mut self) -> SwarmEvent<HostileEvent> {
+        tokio::time::timeout(Duration::from_secs(30), self.swarm.select_next_some())
+            .await
+            .expect("no event from the swarm for 30 s")
+    }
+
+    /// Polls the swarm once: requests from the node are kept; returns what ended a request.
+    async fn step(&mut self) -> Option<(OutboundRequestId, Outcome)> {
+        let (proto, event) = match self.next().await {
+            SwarmEvent::Behaviour(HostileEvent::Model(e)) => (Proto::Model, e),
+            SwarmEvent::Behaviour(HostileEvent::Gradient(e)) => (Proto::Gradient, e),
+            SwarmEvent::Behaviour(HostileEvent::GradientV2(e)) => (Proto::GradientV2, e),
+            SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == self.node => {
+                panic!("the node closed the connection")
+            }
+            _ => return None,
+        };
+        match event {
+            rr::Event::Message {
+                message:
+                    rr::Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => {
+                self.inbound.push(Inbound {
+                    proto,
+                    bytes: request,
+                    channel,
+                });
+                None
+            }
+            rr::Event::Message {
+                message:
+                    rr::Message::Response {
+                        request_id,
+                        response,
+                    },
+                ..
+            } => Some((request_id, Outcome::Answer(response))),
+            rr::Event::OutboundFailure {
+                request_id, error, ..
+            } => Some((request_id, Outcome::Failed(error))),
+            _ => None,
+        }
+    }
+
+    /// Sends `bytes` on `proto` and waits for how it ended.
+    async fn send(&mut self, proto: Proto, bytes: Vec<u8>) -> Outcome {
+        let b = self.swarm.behaviour_mut();
+        let id = match proto {
+            Proto::Model => b.model.send_request(&self.node, bytes),
+            Proto::Gradient => b.gradient.send_request(&self.node, bytes),
+            Proto::GradientV2 => b.gradient_v2.send_request(&self.node, bytes),
+        };
+        loop {
+            if let Some((done, outcome)) = self.step().await {
+                assert_eq!(done, id, "one request at a time");
+                return outcome;
+            }
+        }
+    }
+
+    async fn model(&mut self, req: ModelRequest) -> ModelResponse {
+        match self.send(Proto::Model, wire::encode(&req).unwrap()).await {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+        }
+    }
+
+    async fn gradient(&mut self, req: GradientRequest) -> GradientResponse {
+        match self
+            .send(Proto::Gradient, wire::encode(&req).unwrap())
+            .await
+        {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("gradient failed: {e}"),
+        }
+    }
+
+    /// Waits for the node's next model request.
+    async fn pulled(&mut self) -> (ModelRequest, ResponseChannel<Vec<u8>>) {
+        loop {
+            if let Some(i) = self.inbound.iter().position(|r| r.proto == Proto::Model) {
+                let r = self.inbound.remove(i);
+                return (decode(&r.bytes), r.channel);
+            }
+            assert!(self.step().await.is_none(), "no request of ours is out");
+        }
+    }
+
+    fn answer(&mut self, channel: ResponseChannel<Vec<u8>>, resp: &ModelResponse) {
+        self.swarm
+            .behaviour_mut()
+            .model
+            .send_response(channel, wire::encode(resp).unwrap())
+            .unwrap();
+    }
+
+    /// Accepts every gradient the node sent us (it does after a model we served).
+    fn accept_gradients(&mut self) {
+        let accepted = wire::encode(&GradientResponse::Accepted).unwrap();
+        let (grads, rest) = std::mem::take(&mut self.inbound)
+            .into_iter()
+            .partition(|r| r.proto == Proto::Gradient);
+        self.inbound = rest;
+        for g in grads {
+            let _ = self
+                .swarm
+                .behaviour_mut()
+                .gradient
+                .send_response(g.channel, accepted.clone());
+        }
+    }
+}
+
+fn decode<M: serde::de::DeserializeOwned>(frame: &[u8]) -> M {
+    let len = wire::check_len(frame[..8].try_into().unwrap(), wire::DEFAULT_MAX_MESSAGE).unwrap();
+    assert_eq!(len, frame.len() - 8);
+    wire::decode(&frame[8..]).unwrap()
+}
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+/// `federico_rejected_messages_total` by reason, and `federico_rounds`, from the endpoint.
+fn scrape(addr: &str) -> (BTreeMap<String, u64>, u64) {
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    sock.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    let mut rejected = BTreeMap::new();
+    let mut rounds = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("federico_rejected_messages_total{reason=\"") {
+            let (reason, n) = rest.split_once("\"} ").unwrap();
+            rejected.insert(reason.to_string(), n.parse().unwrap());
+        } else if let Some(n) = line.strip_prefix("federico_rounds ") {
+            rounds = Some(n.parse().unwrap());
+        }
+    }
+    (rejected, rounds.expect("federico_rounds is served"))
+}
+
+fn params(resp: ModelResponse) -> ModelPayload {
+    match resp {
+        ModelResponse::Model(p) => p,
+        ModelResponse::Ack => panic!("an acknowledgement where a model was due"),
+    }
+}
+
+#[tokio::test]
+async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = [
+        "split.clients=2",
+        "split.groups=1",
+        "rounds=1000",
+        "eval_every=1000",
+        "federico.neighbours=1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    // Long model and gradient deadlines: the node waits for us, nothing times out during the test.
+    let deadlines = Deadlines {
+        model_s: 120.0,
+        gradient_s: 120.0,
+        start_s: 60.0,
+        linger_s: 1.0,
+    };
+    let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut cfg = NodeConfig::load(&p.configs[0]).unwrap();
+    cfg.metrics = Some(metrics.clone());
+    std::fs::write(&p.configs[0], toml::to_string(&cfg).unwrap()).unwrap();
+    let log_path = p.nodes_dir.join("silo-0.log");
+    let mut node =
+        KillOnDrop(launch::start_node(Path::new(EXE), &p.configs[0], &log_path).unwrap());
+
+    let manifest = Manifest::load(&cfg.manifest).unwrap();
+    let node_id = manifest.members[0].peer_id;
+    let addr = manifest.members[0].addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(node_id));
+    let key = load_key(&NodeConfig::load(&p.configs[1]).unwrap().key).unwrap();
+    let hostile_id = key.public().to_peer_id().to_string();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: node_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr.clone()).await;
+
+    // Round 1, played just well enough. Our pull is served at version 0 (the node now waits for
+    // our gradient or skip); its pull to us gets a model of the wrong size, which it refuses.
+    let p0 = params(h.model(ModelRequest::Pull { round: 1 }).await);
+    assert_eq!(p0.version, 0);
+    let (fingerprint, n) = (p0.fingerprint, p0.params.len());
+    let (req, channel) = h.pulled().await;
+    assert_eq!(req, ModelRequest::Pull { round: 1 });
+    h.answer(
+        channel,
+        &ModelResponse::Model(ModelPayload {
+            version: 0,
+            fingerprint,
+            params: Arc::new(vec![0.0; n + 1]),
+        }),
+    );
+    assert_eq!(
+        h.gradient(GradientRequest::Skip { version: 0 }).await,
+        GradientResponse::Accepted
+    );
+    // The node steps to version 1 and pulls from us for round 2: we hold that pull, so it stays
+    // in round 2 at version 1 until model_s runs out.
+    let (req, held) = h.pulled().await;
+    assert_eq!(req, ModelRequest::Pull { round: 2 });
+
+    let good = |version, grad: Vec<f32>| GradientRequest::Gradient {
+        version,
+        fingerprint,
+        n_train: 40,
+        weight: 0.5,
+        grad,
+    };
+    let refused = |r: GradientResponse| match r {
+        GradientResponse::Rejected { reason } => reason,
+        GradientResponse::Accepted => panic!("accepted"),
+    };
+    // Not served version 1 yet: unexpected.
+    let r = refused(h.gradient(good(1, vec![0.0; n])).await);
+    assert!(r.contains("not served"), "{r}");
+    // Now served: version 1, the parameters to compare with at the end.
+    let p1 = params(h.model(ModelRequest::Pull { round: 2 }).await);
+    assert_eq!(p1.version, 1);
+    assert_ne!(p1.params, p0.params, "round 1 took a step");
+    // Wrong shape, non-finite values and weight, wrong fingerprint, stale, from the future.
+    refused(h.gradient(good(1, vec![0.0; n + 3])).await);
+    let mut nan = vec![0.0; n];
+    nan[n / 2] = f32::NAN;
+    refused(h.gradient(good(1, nan)).await);
+    let mut inf = vec![0.0; n];
+    inf[0] = f32::INFINITY;
+    refused(h.gradient(good(1, inf)).await);
+    let r = refused(
+        h.gradient(GradientRequest::Gradient {
+            version: 1,
+            fingerprint,
+            n_train: 40,
+            weight: f64::NAN,
+            grad: vec![0.0; n],
+        })
+        .await,
+    );
+    assert!(r.contains("weight"), "{r}");
+    refused(
+        h.gradient(GradientRequest::Gradient {
+            version: 1,
+            fingerprint: fingerprint ^ 1,
+            n_train: 40,
+            weight: 0.5,
+            grad: vec![0.0; n],
+        })
+        .await,
+    );
+    assert!(refused(h.gradient(good(0, vec![0.0; n])).await).starts_with("stale"));
+    refused(h.gradient(good(1000, vec![0.0; n])).await);
+    // One skip is taken; a second skip and a gradient after it are duplicates.
+    assert_eq!(
+        h.gradient(GradientRequest::Skip { version: 1 }).await,
+        GradientResponse::Accepted
+    );
+    assert_eq!(
+        refused(h.gradient(GradientRequest::Skip { version: 1 }).await),
+        "duplicate"
+    );
+    assert_eq!(
+        refused(h.gradient(good(1, vec![0.0; n])).await),
+        "duplicate"
+    );
+
+    // Bytes the codec refuses: the node answers nothing and closes the stream.
+    let skip = wire::encode(&GradientRequest::Skip { version: 1 }).unwrap();
+    let trailing = frame(&[&skip[8..], &[0u8][..]].concat());
+    let mut cut = frame(&[7u8; 100]);
+    cut.truncate(18);
+    for (proto, bytes) in [
+        (Proto::Gradient, frame(&[0xFF; 6])),               // garbage
+        (Proto::Model, frame(&[9])),                        // garbage: no variant 9
+        (Proto::Gradient, trailing),                        // garbage: a byte after the message
+        (Proto::Gradient, cut),                             // truncated: 10 of 100 body bytes
+        (Proto::Model, vec![1, 2, 3]),                      // truncated: inside the header
+        (Proto::Gradient, u64::MAX.to_le_bytes().to_vec()), // oversized
+        (Proto::Model, ((256u64 << 20) + 1).to_le_bytes().to_vec()), // oversized by one byte
+    ] {
+        match h.send(proto, bytes).await {
+            Outcome::Answer(b) => assert!(b.is_empty(), "the node answered {b:?}"),
+            Outcome::Failed(_) => {}
+        }
+    }
+    // Another protocol version: refused at negotiation; the node never sees a frame.
+    match h.send(Proto::GradientV2, skip.clone()).await {
+        Outcome::Failed(OutboundFailure::UnsupportedProtocols) => {}
+        other => panic!("/federico/gradient/2 was not refused: {other:?}"),
+    }
+    // A fetch for a version far in the future is answered at once with what the node holds.
+    let far = params(h.model(ModelRequest::Fetch { version: u64::MAX }).await);
+    assert_eq!((far.version, &far.params), (1, &p1.params));
+
+    // An outsider with a key of its own is refused at connection time.
+    let mut outsider = Client {
+        swarm: swarm(identity::Keypair::generate_ed25519()),
+        node: node_id,
+        inbound: Vec::new(),
+    };
+    outsider.swarm.dial(addr.clone()).unwrap();
+    loop {
+        match outsider.next().await {
+            SwarmEvent::ConnectionClosed { .. } | SwarmEvent::OutgoingConnectionError { .. } => {
+                break;
+            }
+            _ => {}
+        }
+    }
+
+    // Nothing moved: the process runs, same version, same parameters, one round done.
+    assert!(node.0.try_wait().unwrap().is_none(), "the node exited");
+    let now = params(h.model(ModelRequest::Fetch { version: 1 }).await);
+    assert_eq!((now.version, &now.params), (1, &p1.params));
+    let run_log = launch::read_run_log(&cfg.state_dir.join("rounds.jsonl")).unwrap();
+    assert_eq!(run_log.len(), 1);
+    assert_eq!((run_log[0].round, run_log[0].version), (1, 1));
+    assert_eq!(
+        run_log[0].gradients, 1,
+        "round 1 summed the node's own gradient only"
+    );
+
+    // Every refusal counted by its reason (the outsider's once its denial is processed).
+    let want: BTreeMap<String, u64> = [
+        ("unexpected", 1),
+        ("wrong_shape", 2), // the model we served in round 1, and one gradient
+        ("non_finite", 3),
+        ("wrong_fingerprint", 1),
+        ("stale", 1),
+        ("future_version", 1),
+        ("duplicate", 2),
+        ("garbage", 3),
+        ("truncated", 2),
+        ("oversized", 2),
+        ("not_a_member", 1),
+    ]
+    .into_iter()
+    .map(|(r, n)| (r.to_string(), n))
+    .collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    let (rejected, rounds) = loop {
+        let (rejected, rounds) = scrape(&metrics);
+        if rejected.contains_key("not_a_member") || Instant::now() > until {
+            break (rejected, rounds);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(rejected, want);
+    assert_eq!(rounds, 1);
+    // And each logged with the peer: by name once a message is read, by peer ID for frames the
+    // codec refused, by address for the outsider.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        let missing: Vec<&String> = want
+            .keys()
+            .filter(|r| {
+                let peer = match r.as_str() {
+                    "not_a_member" => "from=".to_string(),
+                    "garbage" | "truncated" | "oversized" => format!("peer={hostile_id}"),
+                    _ => "peer=silo-1".to_string(),
+                };
+                // Late gradients are routine under faults: logged at info, the rest warn.
+                let level = if r.as_str() == "stale" { "INFO" } else { "WARN" };
+                !log.lines().any(|l| {
+                    l.contains(level) && l.contains(&format!("reason={r}")) && l.contains(&peer)
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "no warning for {missing:?}:\n{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Still healthy: answer the held pull properly and the node finishes round 2.
+    h.answer(held, &ModelResponse::Model(p1.clone()));
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        h.accept_gradients();
+        let log = launch::read_run_log(&cfg.state_dir.join("rounds.jsonl")).unwrap();
+        if let Some(r2) = log.iter().find(|r| r.round == 2) {
+            assert_eq!(r2.answered, vec![1], "our model was taken in round 2");
+            assert_eq!(r2.version, 2);
+            break;
+        }
+        assert!(Instant::now() < until, "the node did not finish round 2");
+        let _ = tokio::time::timeout(Duration::from_millis(50), h.step()).await;
+    }
+    drop(node);
+    eprintln!("hostile test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Kills the node process when the test ends, pass or fail; asserts it was still running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let running = self.0.try_wait().map(|s| s.is_none()).unwrap_or(false);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        if !std::thread::panicking() {
+            assert!(running, "the node process had exited");
+        }
+    }
+}
