@@ -557,7 +557,11 @@ async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
                     _ => "peer=silo-1".to_string(),
                 };
                 // Late gradients are routine under faults: logged at info, the rest warn.
-                let level = if r.as_str() == "stale" { "INFO" } else { "WARN" };
+                let level = if r.as_str() == "stale" {
+                    "INFO"
+                } else {
+                    "WARN"
+                };
                 !log.lines().any(|l| {
                     l.contains(level) && l.contains(&format!("reason={r}")) && l.contains(&peer)
                 })

@@ -16,7 +16,7 @@
 //! gradient_deadline_s = 2.0   # τ_grad
 //!
 //! [[faults.events]]
-//! round = 20                  # or at_s = 12.5: seconds after round 1 starts (swarm only)
+//! round = 20                  # or at_s = 12.5: seconds after the swarm started the nodes (swarm only)
 //! partition = [[0, 1, 2, 3], [4, 5, 6, 7]]
 //!
 //! [[faults.events]]
@@ -90,7 +90,7 @@ pub struct EventSpec {
     /// Fires when the federation starts this round (1-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u64>,
-    /// Fires this many seconds after round 1 started (swarm only).
+    /// Fires this many seconds after the swarm started the nodes (swarm only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_s: Option<f64>,
     /// Groups of silos that can reach only each other.
@@ -156,7 +156,7 @@ pub struct LossSpec {
 pub enum Trigger {
     /// When the federation starts this round.
     Round(u64),
-    /// Seconds after round 1 started (swarm only).
+    /// Seconds after the swarm started the nodes (swarm only).
     Seconds(f64),
 }
 

@@ -3,8 +3,10 @@
 //! Owns: firing each event of the schedule when its trigger holds (the federation's round, read
 //! from the nodes' run logs, or seconds since the swarm started), and applying it: partitions
 //! and heals as `block`/`unblock` commands on each node's control channel (real disconnections:
-//! the nodes close and refuse the connections), crashes as SIGKILL followed by a read of the
-//! silo's checkpoint, restarts with the same config and key, leaves as SIGTERM. It records what
+//! the nodes close and refuse the connections), delays and message loss as `delay`/`loss`
+//! commands (each node holds back or drops what it sends), crashes as SIGKILL followed by a
+//! read of the silo's checkpoint, restarts with the same config and key (what is in force is
+//! imposed on the new process), leaves as SIGTERM. It records what
 //! it applied, when, on the nodes' clock (Unix seconds), for the checks.
 //! Must not: take part in a round, or judge the outcome (`faults::checks` does).
 
@@ -39,6 +41,10 @@ pub(crate) struct FaultDriver {
     restarts: Vec<(Due, usize)>,
     /// Each silo's partition group while a partition is in force.
     groups: Option<Vec<usize>>,
+    /// Each silo's delay in force, in milliseconds.
+    delays: Vec<u64>,
+    /// The message loss in force: fraction and the silos it is limited to.
+    loss: Option<(f64, Option<Vec<u32>>)>,
     pub(crate) applied: Vec<Applied>,
     pub(crate) crashes: Vec<CrashEvidence>,
 }
@@ -47,20 +53,6 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The events `federico swarm` can apply today; the rest are simulator-only for now.
-pub(crate) fn check_supported(schedule: &Schedule) -> anyhow::Result<()> {
-    for (i, e) in schedule.events.iter().enumerate() {
-        if matches!(e.fault, Fault::Delay { .. } | Fault::Loss { .. }) {
-            bail!(
-                "faults.events[{}]: `federico swarm` applies partition, heal, crash (with restart), leave and join; {} runs in `federico simulate` only for now",
-                i + 1,
-                e.fault.kind()
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Writes a fresh random token for the nodes' control channels (mode 0600) and returns it.
@@ -90,6 +82,7 @@ impl FaultDriver {
         nodes_dir: PathBuf,
         exe: PathBuf,
     ) -> Self {
+        let k = peer_ids.len();
         Self {
             schedule,
             token,
@@ -102,6 +95,8 @@ impl FaultDriver {
             next: 0,
             restarts: Vec::new(),
             groups: None,
+            delays: vec![0; k],
+            loss: None,
             applied: Vec::new(),
             crashes: Vec::new(),
         }
@@ -174,6 +169,53 @@ impl FaultDriver {
         Ok(())
     }
 
+    /// Tells `silo` its scheduled delay.
+    fn send_delay(&self, silo: usize) -> anyhow::Result<()> {
+        let extra = serde_json::json!({ "ms": self.delays[silo] });
+        control::send_with(&self.control_addr(silo)?, &self.token, "delay", &[], extra)
+            .map_err(|e| anyhow::anyhow!("setting the delay of silo {silo}: {e}"))?;
+        Ok(())
+    }
+
+    /// Tells `silo` the loss in force on what it sends: to every peer when no silos are named
+    /// or `silo` is one of them, else to the named silos only (the loss is "to or from" them).
+    fn send_loss(&self, silo: usize) -> anyhow::Result<()> {
+        let Some((fraction, silos)) = &self.loss else {
+            return Ok(());
+        };
+        let peers: Vec<PeerId> = match silos {
+            Some(named) if !named.contains(&(silo as u32)) => {
+                named.iter().map(|&j| self.peer_ids[j as usize]).collect()
+            }
+            _ => Vec::new(),
+        };
+        let extra = serde_json::json!({ "fraction": fraction });
+        control::send_with(
+            &self.control_addr(silo)?,
+            &self.token,
+            "loss",
+            &peers,
+            extra,
+        )
+        .map_err(|e| anyhow::anyhow!("setting the message loss on silo {silo}: {e}"))?;
+        Ok(())
+    }
+
+    /// What is in force applies to a process that starts late or again: the partition, its
+    /// delay and the message loss.
+    fn impose(&self, silo: usize) -> anyhow::Result<()> {
+        if let Some(g) = &self.groups {
+            self.cut(silo, g)?;
+        }
+        if self.delays[silo] > 0 {
+            self.send_delay(silo)?;
+        }
+        if self.loss.as_ref().is_some_and(|l| l.0 > 0.0) {
+            self.send_loss(silo)?;
+        }
+        Ok(())
+    }
+
     fn apply(&mut self, procs: &mut [Proc], fault: &Fault, round: u64) -> anyhow::Result<()> {
         let k = self.peer_ids.len();
         match fault {
@@ -225,13 +267,22 @@ impl FaultDriver {
                 let log = self.nodes_dir.join(format!("{}.log", procs[s].name));
                 let child = start_node(&self.exe, &self.configs[s], &log)?;
                 procs[s].join(child, log);
-                if let Some(g) = self.groups.clone() {
-                    self.cut(s, &g)?;
+                self.impose(s)?;
+            }
+            Fault::Delay { silo, ms } => {
+                let s = *silo as usize;
+                self.delays[s] = *ms;
+                if procs[s].is_running() {
+                    self.send_delay(s)?;
                 }
             }
-            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Restart(_) => {
-                bail!("{} is not applied by the swarm", fault.kind());
+            Fault::Loss { fraction, silos } => {
+                self.loss = Some((*fraction, silos.clone()));
+                for s in (0..k).filter(|&s| procs[s].is_running()) {
+                    self.send_loss(s)?;
+                }
             }
+            Fault::Restart(_) => bail!("restart is not an event of a schedule file"),
         }
         self.applied.push(Applied {
             at: unix_now(),
@@ -248,10 +299,7 @@ impl FaultDriver {
             .join(format!("{}.{life}.log", procs[silo].name));
         let child = start_node(&self.exe, &self.configs[silo], &log)?;
         procs[silo].relaunch(child, log);
-        // A partition in force applies to the restarted process too.
-        if let Some(g) = self.groups.clone() {
-            self.cut(silo, &g)?;
-        }
+        self.impose(silo)?;
         self.applied.push(Applied {
             at: unix_now(),
             fault: Fault::Restart(silo as u32),

@@ -426,7 +426,6 @@ fn run_seed(
     let schedule = scenario.fault_schedule()?;
     let mut fault_driver: Option<Box<dyn FnOnce() -> faults::FaultDriver>> = None;
     if !schedule.events.is_empty() {
-        faults::check_supported(&schedule)?;
         let token_file = dir.join("control.token");
         let token = faults::write_token(&token_file)?;
         let mut peer_ids = Vec::with_capacity(k);

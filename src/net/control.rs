@@ -12,7 +12,9 @@
 //! ← {"ok": true}
 //! ```
 //! `cmd` is `block` (close and refuse connections to the peers, stop dialling them), `unblock`
-//! (allow and dial them again) or `status` (the node's round).
+//! (allow and dial them again), `delay` (hold back what the node sends by `"ms"`; 0 ends it),
+//! `loss` (drop `"fraction"` of the messages to or from `"peers"`, every peer when empty; 0
+//! ends it) or `status` (the node's round and impairments).
 
 use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
@@ -43,6 +45,16 @@ pub enum Command {
     Block(Vec<PeerId>),
     /// Allow these peers again and dial them.
     Unblock(Vec<PeerId>),
+    /// Hold back the models and gradients the node sends by this much (zero ends it).
+    Delay(std::time::Duration),
+    /// Drop this fraction of the pulls, models and gradients to or from these peers (every
+    /// peer when empty; zero ends it).
+    Loss {
+        /// In [0, 1).
+        fraction: f64,
+        /// The peers concerned (empty: all).
+        peers: Vec<PeerId>,
+    },
     /// Report the round.
     Status,
 }
@@ -57,6 +69,10 @@ struct Line {
     cmd: String,
     #[serde(default)]
     peers: Vec<String>,
+    #[serde(default)]
+    ms: Option<u64>,
+    #[serde(default)]
+    fraction: Option<f64>,
 }
 
 /// Parses one line against the expected token.
@@ -77,9 +93,27 @@ pub fn parse(line: &str, token: &str) -> Result<Command, String> {
     match l.cmd.as_str() {
         "block" => Ok(Command::Block(peers()?)),
         "unblock" => Ok(Command::Unblock(peers()?)),
+        "delay" => {
+            let ms = l.ms.ok_or("delay needs \"ms\"")?;
+            let max = super::impair::MAX_DELAY.as_millis() as u64;
+            if ms > max {
+                return Err(format!("delay of {ms} ms is over the {max} ms limit"));
+            }
+            Ok(Command::Delay(std::time::Duration::from_millis(ms)))
+        }
+        "loss" => {
+            let fraction = l.fraction.ok_or("loss needs \"fraction\"")?;
+            if !(0.0..1.0).contains(&fraction) {
+                return Err(format!("loss fraction must be in [0, 1), got {fraction}"));
+            }
+            Ok(Command::Loss {
+                fraction,
+                peers: peers()?,
+            })
+        }
         "status" => Ok(Command::Status),
         other => Err(format!(
-            "unknown cmd {other:?}: expected block, unblock or status"
+            "unknown cmd {other:?}: expected block, unblock, delay, loss or status"
         )),
     }
 }
@@ -129,16 +163,30 @@ pub fn send(
     cmd: &str,
     peers: &[PeerId],
 ) -> Result<serde_json::Value, String> {
+    send_with(addr, token, cmd, peers, serde_json::json!({}))
+}
+
+/// [`send`] with more fields in the command (`ms` of `delay`, `fraction` of `loss`).
+pub fn send_with(
+    addr: &str,
+    token: &str,
+    cmd: &str,
+    peers: &[PeerId],
+    extra: serde_json::Value,
+) -> Result<serde_json::Value, String> {
     use std::io::{BufRead, Write};
     let stream = std::net::TcpStream::connect(addr).map_err(|e| format!("{addr}: {e}"))?;
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "token": token,
         "cmd": cmd,
         "peers": peers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
     });
+    if let (Some(line), Some(extra)) = (line.as_object_mut(), extra.as_object()) {
+        line.extend(extra.clone());
+    }
     let mut w = &stream;
     writeln!(w, "{line}").map_err(|e| format!("{addr}: {e}"))?;
     let mut reply = String::new();
@@ -172,6 +220,28 @@ mod tests {
         assert!(parse(bad, "s3cret").unwrap_err().contains("unknown cmd"));
         let bad_peer = r#"{"token": "s3cret", "cmd": "block", "peers": ["nope"]}"#;
         assert!(parse(bad_peer, "s3cret").unwrap_err().contains("nope"));
+        let delay = r#"{"token": "s3cret", "cmd": "delay", "ms": 3000}"#;
+        assert_eq!(
+            parse(delay, "s3cret").unwrap(),
+            Command::Delay(std::time::Duration::from_secs(3))
+        );
+        let no_ms = r#"{"token": "s3cret", "cmd": "delay"}"#;
+        assert!(parse(no_ms, "s3cret").unwrap_err().contains("ms"));
+        let long = r#"{"token": "s3cret", "cmd": "delay", "ms": 99999999}"#;
+        assert!(parse(long, "s3cret").unwrap_err().contains("limit"));
+        let loss =
+            format!(r#"{{"token": "s3cret", "cmd": "loss", "fraction": 0.2, "peers": ["{p}"]}}"#);
+        assert_eq!(
+            parse(&loss, "s3cret").unwrap(),
+            Command::Loss {
+                fraction: 0.2,
+                peers: vec![p]
+            }
+        );
+        for f in ["1.0", "-0.1", "2"] {
+            let bad = format!(r#"{{"token": "s3cret", "cmd": "loss", "fraction": {f}}}"#);
+            assert!(parse(&bad, "s3cret").unwrap_err().contains("[0, 1)"), "{f}");
+        }
         assert!(
             parse("garbage", "s3cret")
                 .unwrap_err()

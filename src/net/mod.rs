@@ -11,6 +11,7 @@ pub mod control;
 pub mod coordinated;
 pub mod coordinator;
 pub mod identity;
+mod impair;
 mod metrics;
 pub mod node;
 mod trainer;

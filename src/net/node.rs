@@ -29,6 +29,7 @@ use super::behaviour::{Behaviour, BehaviourConfig, BehaviourEvent};
 use super::config::NodeConfig;
 use super::control;
 use super::identity::{self, Manifest};
+use super::impair::{Impairment, LOST_HOLD, Route};
 use super::metrics::{self, Metrics, Reason};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
 use crate::core::{GradientInbox, Peer};
@@ -116,6 +117,20 @@ struct Held {
     version: u64,
 }
 
+/// A message held back by a scheduled delay or loss (`impair`).
+enum Deferred {
+    /// A model answer, sent when due.
+    Model {
+        from: NodeId,
+        channel: ResponseChannel<ModelResponse>,
+        resp: ModelResponse,
+    },
+    /// A weighted gradient, sent when due.
+    Gradient { to: NodeId, req: GradientRequest },
+    /// A lost answer: its channel is dropped unanswered when due (the requester has timed out).
+    Forget(#[allow(dead_code)] ResponseChannel<ModelResponse>),
+}
+
 /// The running node.
 struct Driver {
     cfg: NodeConfig,
@@ -163,6 +178,8 @@ struct Driver {
     resumed: bool,
     /// Peers cut off by the control channel (a scheduled partition).
     blocked: HashSet<PeerId>,
+    /// Delay and loss set by the control channel (a scheduled straggler or lossy network).
+    impair: Impairment<Deferred>,
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
@@ -441,6 +458,7 @@ pub async fn run(
         pending_record: None,
         resumed: round > 0,
         blocked: HashSet::new(),
+        impair: Impairment::new(stream_seed(cfg.seed, me, Stream::Faults)),
         jobs: Some(job_tx),
         log: std::io::BufWriter::new(log),
         log_path,
@@ -508,10 +526,27 @@ impl Driver {
                     "links restored by the control channel"
                 );
             }
+            control::Command::Delay(d) => {
+                self.impair.set_delay(d);
+                info!(
+                    delay_ms = d.as_millis() as u64,
+                    "delay of what this node sends set by the control channel"
+                );
+            }
+            control::Command::Loss { fraction, peers } => {
+                let n = peers.len();
+                self.impair.set_loss(fraction, peers);
+                info!(
+                    fraction,
+                    peers = n,
+                    "message loss set by the control channel (0 peers: every peer)"
+                );
+            }
             control::Command::Status => {}
         }
         serde_json::json!({"ok": true, "round": self.round, "version": self.version,
-            "connected": self.connected.len(), "blocked": self.blocked.len()})
+            "connected": self.connected.len(), "blocked": self.blocked.len(),
+            "impairment": self.impair.describe()})
     }
 
     fn send_job(&mut self, job: Job) -> Result<(), NodeError> {
@@ -556,6 +591,13 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            let held_due = self.impair.next_due();
+            let release = async {
+                match held_due {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut shutdown => {
                     info!(round = self.round, "stopping: the round in flight is abandoned; the last checkpoint stands");
@@ -567,6 +609,7 @@ impl Driver {
                     None => return Err(fatal("the training thread stopped")),
                 },
                 _ = sleep => self.handle_timeout()?,
+                _ = release => self.release_held(),
                 Some((cmd, reply)) = control_rx.recv() => {
                     let _ = reply.send(self.handle_control(cmd));
                 }
@@ -700,6 +743,11 @@ impl Driver {
         let sampled: BTreeSet<NodeId> = self.sampled.iter().copied().collect();
         debug!(round = r, sampled = ?self.sampled, "round starts");
         for &b in &self.sampled {
+            if self.impair.lost(&self.peer_ids[b.index()]) {
+                // Never sent: the pull runs out its deadline, as a lost request would.
+                debug!(peer = %b, round = r, "pull lost (scheduled message loss)");
+                continue;
+            }
             let id = self
                 .swarm
                 .behaviour_mut()
@@ -789,10 +837,18 @@ impl Driver {
                         grad,
                     };
                     // Its acknowledgement (or a rejection) is only logged.
-                    self.swarm
-                        .behaviour_mut()
-                        .gradient
-                        .send_request(&self.peer_ids[b.index()], req);
+                    match self.impair.route(&self.peer_ids[b.index()]) {
+                        Route::Now => {
+                            self.swarm
+                                .behaviour_mut()
+                                .gradient
+                                .send_request(&self.peer_ids[b.index()], req);
+                        }
+                        Route::At(t) => self.impair.hold(t, Deferred::Gradient { to: b, req }),
+                        Route::Lost => {
+                            debug!(peer = %b, "gradient lost (scheduled message loss)")
+                        }
+                    }
                 }
                 self.pending_record = Some(NodeRound {
                     node: self.me.0,
@@ -969,6 +1025,30 @@ impl Driver {
             fingerprint: self.fingerprint,
             params: self.snapshot.clone(),
         });
+        match self.impair.route(&self.peer_ids[from.index()]) {
+            Route::Now => self.send_model(from, channel, resp),
+            Route::At(t) => self.impair.hold(
+                t,
+                Deferred::Model {
+                    from,
+                    channel,
+                    resp,
+                },
+            ),
+            Route::Lost => {
+                debug!(peer = %from, "model lost (scheduled message loss)");
+                self.impair
+                    .hold(Instant::now() + LOST_HOLD, Deferred::Forget(channel));
+            }
+        }
+    }
+
+    fn send_model(
+        &mut self,
+        from: NodeId,
+        channel: ResponseChannel<ModelResponse>,
+        resp: ModelResponse,
+    ) {
         if self
             .swarm
             .behaviour_mut()
@@ -977,6 +1057,26 @@ impl Driver {
             .is_err()
         {
             debug!(peer = %from, "requester left before the model was sent");
+        }
+    }
+
+    /// Sends the messages a scheduled delay held back that are due now.
+    fn release_held(&mut self) {
+        for d in self.impair.due(Instant::now()) {
+            match d {
+                Deferred::Model {
+                    from,
+                    channel,
+                    resp,
+                } => self.send_model(from, channel, resp),
+                Deferred::Gradient { to, req } => {
+                    self.swarm
+                        .behaviour_mut()
+                        .gradient
+                        .send_request(&self.peer_ids[to.index()], req);
+                }
+                Deferred::Forget(channel) => drop(channel),
+            }
         }
     }
 
