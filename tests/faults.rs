@@ -94,12 +94,13 @@ fn a_4_4_partition_heals_and_every_check_passes() {
                 assert_eq!(now.to_bits(), l.to_bits(), "silo {i} kept ℓ of silo {j}");
             }
         }
-        // Suspects: the other side, after at most 3 failures each.
+        // Suspects: the other side, after 3 failures each.
         assert!(last.suspects.iter().all(|&j| side(j) != side(i as u32)));
     }
-    // 4 cross peers × 3 failures before suspicion, for each of 8 silos, at most.
+    // Per silo and cross peer: 3 failures, then backed-off retries 2, 4 and 8 rounds apart fit
+    // in the 20 cut rounds (16 more would not): 6 at most, for 4 cross peers of 8 silos.
     let failed = figure(&report, "memory", "failed_pulls").as_u64().unwrap();
-    assert!(failed > 0 && failed <= 8 * 4 * 3, "failed pulls {failed}");
+    assert!(failed > 0 && failed <= 8 * 4 * 6, "failed pulls {failed}");
     // After the heal, models cross again.
     let crossed = traces.iter().enumerate().any(|(i, t)| {
         t.iter()
@@ -153,13 +154,14 @@ fn a_crashed_silo_resumes_from_its_checkpoint() {
         before.version + 1,
         "one step after the restart"
     );
-    // The others stopped pulling from silo 5 after at most 3 failures.
+    // The others stopped pulling from silo 5 after 3 failures; one backed-off retry (2 rounds
+    // after the third) fits in its 5 rounds down.
     for (i, t) in traces.iter().enumerate().filter(|(i, _)| *i != 5) {
         let tries = t
             .iter()
             .filter(|r| (20.0..25.0).contains(&r.at) && r.sampled.contains(&5))
             .count();
-        assert!(tries <= 3, "silo {i} pulled the dead silo 5 {tries} times");
+        assert!(tries <= 4, "silo {i} pulled the dead silo 5 {tries} times");
     }
 }
 

@@ -120,7 +120,7 @@ fn a_real_4_4_partition_heals_and_every_check_passes() {
         .as_u64()
         .unwrap();
     assert!(
-        failed > 0 && failed <= 8 * 4 * 3 + 8,
+        failed > 0 && failed <= 8 * 4 * 6 + 8,
         "failed pulls {failed}"
     );
 }
@@ -176,14 +176,15 @@ fn a_late_joiner_process_is_found_by_its_group() {
         join["rounds_to_first_pull_by_mate"].as_u64().unwrap() <= 10,
         "{join}"
     );
-    // Before the join the others tried it at most `suspect_after` times each, then left it.
+    // Before the join the others tried it `suspect_after` times each, then only backed off:
+    // 2, 4 and 8 rounds apart in its 20 absent rounds, 6 tries at most.
     for (i, t) in traces.iter().enumerate().take(7) {
         let tries = t
             .iter()
             .filter(|r| r.at < joined && r.sampled.contains(&7))
             .count();
         assert!(
-            tries <= 3,
+            tries <= 6,
             "silo {i} pulled the absent silo 7 {tries} times"
         );
     }
@@ -277,6 +278,14 @@ fn a_straggler_is_waited_for_at_most_a_deadline_then_avoided_until_a_time_trigge
         mf < 0.5 * ms,
         "median round {mf:.3} s after, {ms:.3} s during"
     );
+    // Once on time again it is found again: a backed-off retry gets its model (no
+    // reconnection tells anyone it is back; its connections never closed).
+    let found = traces
+        .iter()
+        .flat_map(|t| t.iter())
+        .filter(|r| r.start > fast + 0.05 && r.answered.contains(&2))
+        .count();
+    assert!(found > 0, "nobody got silo 2's model after its delay ended");
     // The straggler itself kept completing rounds.
     assert_eq!(traces[2].len(), 30);
 }

@@ -164,7 +164,9 @@ pub struct FedericoConfig {
     pub loss_tracking: LossTracking,
     /// At inference, peers below this weight are dropped before renormalising (spec §9 item 10).
     pub infer_min_weight: f64,
-    /// Consecutive failures after which a peer becomes suspect and is not sampled (spec §6).
+    /// Consecutive failures after which a peer becomes suspect (spec §6): it sits out the
+    /// following rounds, 2 after its `suspect_after`-th failure and twice as many after each
+    /// further one (up to [`MAX_BACKOFF_ROUNDS`]), then is tried again.
     pub suspect_after: u32,
     /// What the M-step computes per round (spec §5.5).
     pub mstep: MStep,
@@ -231,6 +233,18 @@ impl FedericoConfig {
     }
 }
 
+/// The longest a suspect sits out between two tries, in rounds.
+pub const MAX_BACKOFF_ROUNDS: u64 = 64;
+
+/// Consecutive failed pulls of one peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Failures {
+    /// How many in a row.
+    count: u32,
+    /// E-steps completed when the last one happened.
+    at: u64,
+}
+
 /// One silo's FedeRiCo state: its collaborator table, its sampling RNG and peer liveness.
 ///
 /// It serializes whole (RNG position included), so a checkpoint restores the exact stream: the
@@ -243,8 +257,8 @@ pub struct Peer {
     #[serde(with = "rng_state")]
     rng: ChaCha12Rng,
     table: CollaboratorTable,
-    /// Consecutive failed pulls per peer (absent = 0).
-    failures: BTreeMap<NodeId, u32>,
+    /// Consecutive failed pulls per peer (absent = none).
+    failures: BTreeMap<NodeId, Failures>,
     /// E-steps completed.
     rounds: u64,
 }
@@ -306,12 +320,13 @@ impl Peer {
     }
 
     /// Step 1 of a round: the M other peers to pull models from, by ε-greedy on the current
-    /// (previous round's) weights. Never itself, never a duplicate, never a suspect.
+    /// (previous round's) weights. Never itself, never a duplicate, never a suspect sitting out
+    /// its backoff.
     pub fn sample(&mut self) -> Vec<NodeId> {
         let candidates: Vec<(NodeId, f64)> = self
             .table
             .iter()
-            .filter(|&(id, _, _)| id != self.me && !self.is_suspect(id))
+            .filter(|&(id, _, _)| id != self.me && !self.is_backing_off(id))
             .map(|(id, _, w)| (id, w))
             .collect();
         epsilon_greedy(
@@ -387,9 +402,13 @@ impl Peer {
     }
 
     /// A pull from `peer` failed (timeout, refused): its loss is kept as it is; after
-    /// `suspect_after` consecutive failures it is not sampled until [`Self::handle_reachable`].
+    /// `suspect_after` consecutive failures it is a suspect, and sits out rounds with
+    /// exponential backoff (see [`Self::is_backing_off`]) until it answers again or
+    /// [`Self::handle_reachable`] says it is back.
     pub fn handle_unreachable(&mut self, peer: NodeId) {
-        *self.failures.entry(peer).or_default() += 1;
+        let f = self.failures.entry(peer).or_default();
+        f.count += 1;
+        f.at = self.rounds;
     }
 
     /// `peer` answered or was seen alive again: its failure count is cleared.
@@ -397,12 +416,31 @@ impl Peer {
         self.failures.remove(&peer);
     }
 
-    /// Whether `peer` is currently excluded from sampling.
+    /// Whether `peer` failed `suspect_after` pulls in a row (and has not answered since).
     pub fn is_suspect(&self, peer: NodeId) -> bool {
         self.failures
             .get(&peer)
-            .is_some_and(|&f| f >= self.cfg.suspect_after)
+            .is_some_and(|f| f.count >= self.cfg.suspect_after)
     }
+
+    /// Whether `peer` is a suspect sitting out its backoff, so not sampled now (spec §6: "back
+    /// off exponentially meanwhile"). After its `suspect_after`-th failure in a row it sits out
+    /// until 2 rounds have passed since that failure, after the next 4, then 8, … up to
+    /// [`MAX_BACKOFF_ROUNDS`]; each try in between is one more failure or clears it. A straggler
+    /// that recovers, or a partition healed on connections that survived, is found again this
+    /// way with no reconnection to tell.
+    pub fn is_backing_off(&self, peer: NodeId) -> bool {
+        self.failures.get(&peer).is_some_and(|f| {
+            f.count >= self.cfg.suspect_after
+                && self.rounds < f.at + backoff_rounds(f.count - self.cfg.suspect_after + 1)
+        })
+    }
+}
+
+/// Rounds a suspect sits out after the `n`-th failure counted from `suspect_after` (n ≥ 1):
+/// 2, 4, 8, … up to [`MAX_BACKOFF_ROUNDS`].
+pub fn backoff_rounds(n: u32) -> u64 {
+    (1u64 << n.min(63)).min(MAX_BACKOFF_ROUNDS)
 }
 
 /// ChaCha12's exact position as 49 bytes (key, stream, word position).
@@ -601,6 +639,40 @@ mod tests {
         assert_eq!(*p.table().entry(NodeId(1)).unwrap(), before);
         p.handle_reachable(NodeId(1));
         assert_eq!(p.sample().len(), 2);
+    }
+
+    #[test]
+    fn suspects_are_retried_with_exponential_backoff() {
+        let cfg = FedericoConfig {
+            neighbours: 2,
+            epsilon: 1.0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 3, cfg);
+        let losses = [(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)];
+        // Peer 1 never answers; note the rounds in which it is sampled (and fails).
+        let mut tried = Vec::new();
+        for round in 1..=80u64 {
+            if p.sample().contains(&NodeId(1)) {
+                tried.push(round);
+                p.handle_unreachable(NodeId(1));
+            }
+            p.handle_losses(1, &losses);
+        }
+        // ε = 1 with M = 2 of 2 candidates: tried whenever it is not backing off. Three in a
+        // row, then gaps of 2, 4, 8, 16, 32 (and 64 after that).
+        let gaps: Vec<u64> = tried.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(
+            gaps,
+            vec![1, 1, 2, 4, 8, 16, 32],
+            "tried in rounds {tried:?}"
+        );
+        assert!(p.is_suspect(NodeId(1)));
+        // An answer clears it at once.
+        p.handle_reachable(NodeId(1));
+        assert!(!p.is_suspect(NodeId(1)) && !p.is_backing_off(NodeId(1)));
+        assert_eq!(backoff_rounds(1), 2);
+        assert_eq!(backoff_rounds(40), MAX_BACKOFF_ROUNDS);
     }
 
     #[test]

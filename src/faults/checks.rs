@@ -407,7 +407,8 @@ fn round3(x: f64) -> f64 {
 }
 
 /// Losses of unreachable peers are kept (ℓ unchanged, L̂ not reset) and a peer that keeps
-/// failing is not pulled from more than `suspect_after` times in a row.
+/// failing is pulled at a backed-off pace: after `suspect_after` failures in a row, the n-th
+/// further try comes at least `backoff_rounds(n)` rounds (2, 4, 8, …) after the one before.
 fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
     let k = inputs.schedule.clients;
     let unreachable = |i: usize, j: usize, at: f64| -> bool {
@@ -422,6 +423,8 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
     let mut failed_pulls = 0usize;
     let mut max_run = 0u32;
     let mut worst = None;
+    let mut too_soon: Vec<String> = Vec::new();
+    let mut retries = 0usize;
     for (i, t) in inputs.traces.iter().enumerate() {
         for j in 0..k {
             if j == i {
@@ -429,6 +432,7 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
             }
             let mut before: Option<(f64, f64)> = None; // (last, tracked) before the stretch
             let mut run = 0u32;
+            let mut last_fail = 0u64;
             let mut in_stretch = false;
             for r in t {
                 // A round counts as cut off if it started and ended while `j` was out of
@@ -469,6 +473,17 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
                     if r.sampled.contains(&(j as u32)) && !r.answered.contains(&(j as u32)) {
                         failed_pulls += 1;
                         run += 1;
+                        if run > inputs.suspect_after {
+                            retries += 1;
+                            let need = crate::core::backoff_rounds(run - inputs.suspect_after);
+                            let gap = r.round.saturating_sub(last_fail);
+                            if gap < need && too_soon.len() < 5 {
+                                too_soon.push(format!(
+                                    "silo {i}→{j} tried again {gap} rounds after a failure in round {last_fail} (backoff {need})"
+                                ));
+                            }
+                        }
+                        last_fail = r.round;
                         if run > max_run {
                             max_run = run;
                             worst = Some(format!("silo {i}→{j}"));
@@ -484,10 +499,10 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
         }
     }
     let kept = changed.is_empty() && reset.is_empty();
-    let avoided = max_run <= inputs.suspect_after;
+    let avoided = too_soon.is_empty();
     let detail = match (kept, avoided) {
         (true, true) => format!(
-            "losses of unreachable peers kept; at most {max_run} failed pulls in a row (suspect after {})",
+            "losses of unreachable peers kept; suspects after {} failures, {retries} retries all backed off",
             inputs.suspect_after
         ),
         (false, _) => format!(
@@ -500,9 +515,8 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
                 .join("; ")
         ),
         (true, false) => format!(
-            "{} pulled an unreachable peer {max_run} times in a row (suspect after {})",
-            worst.clone().unwrap_or_default(),
-            inputs.suspect_after
+            "a suspect was tried before its backoff ran out: {}",
+            too_soon.join("; ")
         ),
     };
     check(
@@ -518,6 +532,8 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
             ("losses_changed", json!(changed.len() + reset.len())),
             ("failed_pulls", json!(failed_pulls)),
             ("max_failed_in_a_row", json!(max_run)),
+            ("worst_pair", json!(worst)),
+            ("retries_after_suspect", json!(retries)),
             ("suspect_after", json!(inputs.suspect_after)),
         ],
     )
@@ -909,7 +925,7 @@ mod tests {
     }
 
     #[test]
-    fn pulling_a_cut_peer_past_suspect_after_fails_memory() {
+    fn retrying_a_cut_peer_before_its_backoff_fails_memory() {
         let r = judge(&[healthy(0), healthy(1)], 1);
         assert!(!pass(&r, "memory"), "{}", r.render());
     }
