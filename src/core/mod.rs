@@ -243,6 +243,20 @@ struct Failures {
     count: u32,
     /// E-steps completed when the last one happened.
     at: u64,
+    /// The one early try a heartbeat may grant per run of failures.
+    probe: Probe,
+}
+
+/// Where a suspect stands with its heartbeat-granted try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+enum Probe {
+    /// Not granted yet.
+    #[default]
+    Unused,
+    /// Granted: it may be sampled before its backoff runs out.
+    Granted,
+    /// Granted and failed: only the backoff now.
+    Used,
 }
 
 /// One silo's FedeRiCo state: its collaborator table, its sampling RNG and peer liveness.
@@ -409,6 +423,23 @@ impl Peer {
         let f = self.failures.entry(peer).or_default();
         f.count += 1;
         f.at = self.rounds;
+        if f.probe == Probe::Granted {
+            f.probe = Probe::Used;
+        }
+    }
+
+    /// A timely request from `peer` reached this silo (a heartbeat, spec §6: "until discovery
+    /// or a heartbeat shows it alive again"): a suspect backing off may be tried at once — once
+    /// per run of failures, so a partition healed on connections that never closed is found at
+    /// the next round, while a straggler whose requests come but whose models do not costs one
+    /// extra try, not one per round. Its failure count and its losses are kept.
+    pub fn handle_heard_from(&mut self, peer: NodeId) {
+        let after = self.cfg.suspect_after;
+        if let Some(f) = self.failures.get_mut(&peer) {
+            if f.count >= after && f.probe == Probe::Unused {
+                f.probe = Probe::Granted;
+            }
+        }
     }
 
     /// `peer` answered or was seen alive again: its failure count is cleared.
@@ -432,6 +463,7 @@ impl Peer {
     pub fn is_backing_off(&self, peer: NodeId) -> bool {
         self.failures.get(&peer).is_some_and(|f| {
             f.count >= self.cfg.suspect_after
+                && f.probe != Probe::Granted
                 && self.rounds < f.at + backoff_rounds(f.count - self.cfg.suspect_after + 1)
         })
     }
@@ -673,6 +705,42 @@ mod tests {
         assert!(!p.is_suspect(NodeId(1)) && !p.is_backing_off(NodeId(1)));
         assert_eq!(backoff_rounds(1), 2);
         assert_eq!(backoff_rounds(40), MAX_BACKOFF_ROUNDS);
+    }
+
+    #[test]
+    fn a_heartbeat_grants_one_early_try_per_run_of_failures() {
+        let cfg = FedericoConfig {
+            neighbours: 2,
+            epsilon: 1.0,
+            ..Default::default()
+        };
+        let mut p = peer(0, 3, cfg);
+        let losses = [(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)];
+        for _ in 0..6 {
+            p.handle_unreachable(NodeId(1));
+            p.handle_losses(1, &losses);
+        }
+        // Six failures: backing off for 16 rounds from the last.
+        assert!(p.is_backing_off(NodeId(1)));
+        let weight = p.weight(NodeId(1));
+        p.handle_heard_from(NodeId(1));
+        assert!(!p.is_backing_off(NodeId(1)) && p.is_suspect(NodeId(1)));
+        assert!(p.sample().contains(&NodeId(1)));
+        // The try fails: back to the backoff, and further heartbeats grant nothing more.
+        p.handle_unreachable(NodeId(1));
+        p.handle_heard_from(NodeId(1));
+        assert!(p.is_backing_off(NodeId(1)));
+        assert_eq!(p.weight(NodeId(1)), weight, "a heartbeat changes no weight");
+        // An answer ends the run: the next run of failures gets its own early try.
+        p.handle_reachable(NodeId(1));
+        for _ in 0..3 {
+            p.handle_unreachable(NodeId(1));
+        }
+        p.handle_heard_from(NodeId(1));
+        assert!(!p.is_backing_off(NodeId(1)));
+        // A heartbeat from a peer that is not a suspect changes nothing.
+        p.handle_heard_from(NodeId(2));
+        assert!(!p.is_suspect(NodeId(2)));
     }
 
     #[test]

@@ -1195,6 +1195,9 @@ impl Driver {
                     ModelRequest::Pull { round } => {
                         let s = self.seen_round.entry(from).or_default();
                         *s = (*s).max(round);
+                        if round >= self.current_round() {
+                            self.peer.handle_heard_from(from);
+                        }
                         // A pull for our next round waits for our step, so it gets the model
                         // of that round (lock-step when nothing fails); any other is served now.
                         let hold = matches!(self.phase, Phase::Stepping)
@@ -1214,6 +1217,10 @@ impl Driver {
                     ModelRequest::Notice { round } => {
                         let s = self.seen_round.entry(from).or_default();
                         *s = (*s).max(round);
+                        // A timely request is a heartbeat: a suspect may be tried again.
+                        if round >= self.current_round() {
+                            self.peer.handle_heard_from(from);
+                        }
                         let _ = self
                             .swarm
                             .behaviour_mut()
