@@ -60,6 +60,10 @@ pub struct SwarmArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Linux, as root: run each node in its own network namespace, joined by veth links, and
+    /// cut partitions in the kernel (blackhole routes) instead of by the nodes' block lists.
+    #[arg(long)]
+    pub netns: bool,
 }
 
 /// `federico keygen`.
@@ -155,6 +159,7 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
             progress: !args.quiet,
             deadlines: Default::default(),
             timeout: std::time::Duration::from_secs(args.timeout),
+            netns: args.netns,
         },
     )
     .with_context(|| format!("swarm of {}", scenario.name))?;

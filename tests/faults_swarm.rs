@@ -1,6 +1,7 @@
 //! Fault schedules on real node processes (`federico swarm`): a 4 | 4 partition made of real
 //! disconnections and healed, a SIGKILL crash with a restart from the checkpoint, a late
-//! joiner, a straggler started by a time trigger, and message loss. The verdicts are asserted,
+//! joiner, a straggler started by a time trigger, message loss, and (as root on Linux) a
+//! partition cut in the kernel between nodes in their own network namespaces. The verdicts are asserted,
 //! and so are the run logs behind them.
 
 use federico::faults::{DelaySpec, EventSpec, LossSpec};
@@ -27,6 +28,10 @@ fn scenario(file: &str) -> Scenario {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
+    run_with(s, out, false)
+}
+
+fn run_with(s: &Scenario, out: &Path, netns: bool) -> (Value, Vec<Vec<NodeRound>>) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let outcome = launch::swarm(
         s,
@@ -37,6 +42,7 @@ fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
             progress: false,
             deadlines: Default::default(),
             timeout: Duration::from_secs(120),
+            netns,
         },
     )
     .expect("the swarm runs");
@@ -358,5 +364,90 @@ fn lost_messages_cost_their_deadline_and_the_federation_keeps_going() {
     assert_eq!(
         answered_after, sampled_after,
         "pulls failed after the loss ended"
+    );
+}
+
+#[test]
+fn a_kernel_partition_between_network_namespaces_heals_and_every_check_passes() {
+    if let Some(why) = launch::netns_unavailable() {
+        // Not a pass: the test says so, and FEDERICO_REQUIRE_NETNS=1 makes it fail instead.
+        assert!(
+            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
+            "FEDERICO_REQUIRE_NETNS is set but {why}"
+        );
+        eprintln!("SKIPPED a_kernel_partition_between_network_namespaces_heals: {why}");
+        return;
+    }
+    // 4 | 4 from round 10 to round 20 of 40, cut by blackhole routes: packets are dropped, so
+    // pulls across time out (1 s) on connections that stay open, as over a real partition.
+    let mut s = scenario("partition-heal.toml");
+    s.rounds = 40;
+    s.eval_every = 10;
+    s.faults.model_deadline_s = 1.0;
+    s.faults.gradient_deadline_s = 1.0;
+    s.faults.events[0].round = Some(10);
+    s.faults.events[1].round = Some(20);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run_with(&s, dir.path(), true);
+    for c in ["liveness", "memory", "recovery", "clean_exit"] {
+        assert_eq!(check(&report, c)["pass"], true, "{c}: {report:#}");
+    }
+    // The nodes listened on their namespaces' addresses, and no node cut a link itself.
+    let manifest = std::fs::read_to_string(dir.path().join("seed-1/manifest.toml")).unwrap();
+    assert!(manifest.contains("/ip4/10.2"), "{manifest}");
+    for i in 0..8 {
+        let log =
+            std::fs::read_to_string(dir.path().join(format!("seed-1/nodes/silo-{i}.log"))).unwrap();
+        assert!(
+            !log.contains("links cut by the control channel"),
+            "silo {i}"
+        );
+    }
+    let (cut, heal) = (
+        applied_at(&report, "partition"),
+        applied_at(&report, "heal"),
+    );
+    let side = |i: u32| usize::from(i >= 4);
+    let mut inside = 0;
+    for (i, t) in traces.iter().enumerate() {
+        assert_eq!(t.len(), 40, "silo {i} ran every round");
+        for r in t.iter().filter(|r| r.start > cut && r.at < heal) {
+            inside += 1;
+            assert!(
+                r.answered.iter().all(|&b| side(b) == side(i as u32)),
+                "silo {i} got a model across the partition in round {}",
+                r.round
+            );
+        }
+    }
+    assert!(inside >= 8, "only {inside} rounds ran inside the partition");
+    // A dropped packet is a timeout, not a refusal: the cut-off pulls waited their deadline.
+    let slowest = check(&report, "liveness")["figures"]["slowest_round_s"]
+        .as_f64()
+        .unwrap();
+    assert!(slowest >= 0.9, "slowest round {slowest} s: no pull waited");
+    // Models cross again after the heal, on the connections that survived it.
+    let crossed = traces
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| {
+            t.iter()
+                .filter(|r| r.start > heal)
+                .any(|r| r.answered.iter().any(|&b| side(b) != side(*i as u32)))
+        })
+        .count();
+    assert!(
+        crossed >= 4,
+        "only {crossed} silos pulled across after the heal"
+    );
+    // Every namespace of the run is gone.
+    let left = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let me = format!("federico-{}-", std::process::id());
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains(&me),
+        "namespaces left behind"
     );
 }

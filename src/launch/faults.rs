@@ -10,7 +10,8 @@
 //! it applied, when, on the nodes' clock (Unix seconds), for the checks.
 //! Must not: take part in a round, or judge the outcome (`faults::checks` does).
 
-use super::{Proc, start_node};
+use super::netns::Netns;
+use super::{Proc, start_silo};
 use crate::faults::checks::{Applied, CrashEvidence};
 use crate::faults::{Fault, Restart, Schedule, Trigger};
 use crate::net::Checkpoint;
@@ -45,6 +46,8 @@ pub(crate) struct FaultDriver {
     delays: Vec<u64>,
     /// The message loss in force: fraction and the silos it is limited to.
     loss: Option<(f64, Option<Vec<u32>>)>,
+    /// The nodes' network namespaces (`--netns`): partitions are cut there, in the kernel.
+    netns: Option<std::sync::Arc<Netns>>,
     pub(crate) applied: Vec<Applied>,
     pub(crate) crashes: Vec<CrashEvidence>,
 }
@@ -81,6 +84,7 @@ impl FaultDriver {
         state_dirs: Vec<PathBuf>,
         nodes_dir: PathBuf,
         exe: PathBuf,
+        netns: Option<std::sync::Arc<Netns>>,
     ) -> Self {
         let k = peer_ids.len();
         Self {
@@ -97,6 +101,7 @@ impl FaultDriver {
             groups: None,
             delays: vec![0; k],
             loss: None,
+            netns,
             applied: Vec::new(),
             crashes: Vec::new(),
         }
@@ -158,12 +163,18 @@ impl FaultDriver {
         }
     }
 
-    /// Blocks, on `silo`, every peer outside its partition group.
+    /// Blocks, on `silo`, every peer outside its partition group: in the kernel of its
+    /// namespace (`--netns`), else by its block list.
     fn cut(&self, silo: usize, groups: &[usize]) -> anyhow::Result<()> {
-        let others: Vec<PeerId> = (0..self.peer_ids.len())
+        let apart: Vec<usize> = (0..self.peer_ids.len())
             .filter(|&j| groups[j] != groups[silo])
-            .map(|j| self.peer_ids[j])
             .collect();
+        if let Some(ns) = &self.netns {
+            return ns
+                .cut(silo, &apart)
+                .with_context(|| format!("cutting silo {silo} off in the kernel"));
+        }
+        let others: Vec<PeerId> = apart.iter().map(|&j| self.peer_ids[j]).collect();
         control::send(&self.control_addr(silo)?, &self.token, "block", &others)
             .map_err(|e| anyhow::anyhow!("blocking on silo {silo}: {e}"))?;
         Ok(())
@@ -231,6 +242,15 @@ impl FaultDriver {
                 }
                 self.groups = Some(g);
             }
+            Fault::Heal if self.netns.is_some() => {
+                // Routes live in the namespaces: restore them whether the node runs or not.
+                let ns = self.netns.as_ref().expect("checked");
+                for silo in 0..k {
+                    ns.restore(silo)
+                        .with_context(|| format!("healing silo {silo} in the kernel"))?;
+                }
+                self.groups = None;
+            }
             Fault::Heal => {
                 for silo in (0..k).filter(|&s| procs[s].is_running()) {
                     let addr = self.control_addr(silo)?;
@@ -265,7 +285,8 @@ impl FaultDriver {
                 // The silo's first process: its state directory is fresh.
                 let s = *silo as usize;
                 let log = self.nodes_dir.join(format!("{}.log", procs[s].name));
-                let child = start_node(&self.exe, &self.configs[s], &log)?;
+                let child =
+                    start_silo(self.netns.as_deref(), s, &self.exe, &self.configs[s], &log)?;
                 procs[s].join(child, log);
                 self.impose(s)?;
             }
@@ -297,7 +318,13 @@ impl FaultDriver {
         let log = self
             .nodes_dir
             .join(format!("{}.{life}.log", procs[silo].name));
-        let child = start_node(&self.exe, &self.configs[silo], &log)?;
+        let child = start_silo(
+            self.netns.as_deref(),
+            silo,
+            &self.exe,
+            &self.configs[silo],
+            &log,
+        )?;
         procs[silo].relaunch(child, log);
         self.impose(silo)?;
         self.applied.push(Applied {

@@ -6,6 +6,7 @@
 //! Must not: take part in a round; the nodes run the federation on their own.
 
 mod faults;
+mod netns;
 
 use crate::faults::checks;
 use crate::learn::{Evaluation, Federation, Shard};
@@ -74,6 +75,14 @@ pub struct SwarmOptions {
     pub deadlines: Deadlines,
     /// Give up on the whole swarm after this long.
     pub timeout: Duration,
+    /// Each node in its own network namespace, partitions cut in the kernel (Linux, root).
+    pub netns: bool,
+}
+
+/// Why `SwarmOptions::netns` cannot run on this machine (not Linux, not root, no `ip`, or no
+/// namespaces allowed), or `None` when it can.
+pub fn netns_unavailable() -> Option<String> {
+    netns::unavailable()
 }
 
 /// Free TCP ports on 127.0.0.1 (bound, read, released; nodes bind them right after).
@@ -290,6 +299,19 @@ pub fn prepare(
     deadlines: &Deadlines,
     dir: &Path,
 ) -> anyhow::Result<Prepared> {
+    prepare_at(scenario, seed, data_dir, deadlines, dir, None)
+}
+
+/// [`prepare`], with each silo at its own address (a network namespace's) on
+/// [`netns::NODE_PORT`] when `hosts` is given.
+fn prepare_at(
+    scenario: &Scenario,
+    seed: u64,
+    data_dir: Option<&Path>,
+    deadlines: &Deadlines,
+    dir: &Path,
+    hosts: Option<&[std::net::Ipv4Addr]>,
+) -> anyhow::Result<Prepared> {
     if dir.join("nodes").exists() {
         bail!(
             "{} already holds a swarm run; choose another --out (nodes would resume from its checkpoints)",
@@ -301,8 +323,12 @@ pub fn prepare(
     let first = &fed.clients[0].train;
     let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
 
-    // Keys, ports, manifest.
-    let ports = free_ports(k)?;
+    // Keys, addresses, manifest.
+    let (hosts, ports): (Vec<std::net::Ipv4Addr>, Vec<u16>) = match hosts {
+        Some(h) if h.len() == k => (h.to_vec(), vec![netns::NODE_PORT; k]),
+        Some(h) => bail!("{} addresses for {k} silos", h.len()),
+        None => (vec![std::net::Ipv4Addr::LOCALHOST; k], free_ports(k)?),
+    };
     let mut members = Vec::with_capacity(k);
     for (i, port) in ports.iter().enumerate() {
         let key_path = dir.join("keys").join(format!("silo-{i}.key"));
@@ -314,7 +340,7 @@ pub fn prepare(
         members.push(Member {
             name: format!("silo-{i}"),
             peer_id: key.public().to_peer_id(),
-            addrs: vec![format!("/ip4/127.0.0.1/tcp/{port}").parse()?],
+            addrs: vec![format!("/ip4/{}/tcp/{port}", hosts[i]).parse()?],
         });
     }
     let manifest = Manifest {
@@ -334,7 +360,7 @@ pub fn prepare(
             name: name.clone(),
             key: dir.join("keys").join(format!("{name}.key")),
             manifest: manifest_path.clone(),
-            listen: vec![format!("/ip4/127.0.0.1/tcp/{port}")],
+            listen: vec![format!("/ip4/{}/tcp/{port}", hosts[i])],
             bootstrap: Vec::new(),
             mdns: false,
             seed,
@@ -373,7 +399,30 @@ pub fn prepare(
 
 /// Starts `exe node --config <config>` with its log (stderr) in `log`.
 pub fn start_node(exe: &Path, config: &Path, log: &Path) -> anyhow::Result<std::process::Child> {
-    std::process::Command::new(exe)
+    spawn_node(std::process::Command::new(exe), exe, config, log)
+}
+
+/// Starts silo `silo`'s node, inside its network namespace when there is one.
+fn start_silo(
+    ns: Option<&netns::Netns>,
+    silo: usize,
+    exe: &Path,
+    config: &Path,
+    log: &Path,
+) -> anyhow::Result<std::process::Child> {
+    match ns {
+        Some(ns) => spawn_node(ns.command(silo, exe), exe, config, log),
+        None => start_node(exe, config, log),
+    }
+}
+
+fn spawn_node(
+    mut command: std::process::Command,
+    exe: &Path,
+    config: &Path,
+    log: &Path,
+) -> anyhow::Result<std::process::Child> {
+    command
         .arg("node")
         .arg("--config")
         .arg(config)
@@ -401,6 +450,15 @@ fn run_seed(
     opts: &SwarmOptions,
     dir: &Path,
 ) -> anyhow::Result<SeedOutcome> {
+    // Each node in its own network namespace: created before the configs (they name the
+    // namespaces' addresses), removed when this seed is over.
+    let netns = if opts.netns {
+        Some(std::sync::Arc::new(netns::Netns::create(
+            scenario.split.clients,
+        )?))
+    } else {
+        None
+    };
     // Under a fault schedule both drivers use its deadlines.
     let mut deadlines = opts.deadlines.clone();
     if !scenario.faults.is_empty() {
@@ -418,7 +476,19 @@ fn run_seed(
         state_dirs,
         nodes_dir,
         spec,
-    } = prepare(scenario, seed, opts.data_dir.as_deref(), &deadlines, dir)?;
+    } = {
+        let hosts: Option<Vec<_>> = netns
+            .as_deref()
+            .map(|ns| (0..scenario.split.clients).map(|i| ns.addr(i)).collect());
+        prepare_at(
+            scenario,
+            seed,
+            opts.data_dir.as_deref(),
+            &deadlines,
+            dir,
+            hosts.as_deref(),
+        )?
+    };
     let k = fed.clients.len();
     let regression = spec.is_regression();
     let num_params = spec.num_params();
@@ -429,10 +499,14 @@ fn run_seed(
         let token_file = dir.join("control.token");
         let token = faults::write_token(&token_file)?;
         let mut peer_ids = Vec::with_capacity(k);
-        for c in &configs {
+        for (i, c) in configs.iter().enumerate() {
             let mut cfg = NodeConfig::load(c)?;
+            // In a namespace the launcher reaches the node at its own address.
+            let host = netns
+                .as_deref()
+                .map_or(std::net::Ipv4Addr::LOCALHOST, |ns| ns.addr(i));
             cfg.control = Some(crate::net::control::ControlConfig {
-                listen: "127.0.0.1:0".into(),
+                listen: format!("{host}:0"),
                 token_file: token_file.clone(),
             });
             peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
@@ -445,9 +519,17 @@ fn run_seed(
             opts.exe.clone(),
         );
         let schedule = schedule.clone();
+        let netns_driver = netns.clone();
         fault_driver = Some(Box::new(move || {
             faults::FaultDriver::new(
-                schedule, token, peer_ids, configs, state_dirs, nodes_dir, exe,
+                schedule,
+                token,
+                peer_ids,
+                configs,
+                state_dirs,
+                nodes_dir,
+                exe,
+                netns_driver,
             )
         }));
     }
@@ -470,7 +552,7 @@ fn run_seed(
             running.push(Proc::absent(&opts.exe, name, log, run_log)?);
             continue;
         }
-        let child = start_node(&opts.exe, &cfg_path, &log)?;
+        let child = start_silo(netns.as_deref(), i, &opts.exe, &cfg_path, &log)?;
         running.push(Proc::new(name, child, log, run_log));
     }
     let mut first_round = None;
