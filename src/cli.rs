@@ -192,8 +192,16 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let logs = if scenario
+        .algorithms
+        .contains(&crate::scenario::Algorithm::Federico)
+    {
+        "seed-*/rounds.jsonl, seed-*/nodes/*.log"
+    } else {
+        "seed-*/coordinator/coordinator.jsonl, seed-*/nodes/silo-*/rounds.jsonl, seed-*/nodes/*.log"
+    };
     text += &format!(
-        "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, seed-*/swarm.json, seed-*/nodes/*.log, plots)\n",
+        "results in {}/ (summary.json, table.txt, seed-*/swarm.json, {logs}, plots)\n",
         out.display()
     );
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());

@@ -1,15 +1,14 @@
 //! Coordinated mode (issue 5) with real processes on 127.0.0.1: a FedDisco coordinator and 4
-//! nodes end to end, and the coordinator killed (SIGKILL) mid-run and restarted from its
-//! checkpoint.
+//! nodes end to end, the coordinator killed (SIGKILL) mid-run and restarted from its
+//! checkpoint, and `federico swarm` starting a coordinator with 6 nodes, against `simulate`.
 
 use federico::coord::feddisco_server::ServerState;
-use federico::launch::{self, Prepared};
+use federico::launch::coordinated::{self, CoordinatorSetup};
+use federico::launch::{self, Prepared, SwarmOptions};
 use federico::net::config::Deadlines;
-use federico::net::coordinated::CoordinatedConfig;
-use federico::net::{Manifest, Member, NodeConfig, keygen};
 use federico::scenario::Scenario;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_federico");
@@ -26,23 +25,16 @@ fn scenario(rounds: usize) -> Scenario {
     Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Setup {
     p: Prepared,
-    coord_cfg: PathBuf,
+    coord: CoordinatorSetup,
     coord_dir: PathBuf,
 }
 
-/// `launch::prepare`'s run directory, plus a coordinator: a key, a manifest member (last, so
-/// the nodes keep the simulator's silo indices), its config, and `[coordinated]` in every node.
-fn setup(dir: &Path, sc: &Scenario, rounds: u64, tau: f64, fetch_s: f64) -> Setup {
+/// `launch::prepare`'s run directory, plus a coordinator (`launch::coordinated`): a key, a
+/// manifest member (last, so the nodes keep the simulator's silo indices), its config, and
+/// `[coordinated]` in every node.
+fn setup(dir: &Path, sc: &Scenario, tau: f64, fetch_s: f64) -> Setup {
     let p = launch::prepare(
         sc,
         1,
@@ -56,61 +48,16 @@ fn setup(dir: &Path, sc: &Scenario, rounds: u64, tau: f64, fetch_s: f64) -> Setu
         dir,
     )
     .unwrap();
-    let key_path = dir.join("keys").join("coordinator.key");
-    let key = keygen(&key_path).unwrap();
-    let coord_id = key.public().to_peer_id();
-    let port = free_port();
-    let manifest_path = dir.join("manifest.toml");
-    let mut manifest = Manifest::load(&manifest_path).unwrap();
-    manifest.members.push(Member {
-        name: "coordinator".into(),
-        peer_id: coord_id,
-        addrs: vec![format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap()],
-    });
-    std::fs::write(&manifest_path, manifest.to_toml()).unwrap();
-    for c in &p.configs {
-        let mut cfg = NodeConfig::load(c).unwrap();
-        cfg.coordinated = Some(CoordinatedConfig {
-            mode: "feddisco".into(),
-            coordinator: coord_id.to_string(),
-            feddisco: sc.feddisco.clone(),
-            fetch_s,
-        });
-        std::fs::write(c, toml::to_string(&cfg).unwrap()).unwrap();
-    }
-    let first = &p.federation.clients[0].train;
-    let coord_dir = dir.join("coordinator");
-    let text = format!(
-        "key = {key:?}\nmanifest = {man:?}\nname = \"coordinator\"\nlisten = [\"/ip4/127.0.0.1/tcp/{port}\"]\n\
-         state_dir = {sd:?}\nrounds = {rounds}\nalgorithm = \"feddisco\"\nupdate_deadline_s = {tau}\n\
-         seed = 1\nnodes = 4\nsample_shape = {shape:?}\nclasses = {classes}\n\n[model]\n{model}\n[feddisco]\n{fd}",
-        key = key_path.display().to_string(),
-        man = manifest_path.display().to_string(),
-        sd = coord_dir.display().to_string(),
-        shape = first.sample_shape,
-        classes = first.num_classes().unwrap(),
-        model = toml::to_string(&sc.model).unwrap(),
-        fd = toml::to_string(&sc.feddisco).unwrap(),
-    );
-    let coord_cfg = dir.join("coordinator.toml");
-    std::fs::write(&coord_cfg, text).unwrap();
+    let coord = coordinated::add_coordinator(&p, sc, 1, dir, tau, fetch_s).unwrap();
     Setup {
+        coord_dir: coord.state_dir.clone(),
         p,
-        coord_cfg,
-        coord_dir,
+        coord,
     }
 }
 
 fn start_coordinator(s: &Setup, log: &str) -> Child {
-    Command::new(EXE)
-        .arg("coordinator")
-        .arg("--config")
-        .arg(&s.coord_cfg)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(s.p.nodes_dir.join(log)).unwrap())
-        .spawn()
-        .unwrap()
+    coordinated::start_coordinator(Path::new(EXE), &s.coord, &s.p.nodes_dir.join(log)).unwrap()
 }
 
 fn start_nodes(p: &Prepared) -> Vec<Child> {
@@ -162,7 +109,7 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();
     let rounds = 8;
     let sc = scenario(rounds);
-    let s = setup(tmp.path(), &sc, rounds as u64, 10.0, 20.0);
+    let s = setup(tmp.path(), &sc, 10.0, 20.0);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
     let until = Instant::now() + Duration::from_secs(50);
@@ -217,7 +164,7 @@ fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
     let rounds = 14;
     let sc = scenario(rounds);
     // τ = 2 s, and a node waits up to 3 s per round for the global before falling back.
-    let s = setup(tmp.path(), &sc, rounds as u64, 2.0, 3.0);
+    let s = setup(tmp.path(), &sc, 2.0, 3.0);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
     let clog = s.coord_dir.join("coordinator.jsonl");
@@ -284,4 +231,59 @@ fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
         started.elapsed().as_secs_f64()
     );
     assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn the_swarm_starts_a_coordinator_and_six_nodes_and_matches_simulate() {
+    let over: Vec<String> = [
+        "split.clients=6",
+        "rounds=10",
+        "eval_every=5",
+        "algorithms=[\"feddisco\"]",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let swarm = launch::swarm(
+        &sc,
+        &SwarmOptions {
+            out: tmp.path().join("swarm"),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(60),
+            netns: false,
+        },
+    )
+    .expect("the swarm runs");
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (a, b) = (
+        &swarm.summary.runs[0].algorithms,
+        &sim.summary.runs[0].algorithms,
+    );
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].algorithm, "feddisco");
+    // The same decisions as the simulator: every silo's final accuracy, exactly.
+    assert_eq!(a[0].per_client, b[0].per_client);
+    assert_eq!(a[0].accuracy, b[0].accuracy);
+    let figures: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("swarm/seed-1/swarm.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(figures["nodes"], 6);
+    assert_eq!(figures["coordinator_rounds"], 10);
+    assert_eq!(figures["rounds_closed_at_deadline"], 0);
+    assert_eq!(figures["same_final_model_everywhere"], true);
 }

@@ -5,6 +5,7 @@
 //! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
 //! Must not: take part in a round; the nodes run the federation on their own.
 
+pub mod coordinated;
 mod faults;
 mod netns;
 
@@ -99,7 +100,22 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
 pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
-    // Only FedeRiCo runs peer to peer; the scenario's other algorithms are in-process only.
+    // FedeRiCo runs peer to peer when the scenario lists it; else FedDisco with a coordinator
+    // process. The scenario's other algorithms are in-process only.
+    if !scenario.algorithms.contains(&Algorithm::Federico) {
+        if scenario.algorithms.contains(&Algorithm::Feddisco) {
+            return swarm_coordinated(scenario, opts);
+        }
+        bail!(
+            "`federico swarm` runs federico (peer to peer) or feddisco (with a coordinator); the scenario lists {}",
+            scenario
+                .algorithms
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let mut runs = Vec::new();
     let mut curves = Vec::new();
     let mut meta = None;
@@ -125,6 +141,37 @@ pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome
         },
     )?;
     Ok(out)
+}
+
+/// [`swarm`] for FedDisco: a coordinator and coordinated nodes per seed.
+fn swarm_coordinated(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
+    if opts.netns {
+        bail!("--netns runs FedeRiCo swarms only");
+    }
+    let mut runs = Vec::new();
+    let mut curves = Vec::new();
+    let mut meta = None;
+    for &seed in &scenario.seeds {
+        let dir = opts.out.join(format!("seed-{seed}"));
+        let r = coordinated::run_seed(scenario, seed, opts, &dir)?;
+        meta.get_or_insert((r.spec.clone(), r.num_params, r.clients));
+        curves.push(r.curves);
+        runs.push(r.summary);
+    }
+    let (spec, num_params, clients) = meta.context("no seeds")?;
+    Ok(sim::write_summary(
+        scenario,
+        &opts.out,
+        &[Algorithm::Feddisco],
+        sim::Report {
+            spec,
+            num_params,
+            clients,
+            regression: false,
+            runs,
+            curves,
+        },
+    )?)
 }
 
 struct SeedOutcome {

@@ -1,0 +1,307 @@
+//! `federico swarm` for a coordinator algorithm (issue 5): a `federico coordinator` process
+//! beside the node processes, every node in coordinated mode, on 127.0.0.1.
+//!
+//! Owns: adding a coordinator to a prepared run directory (its key, its manifest entry, its
+//! config, and `[coordinated]` in every node's config), starting and watching the processes,
+//! and reading the nodes' run logs into the same summary, table and curves `simulate` writes.
+//! Must not: hold algorithm logic (the coordinator and the coordinated nodes do), or run a
+//! fault schedule (FedeRiCo swarms only, for now).
+
+use super::{Prepared, free_ports, prepare, start_node, tail};
+use crate::learn::Evaluation;
+use crate::net::config::Deadlines;
+use crate::net::coordinated::CoordinatedConfig;
+use crate::net::coordinator::CoordinatorConfig;
+use crate::net::{Manifest, Member, NodeConfig, keygen};
+use crate::report::records::{AlgorithmResult, RunSummary};
+use crate::scenario::{Algorithm, Scenario};
+use crate::sim;
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A coordinator added to a prepared run directory.
+#[derive(Clone, Debug)]
+pub struct CoordinatorSetup {
+    /// Its config file.
+    pub config: PathBuf,
+    /// Its state directory (`coordinator.jsonl`, `coordinator.bin`).
+    pub state_dir: PathBuf,
+}
+
+/// Adds a FedDisco coordinator to the run directory `dir` that [`prepare`] wrote: a key, a
+/// manifest member (last, so the silos keep their indices), its config (τ =
+/// `update_deadline_s`), and `[coordinated]` in every node's config (`fetch_s`).
+pub fn add_coordinator(
+    p: &Prepared,
+    scenario: &Scenario,
+    seed: u64,
+    dir: &Path,
+    update_deadline_s: f64,
+    fetch_s: f64,
+) -> anyhow::Result<CoordinatorSetup> {
+    let key_path = dir.join("keys").join("coordinator.key");
+    let key = keygen(&key_path)?;
+    let coordinator = key.public().to_peer_id();
+    let port = free_ports(1)?[0];
+    let listen = format!("/ip4/127.0.0.1/tcp/{port}");
+    let manifest_path = dir.join("manifest.toml");
+    let mut manifest = Manifest::load(&manifest_path)?;
+    manifest.members.push(Member {
+        name: "coordinator".into(),
+        peer_id: coordinator,
+        addrs: vec![listen.parse()?],
+    });
+    std::fs::write(&manifest_path, manifest.to_toml())?;
+    for c in &p.configs {
+        let mut cfg = NodeConfig::load(c)?;
+        cfg.coordinated = Some(CoordinatedConfig {
+            mode: "feddisco".into(),
+            coordinator: coordinator.to_string(),
+            feddisco: scenario.feddisco.clone(),
+            fetch_s,
+        });
+        std::fs::write(c, toml::to_string(&cfg)?)?;
+    }
+    let first = &p.federation.clients[0].train;
+    let state_dir = dir.join("coordinator");
+    let cfg = CoordinatorConfig {
+        key: key_path,
+        manifest: manifest_path,
+        name: "coordinator".into(),
+        listen: vec![listen],
+        state_dir: state_dir.clone(),
+        rounds: scenario.rounds as u64,
+        algorithm: "feddisco".into(),
+        feddisco: scenario.feddisco.clone(),
+        update_deadline_s,
+        seed,
+        model: scenario.model.clone(),
+        sample_shape: first.sample_shape.clone(),
+        classes: first
+            .num_classes()
+            .context("FedDisco needs a classification task")?,
+        nodes: p.configs.len(),
+        max_message_mib: 256,
+    };
+    let config = dir.join("coordinator.toml");
+    std::fs::write(&config, toml::to_string(&cfg)?)?;
+    Ok(CoordinatorSetup { config, state_dir })
+}
+
+/// Starts `exe coordinator --config <config>` with its log (stderr) in `log`.
+pub fn start_coordinator(
+    exe: &Path,
+    setup: &CoordinatorSetup,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    std::process::Command::new(exe)
+        .arg("coordinator")
+        .arg("--config")
+        .arg(&setup.config)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| format!("starting {} coordinator", exe.display()))
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn evaluation(v: &serde_json::Value) -> Option<Evaluation> {
+    let e = v.get("eval")?;
+    Some(Evaluation {
+        loss_sum: e.get("loss_sum")?.as_f64()?,
+        correct: e.get("correct")?.as_u64()? as usize,
+        count: e.get("count")?.as_u64()? as usize,
+    })
+}
+
+/// What one seed of a coordinated swarm gives the launcher.
+pub(crate) struct CoordinatedSeed {
+    pub(crate) summary: RunSummary,
+    pub(crate) curves: sim::Curves,
+    pub(crate) spec: crate::learn::ModelSpec,
+    pub(crate) num_params: usize,
+    pub(crate) clients: usize,
+}
+
+/// One seed: a coordinator and K coordinated nodes until every round is done.
+pub(crate) fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &super::SwarmOptions,
+    dir: &Path,
+) -> anyhow::Result<CoordinatedSeed> {
+    if !scenario.faults.is_empty() {
+        bail!(
+            "fault schedules run with FedeRiCo swarms only; a FedDisco swarm has its coordinator-fault test (tests/coordinator.rs)"
+        );
+    }
+    let deadlines = Deadlines {
+        start_s: 10.0,
+        ..opts.deadlines.clone()
+    };
+    let p = prepare(scenario, seed, opts.data_dir.as_deref(), &deadlines, dir)?;
+    let k = p.configs.len();
+    let setup = add_coordinator(&p, scenario, seed, dir, 10.0, 20.0)?;
+    let exe = &opts.exe;
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let mut procs: Vec<(String, Child, PathBuf)> = vec![(
+        "coordinator".into(),
+        start_coordinator(exe, &setup, &coord_log)?,
+        coord_log,
+    )];
+    for (name, cfg) in p.names.iter().zip(&p.configs) {
+        let log = p.nodes_dir.join(format!("{name}.log"));
+        procs.push((name.clone(), start_node(exe, cfg, &log)?, log));
+    }
+    let started = Instant::now();
+    let bar = if opts.progress {
+        let b = ProgressBar::new((k * scenario.rounds) as u64);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} node-rounds {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; procs.len()];
+    let mut stopping = false;
+    let outcome = loop {
+        for (s, (_, child, _)) in status.iter_mut().zip(procs.iter_mut()) {
+            if s.is_none() {
+                *s = child.try_wait()?;
+            }
+        }
+        let done: usize = p
+            .state_dirs
+            .iter()
+            .map(|d| lines(&d.join("rounds.jsonl")).len().min(scenario.rounds))
+            .sum();
+        bar.set_position(done as u64);
+        bar.set_message(format!("seed {seed}: feddisco, coordinator + {k} nodes"));
+        if let Some(i) = (0..procs.len()).find(|&i| status[i].is_some_and(|s| !s.success())) {
+            break Err(anyhow::anyhow!(
+                "{} exited {}; stopping the swarm. Its log ({}):\n{}",
+                procs[i].0,
+                status[i].map(|s| s.to_string()).unwrap_or_default(),
+                procs[i].2.display(),
+                tail(&procs[i].2, 12)
+            ));
+        }
+        if status.iter().all(Option::is_some) {
+            break Ok(());
+        }
+        // Every node has its final model: the coordinator need not linger for late fetches.
+        if status[1..].iter().all(Option::is_some) && !stopping {
+            stopping = true;
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe {
+                libc::kill(procs[0].1.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        if started.elapsed() > opts.timeout {
+            break Err(anyhow::anyhow!(
+                "the swarm did not finish within {:?}",
+                opts.timeout
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    bar.finish_and_clear();
+    for (s, (_, child, _)) in status.iter().zip(procs.iter_mut()) {
+        if s.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    outcome?;
+    let seconds = started.elapsed().as_secs_f64();
+
+    // Each node's run log: one line per round, then the final line (its model's evaluation).
+    let logs: Vec<Vec<serde_json::Value>> = p
+        .state_dirs
+        .iter()
+        .map(|d| lines(&d.join("rounds.jsonl")))
+        .collect();
+    let mut finals = Vec::with_capacity(k);
+    let mut hashes = Vec::with_capacity(k);
+    for (i, l) in logs.iter().enumerate() {
+        let last = l
+            .last()
+            .filter(|v| v.get("model_hash").is_some())
+            .with_context(|| format!("silo-{i} wrote no final line"))?;
+        finals.push(evaluation(last).with_context(|| format!("silo-{i}: no final evaluation"))?);
+        hashes.push(last["model_hash"].as_str().unwrap_or_default().to_string());
+    }
+    let regression = p.spec.is_regression();
+    let last = sim::algorithm_round(Algorithm::Feddisco, finals, regression);
+    let summary = RunSummary {
+        seed,
+        rounds: scenario.rounds,
+        algorithms: vec![AlgorithmResult {
+            algorithm: last.algorithm.clone(),
+            accuracy: last.accuracy,
+            mse: last.mse,
+            per_client: last.per_client.clone(),
+            same_group_mass: None,
+        }],
+        faults: None,
+    };
+    sim::write_json(&dir.join("summary.json"), &summary)?;
+    // Rounds every node evaluated, for the curve.
+    let mut curve = Vec::new();
+    for round in 1..=scenario.rounds as u64 {
+        let evals: Option<Vec<Evaluation>> = logs
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .find(|v| v["round"].as_u64() == Some(round))
+                    .and_then(evaluation)
+            })
+            .collect();
+        if let Some(e) = evals {
+            let r = sim::algorithm_round(Algorithm::Feddisco, e, regression);
+            curve.push((round as usize, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
+        }
+    }
+    let closed = lines(&setup.state_dir.join("coordinator.jsonl"));
+    let timed_out = closed
+        .iter()
+        .filter(|l| l["timed_out"].as_bool() == Some(true))
+        .count();
+    sim::write_json(
+        &dir.join("swarm.json"),
+        &serde_json::json!({
+            "algorithm": "feddisco",
+            "nodes": k,
+            "seconds": seconds,
+            "coordinator_rounds": closed.len(),
+            "rounds_closed_at_deadline": timed_out,
+            "same_final_model_everywhere": hashes.windows(2).all(|w| w[0] == w[1]),
+        }),
+    )?;
+    Ok(CoordinatedSeed {
+        summary,
+        curves: vec![(Algorithm::Feddisco.name().to_string(), curve)],
+        num_params: p.spec.num_params(),
+        spec: p.spec,
+        clients: k,
+    })
+}
