@@ -219,6 +219,10 @@ pub struct HcctConfig {
     /// Force this many groups, merging even at B ≤ 0 (the code's `--fix_D` ablation). Default
     /// unset: stop at the first non-positive best benefit.
     pub groups: Option<usize>,
+    /// HCCT-E (§2.5): similarities use one layer's block of the pseudo-gradients, the layer
+    /// chosen once before training by [`select_layer`]. Default off (full HCCT). It needs its
+    /// own α (the paper: 100 for FMNIST and Digit, 10 for CIFAR-10).
+    pub efficient: bool,
 }
 
 impl Default for HcctConfig {
@@ -232,6 +236,7 @@ impl Default for HcctConfig {
             round0_global: false,
             one_shot: false,
             groups: None,
+            efficient: false,
         }
     }
 }

@@ -763,6 +763,20 @@ impl Learner {
         self.vars.len()
     }
 
+    /// Every variable's name (`fc0.bias`, `conv1.weight`, …) and its range in the flat
+    /// parameter vector, in flattening order.
+    pub fn tensors(&self) -> Vec<(String, std::ops::Range<usize>)> {
+        let mut at = 0;
+        self.vars
+            .layout()
+            .map(|(name, dims)| {
+                let len: usize = dims.iter().product();
+                at += len;
+                (name.to_string(), at - len..at)
+            })
+            .collect()
+    }
+
     /// Width of the output (classes, or regression outputs).
     pub fn outputs(&self) -> usize {
         self.spec.outputs()

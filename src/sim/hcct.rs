@@ -15,7 +15,7 @@
 use super::coordinated::CoordinatedRun;
 use super::{ClientEval, Ctx, SimError, score_each};
 use crate::coord::hcct::{
-    Coordinator, HcctConfig, HcctError, Optimizer, group_average, pseudo_gradient,
+    Coordinator, HcctConfig, HcctError, Optimizer, group_average, pseudo_gradient, select_layer,
 };
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Dataset, LearnError, Learner};
@@ -26,6 +26,8 @@ use rayon::prelude::*;
 
 /// The tag that keeps HCCT's batch streams apart from the other algorithms'.
 const BATCH_TAG: u64 = 0x4CC7;
+/// Mixed into [`BATCH_TAG`] for HCCT-E's discarded layer-selection pass.
+const LAYER_TAG: u64 = 0xE000;
 
 /// One seed's HCCT run.
 pub(crate) struct HcctRun {
@@ -44,6 +46,9 @@ pub(crate) struct HcctRun {
     round: usize,
     /// Print groups per round to stderr (`FEDERICO_HCCT_TRACE`).
     trace: bool,
+    /// HCCT-E: the chosen layer's name and the flat ranges of its tensors, once chosen (before
+    /// round 0).
+    layer: Option<(String, Vec<std::ops::Range<usize>>)>,
 }
 
 fn core_err(e: HcctError) -> SimError {
@@ -77,6 +82,7 @@ impl HcctRun {
                 .collect(),
             round: 0,
             trace: std::env::var_os("FEDERICO_HCCT_TRACE").is_some(),
+            layer: None,
             cfg,
         }
     }
@@ -95,6 +101,77 @@ impl HcctRun {
         }
     }
 
+    /// HCCT-E's layer choice (spec §2.5), once before training as the code does it: every silo
+    /// trains one local pass from the common w⁰ on a batch stream of its own (then discarded:
+    /// the run's streams and models are untouched), and [`select_layer`] picks the layer from
+    /// those pseudo-gradients.
+    fn choose_layer(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        let lr = self.lr(ctx);
+        let (optimizer, batch) = (self.cfg.optimizer, ctx.batch_size());
+        let (fed, seed, w0) = (ctx.fed, ctx.seed, self.models[0].clone());
+        let w0_ref = &w0;
+        let ends: Vec<Result<Vec<f32>, SimError>> = ctx.pool.install(|| {
+            ctx.learners
+                .par_iter_mut()
+                .enumerate()
+                .map(|(i, learner)| {
+                    let mut rng = StdRng::seed_from_u64(stream_seed(
+                        seed ^ BATCH_TAG ^ LAYER_TAG,
+                        NodeId(i as u32),
+                        Stream::Batches,
+                    ));
+                    let mut p = w0_ref.clone();
+                    let data = &fed.clients[i].train;
+                    match optimizer {
+                        Optimizer::Adam => {
+                            let mut opt = Adam::new(p.len(), lr as f32);
+                            learner.train_epoch(&mut p, &mut opt, data, &mut rng)?;
+                        }
+                        Optimizer::Sgd => {
+                            sgd_epoch(learner, &mut p, data, lr as f32, batch, &mut rng)?
+                        }
+                    }
+                    Ok(p)
+                })
+                .collect()
+        });
+        let grads: Vec<Vec<f32>> = ends
+            .into_iter()
+            .map(|e| e.map(|e| pseudo_gradient(&w0, &e, lr)))
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&[f32]> = grads.iter().map(Vec::as_slice).collect();
+        // Layers from the tensor names (`fc0.bias` and `fc0.weight` make layer `fc0`).
+        let mut layers: Vec<(String, Vec<std::ops::Range<usize>>)> = Vec::new();
+        for (tensor, range) in ctx.learners[0].tensors() {
+            let name = tensor.rsplit_once('.').map_or(tensor.as_str(), |(l, _)| l);
+            match layers.iter_mut().find(|l| l.0 == name) {
+                Some(l) => l.1.push(range),
+                None => layers.push((name.to_string(), vec![range])),
+            }
+        }
+        let ranges: Vec<Vec<std::ops::Range<usize>>> = layers.iter().map(|l| l.1.clone()).collect();
+        let best = select_layer(&refs, &ranges)
+            .map_err(core_err)?
+            .ok_or_else(|| SimError::Invariant("hcct-e: a model without layers".into()))?;
+        let (name, blocks) = layers.swap_remove(best);
+        if self.trace {
+            let size: usize = blocks.iter().map(|r| r.len()).sum();
+            eprintln!(
+                "hcct-e seed {}: layer {name} ({size} of {} parameters)",
+                ctx.seed,
+                w0.len()
+            );
+        }
+        self.layer = Some((name, blocks));
+        Ok(())
+    }
+
+    /// HCCT-E's layer, once chosen.
+    #[cfg(test)]
+    fn layer(&self) -> Option<&(String, Vec<std::ops::Range<usize>>)> {
+        self.layer.as_ref()
+    }
+
     /// The size-weighted average of `members`' models (member order: canonical).
     fn average(&self, members: &[usize], models: &[Vec<f32>]) -> Result<Vec<f32>, SimError> {
         let ms: Vec<&[f32]> = members.iter().map(|&i| models[i].as_slice()).collect();
@@ -108,6 +185,9 @@ impl CoordinatedRun for HcctRun {
     /// pseudo-gradients to the coordinator, which partitions round t+1 (A2), then each group's
     /// aggregate Σ a_i w_i^end, adopted by every member (step 4).
     fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        if self.cfg.efficient && self.layer.is_none() {
+            self.choose_layer(ctx)?;
+        }
         let groups = self.coord.groups().to_vec();
         let n = ctx.clients();
         let mut group_of = vec![0; n];
@@ -152,6 +232,19 @@ impl CoordinatedRun for HcctRun {
         let grads: Vec<Vec<f32>> = (0..n)
             .map(|i| pseudo_gradient(&starts[group_of[i]], &ends[i], lr))
             .collect();
+        // HCCT-E: the similarities see only the chosen layer's entries.
+        let grads: Vec<Vec<f32>> = match &self.layer {
+            Some((_, blocks)) => grads
+                .iter()
+                .map(|g| {
+                    blocks
+                        .iter()
+                        .flat_map(|r| g[r.clone()].iter().copied())
+                        .collect()
+                })
+                .collect(),
+            None => grads,
+        };
         let reports: Vec<Option<&[f32]>> = grads.iter().map(|g| Some(g.as_slice())).collect();
         let next = self.coord.handle_reports(&reports).map_err(core_err)?;
         if self.trace {
@@ -315,6 +408,53 @@ mod tests {
                 }
             });
         }
+    }
+
+    #[test]
+    fn hcct_e_on_a_one_layer_model_is_hcct() {
+        // Softmax regression has one layer (fc0), so HCCT-E's block is every parameter and the
+        // run is HCCT's, model for model (the selection pass uses streams of its own).
+        let mut full = Vec::new();
+        with_run(&scenario("alpha = 10\n"), 4, |run, _, _| {
+            full = run.models().to_vec();
+        });
+        with_run(
+            &scenario("alpha = 10\nefficient = true\n"),
+            4,
+            |run, ctx, _| {
+                let (name, blocks) = run.layer().expect("a layer was chosen");
+                assert_eq!(name, "fc0");
+                assert_eq!(
+                    blocks.iter().map(|r| r.len()).sum::<usize>(),
+                    ctx.learners[0].num_params()
+                );
+                assert_eq!(run.models(), &full[..]);
+            },
+        );
+    }
+
+    #[test]
+    fn hcct_e_chooses_one_layer_of_an_mlp_and_uses_only_it() {
+        let s = Scenario::parse(
+            "algorithms = [\"hcct\"]\n[data]\nsource = \"mixture\"\ntrain = 40\ntest = 50\n\
+             [split]\nclients = 8\ngroups = 2\n[model]\nkind = \"mlp\"\nhidden = [16]\n\
+             [train]\nbatch_size = 16\n[hcct]\nalpha = 10\nefficient = true\n",
+        )
+        .unwrap();
+        let mut chosen = None;
+        with_run(&s, 3, |run, ctx, _| {
+            let (name, blocks) = run.layer().expect("a layer was chosen").clone();
+            assert!(name == "fc0" || name == "fc1", "{name}");
+            let size: usize = blocks.iter().map(|r| r.len()).sum();
+            assert!(size < ctx.learners[0].num_params());
+            // The coordinator partitioned on that block.
+            assert!(run.coord.last_gram().is_some());
+            chosen = Some((name, blocks));
+        });
+        // The same seed chooses the same layer.
+        with_run(&s, 1, |run, _, _| {
+            assert_eq!(run.layer().cloned(), chosen);
+        });
     }
 
     #[test]
