@@ -279,6 +279,7 @@ fn a_straggler_is_waited_for_at_most_a_deadline_then_avoided_until_a_time_trigge
         fast_rounds.len()
     );
     let (ms, mf) = (median(&mut slow_rounds), median(&mut fast_rounds));
+    eprintln!("median round {ms:.3} s while slow, {mf:.3} s after");
     assert!(ms >= 0.9, "median round {ms:.3} s while silo 2 was slow");
     assert!(
         mf < 0.5 * ms,

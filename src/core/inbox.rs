@@ -54,6 +54,8 @@ pub struct GradientInbox {
     /// Each accepted gradient is scaled down to at most this L2 norm (`None`: no clipping).
     clip_norm: Option<f64>,
     expected: BTreeSet<NodeId>,
+    /// Expected senders the owner does not wait for (see [`Stragglers`]).
+    unawaited: BTreeSet<NodeId>,
     received: BTreeMap<NodeId, Option<Vec<f32>>>,
 }
 
@@ -65,6 +67,7 @@ impl GradientInbox {
             len,
             clip_norm: None,
             expected: BTreeSet::new(),
+            unawaited: BTreeSet::new(),
             received: BTreeMap::new(),
         }
     }
@@ -87,6 +90,14 @@ impl GradientInbox {
     /// itself must be expected too: its own gradient is one of the inputs.
     pub fn expect(&mut self, from: NodeId) {
         self.expected.insert(from);
+    }
+
+    /// Records that `from` was served this version without waiting for it: its gradient is
+    /// taken if it comes before the step, but [`Self::is_complete`] does not wait for it (a
+    /// sampler late round after round, see [`Stragglers`]).
+    pub fn expect_unawaited(&mut self, from: NodeId) {
+        self.expected.insert(from);
+        self.unawaited.insert(from);
     }
 
     fn check(&self, from: NodeId, version: u64) -> Result<(), Rejection> {
@@ -143,19 +154,17 @@ impl GradientInbox {
         Ok(())
     }
 
-    /// True when every expected sender has sent a gradient or a `Skip`.
+    /// True when every awaited sender has sent a gradient or a `Skip`.
     pub fn is_complete(&self) -> bool {
-        self.expected
-            .iter()
-            .all(|id| self.received.contains_key(id))
+        self.missing().next().is_none()
     }
 
-    /// Expected senders that have not answered yet.
+    /// Awaited senders that have not answered yet.
     pub fn missing(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.expected
             .iter()
             .copied()
-            .filter(|id| !self.received.contains_key(id))
+            .filter(|id| !self.received.contains_key(id) && !self.unawaited.contains(id))
     }
 
     /// Number of gradients (not skips) received.
@@ -187,9 +196,108 @@ fn clip_to_norm(g: &mut [f32], clip: f64) {
     }
 }
 
+/// The samplers an owner stops waiting for (spec §6, stragglers: "a persistently slow sampler
+/// simply has less influence on the models it uses"). Each served sampler has a lateness count:
+/// a step it missed adds one (up to `2·after`); an answer (gradient or `Skip`) before the step
+/// clears it, or takes one off while it is a straggler. A sampler counting `after` or more is
+/// served without being awaited: its gradient still counts if it comes before the step, and
+/// after enough answers in time it is awaited again. So one answer that beat a slow step does
+/// not make the owner wait for a straggler again, and a straggler that is fast again is
+/// awaited again within `after` rounds. Without this, one slow silo makes every owner it
+/// samples wait τ_grad every round.
+#[derive(Clone, Debug)]
+pub struct Stragglers {
+    after: u32,
+    /// Consecutive steps each sampler missed (absent = 0).
+    late: BTreeMap<NodeId, u32>,
+}
+
+impl Stragglers {
+    /// Stops waiting after `after` missed steps in a row (at least 1).
+    pub fn new(after: u32) -> Self {
+        Self {
+            after: after.max(1),
+            late: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the owner waits for `from`'s gradient.
+    pub fn awaits(&self, from: NodeId) -> bool {
+        self.late.get(&from).is_none_or(|&n| n < self.after)
+    }
+
+    /// Records in `inbox` that `from` was served: awaited unless it is a straggler.
+    pub fn expect(&self, inbox: &mut GradientInbox, from: NodeId) {
+        if self.awaits(from) {
+            inbox.expect(from);
+        } else {
+            inbox.expect_unawaited(from);
+        }
+    }
+
+    /// Learns from the inbox an owner steps on: who answered in time, who did not.
+    pub fn handle_step(&mut self, inbox: &GradientInbox) {
+        for &from in &inbox.expected {
+            let late = self.late.entry(from).or_default();
+            if !inbox.received.contains_key(&from) {
+                *late = (*late + 1).min(2 * self.after);
+            } else if *late >= self.after {
+                *late -= 1;
+            } else {
+                *late = 0;
+            }
+            if *late == 0 {
+                self.late.remove(&from);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_persistently_late_sampler_is_taken_but_not_awaited() {
+        let (me, slow) = (NodeId(0), NodeId(1));
+        let mut st = Stragglers::new(3);
+        for round in 0..3u64 {
+            let mut inbox = GradientInbox::new(round, 2);
+            inbox.expect(me);
+            st.expect(&mut inbox, slow);
+            inbox.handle_gradient(me, round, vec![1.0, 1.0]).unwrap();
+            assert!(!inbox.is_complete(), "round {round}: still awaited");
+            assert_eq!(inbox.missing().collect::<Vec<_>>(), vec![slow]);
+            st.handle_step(&inbox);
+        }
+        // Three steps missed in a row: served without waiting, its gradient still counts.
+        assert!(!st.awaits(slow));
+        let mut inbox = GradientInbox::new(3, 2);
+        inbox.expect(me);
+        st.expect(&mut inbox, slow);
+        inbox.handle_gradient(me, 3, vec![1.0, 1.0]).unwrap();
+        assert!(inbox.is_complete());
+        inbox.handle_gradient(slow, 3, vec![2.0, 2.0]).unwrap();
+        assert_eq!(inbox.sum(), vec![3.0, 3.0]);
+        // On time once after three misses: awaited again (the count falls below 3).
+        st.handle_step(&inbox);
+        assert!(st.awaits(slow));
+        // Many misses saturate at 2·3 = 6: then it takes four answers in time to be awaited
+        // again (6 → 5 → 4 → 3 → 2), each a Skip or a gradient before the step.
+        for v in 4..14u64 {
+            let mut inbox = GradientInbox::new(v, 2);
+            st.expect(&mut inbox, slow);
+            st.handle_step(&inbox);
+        }
+        for (n, v) in (14..18u64).enumerate() {
+            assert!(!st.awaits(slow), "after {n} answers");
+            let mut inbox = GradientInbox::new(v, 2);
+            st.expect(&mut inbox, slow);
+            inbox.handle_skip(slow, v).unwrap();
+            st.handle_step(&inbox);
+        }
+        assert!(st.awaits(slow));
+    }
 
     #[test]
     fn accepts_each_expected_sender_once_and_sums_in_id_order() {

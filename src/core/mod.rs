@@ -20,7 +20,7 @@ mod sampling;
 mod softmax;
 mod table;
 
-pub use inbox::{GradientInbox, Rejection};
+pub use inbox::{GradientInbox, Rejection, Stragglers};
 pub use sampling::{SamplingMode, epsilon_greedy};
 pub use softmax::{log_softmax, softmax};
 pub use table::{CollaboratorTable, Entry, LossTracking, ema_update};

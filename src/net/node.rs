@@ -32,7 +32,7 @@ use super::identity::{self, Manifest};
 use super::impair::{Impairment, LOST_HOLD, Route};
 use super::metrics::{self, Metrics, Reason};
 use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
-use crate::core::{GradientInbox, Peer};
+use crate::core::{GradientInbox, Peer, Stragglers};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Learner, Shard};
 pub use crate::trace::{EvalRecord, NodeRound};
@@ -160,6 +160,8 @@ struct Driver {
     /// The model served to pullers: the latest step's parameters.
     snapshot: Arc<Vec<f32>>,
     inbox: GradientInbox,
+    /// Samplers whose gradients keep missing the step: served, taken, not waited for.
+    stragglers: Stragglers,
     held: Vec<Held>,
     phase: Phase,
 
@@ -444,6 +446,7 @@ pub async fn run(
         version,
         snapshot: Arc::new(params),
         inbox: GradientInbox::new(version, num_params).with_clip_norm(cfg.federico.clip_norm),
+        stragglers: Stragglers::new(cfg.federico.suspect_after),
         held: Vec::new(),
         phase: Phase::Starting {
             until: start_deadline,
@@ -691,6 +694,16 @@ impl Driver {
                         GradientInbox::new(self.version + 1, self.num_params)
                             .with_clip_norm(self.cfg.federico.clip_norm),
                     );
+                    let before: Vec<bool> = (0..self.peer_ids.len() as u32)
+                        .map(|i| self.stragglers.awaits(NodeId(i)))
+                        .collect();
+                    self.stragglers.handle_step(&inbox);
+                    for (i, was) in before.into_iter().enumerate() {
+                        let id = NodeId(i as u32);
+                        if was && !self.stragglers.awaits(id) {
+                            info!(peer = %id, round = r, "a sampler keeps missing the step: its gradients are taken but no longer waited for");
+                        }
+                    }
                     if let Some(rec) = self.pending_record.as_mut() {
                         rec.gradients = inbox.gradients();
                     }
@@ -1018,7 +1031,7 @@ impl Driver {
 
     fn serve(&mut self, from: NodeId, channel: ResponseChannel<ModelResponse>, expect: bool) {
         if expect {
-            self.inbox.expect(from);
+            self.stragglers.expect(&mut self.inbox, from);
         }
         let resp = ModelResponse::Model(ModelPayload {
             version: self.version,

@@ -9,6 +9,7 @@
 //! [`crate::core::Peer`] as a node's driver reports them; the core keeps losses, marks suspects
 //! and picks peers.
 
+use crate::core::Stragglers;
 use crate::faults::checks::{Applied, CrashEvidence};
 use crate::faults::{Fault, NetState, Schedule, Timeline};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -36,6 +37,9 @@ pub(crate) struct FaultSim {
     pub(crate) saved: Vec<Option<Vec<u8>>>,
     /// The silo's next record is its first after a restart.
     pub(crate) resumed: Vec<bool>,
+    /// Each owner's stragglers (samplers it no longer waits for), as a node keeps them: not
+    /// checkpointed, so a restart forgets them.
+    pub(crate) stragglers: Vec<Stragglers>,
 }
 
 /// What kind of message a loss draw is for.
@@ -47,7 +51,7 @@ pub(crate) enum Msg {
 }
 
 impl FaultSim {
-    pub(crate) fn new(schedule: Schedule, rounds: u64, seed: u64) -> Self {
+    pub(crate) fn new(schedule: Schedule, rounds: u64, seed: u64, suspect_after: u32) -> Self {
         let k = schedule.clients;
         let timeline = schedule.timeline(rounds);
         let tau_model = schedule.config.model_deadline_s;
@@ -67,6 +71,7 @@ impl FaultSim {
             crashes: Vec::new(),
             saved: vec![None; k],
             resumed: vec![false; k],
+            stragglers: vec![Stragglers::new(suspect_after); k],
         }
     }
 

@@ -5,7 +5,7 @@
 
 use super::faults::{FaultSim, Msg};
 use super::{BatchCursor, ClientEval, Ctx, SimError, par_silos, score_each};
-use crate::core::{FedericoConfig, GradientInbox, MStep, Peer};
+use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -73,7 +73,8 @@ impl FedericoRun {
 
     /// The same run under a fault schedule (`mstep = "full"`, what the peers run).
     pub(crate) fn with_faults(mut self, schedule: Schedule, rounds: u64, seed: u64) -> Self {
-        self.faults = Some(FaultSim::new(schedule, rounds, seed));
+        let suspect_after = self.peers.first().map_or(3, |p| p.config().suspect_after);
+        self.faults = Some(FaultSim::new(schedule, rounds, seed, suspect_after));
         self
     }
 
@@ -249,6 +250,7 @@ impl FedericoRun {
                     self.versions[s] = c.version;
                     f.own_round[s] = c.round;
                     f.resumed[s] = true;
+                    f.stragglers[s] = Stragglers::new(self.peers[s].config().suspect_after);
                     if let Some(e) = f.crashes.iter_mut().rev().find(|e| e.silo == silo) {
                         let id = NodeId(silo).to_string();
                         e.peer_ids = Some((id.clone(), id));
@@ -349,7 +351,7 @@ impl FedericoRun {
             let mut inbox = GradientInbox::new(self.versions[b], self.params[b].len());
             inbox.expect(NodeId(b as u32));
             for &from in &served[b] {
-                inbox.expect(from);
+                f.stragglers[b].expect(&mut inbox, from);
             }
             let mut late = 0f64;
             for (from, grad) in letters {
@@ -367,6 +369,7 @@ impl FedericoRun {
             } else {
                 f.tau_grad
             };
+            f.stragglers[b].handle_step(&inbox);
             gradients[b] = inbox.gradients();
             self.opts[b].step(&mut self.params[b], &inbox.sum());
             self.versions[b] += 1;
