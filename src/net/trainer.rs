@@ -65,7 +65,9 @@ pub struct Checkpoint {
 
 const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 2: `FedericoConfig` (inside the core's state) gained `clip_norm`.
-const VERSION: u32 = 2;
+/// 3: the core's per-peer failures gained the round of the last one and the heartbeat probe
+/// (suspects back off exponentially); an older checkpoint is refused by name, not misread.
+const VERSION: u32 = 3;
 
 impl Checkpoint {
     /// The file's bytes.
