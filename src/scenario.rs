@@ -166,6 +166,10 @@ pub enum SplitKind {
     /// FedCollab's four-type label shift with quantity skew (FedCollab spec §7.1; 10 classes,
     /// a multiple of 4 clients; `quantity_decay` shrinks the second half's training sets).
     Cluster4,
+    /// FedCollab's concept shift on 10 classes: an IID split, each of four client types seeing
+    /// the labels through its own permutation (a multiple of 4 clients; `quantity_decay` as for
+    /// `cluster4`).
+    Concept4,
     /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
     /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
     BiasedUniform,
@@ -724,10 +728,15 @@ impl Scenario {
                 sp.shards_per_client
             )
         })?;
-        if sp.kind == SplitKind::Cluster4 {
+        if matches!(sp.kind, SplitKind::Cluster4 | SplitKind::Concept4) {
             check(sp.clients % 4 == 0, || {
                 format!(
-                    "split.clients must be a multiple of 4 for split.kind \"cluster4\" (four types), got {}",
+                    "split.clients must be a multiple of 4 for split.kind \"{}\" (four types), got {}",
+                    if sp.kind == SplitKind::Cluster4 {
+                        "cluster4"
+                    } else {
+                        "concept4"
+                    },
                     sp.clients
                 )
             })?;
@@ -961,6 +970,13 @@ impl Scenario {
                         &pool,
                         sp.clients,
                         CLUSTER4_ODD_SHARE,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
+                    SplitKind::Concept4 => partition::concept4(
+                        &pool,
+                        sp.clients,
                         sp.train_fraction,
                         sp.quantity_decay,
                         rng,

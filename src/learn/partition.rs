@@ -476,6 +476,99 @@ pub fn cluster4(
     })
 }
 
+/// The label permutations of [`concept4`]'s four types (10 classes): 0 the identity, 1 reverses
+/// labels 0–2, 2 reverses all ten, 3 maps i < 3 to 7 + i and i ≥ 3 to 9 − i. Types 0 and 1 agree
+/// on 8 labels and types 2 and 3 on 8; across the two pairs they agree on none (the FedCollab
+/// spec §7.1 design for coarse CIFAR-100, scaled from 20 classes to 10).
+pub const CONCEPT4_PERMUTATIONS: [[u32; 10]; 4] = [
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    [2, 1, 0, 3, 4, 5, 6, 7, 8, 9],
+    [9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+    [7, 8, 9, 6, 5, 4, 3, 2, 1, 0],
+];
+
+/// FedCollab's concept shift (FedCollab spec §7.1, on 10 classes): the pool is split IID into
+/// `clients` equal parts (balanced labels), client `c` is of type `c / (clients / 4)` and sees
+/// every label through its type's permutation ([`CONCEPT4_PERMUTATIONS`]): the same images,
+/// different P(y|x). As in [`cluster4`], the second half of the clients keep
+/// `exp(−quantity_decay)` of their training share; test sets are not shrunk.
+///
+/// Errors ([`DataError::Invalid`]): regression labels, a class count other than 10, `clients`
+/// not a positive multiple of 4, `train_fraction` outside (0, 1), a negative or non-finite
+/// `quantity_decay`, or a client left without training or test samples.
+pub fn concept4(
+    pool: &Dataset,
+    clients: usize,
+    train_fraction: f64,
+    quantity_decay: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
+    let (_, num_classes) = class_labels(pool, "concept4")?;
+    if num_classes != 10 {
+        return Err(DataError::Invalid(format!(
+            "concept4: the design needs exactly 10 classes, the data set has {num_classes}"
+        )));
+    }
+    if clients == 0 || clients % 4 != 0 {
+        return Err(DataError::Invalid(format!(
+            "concept4: clients = {clients} must be a positive multiple of 4 (four types)"
+        )));
+    }
+    check_fraction(train_fraction)?;
+    if !(quantity_decay.is_finite() && quantity_decay >= 0.0) {
+        return Err(DataError::Invalid(format!(
+            "concept4: quantity_decay = {quantity_decay} must be a finite number >= 0"
+        )));
+    }
+    let per_type = clients / 4;
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    order.shuffle(rng);
+    let size = order.len() / clients;
+    let small_q = (-quantity_decay).exp();
+    let cut = |x: f64| (x + 0.49) as usize;
+    let mut out = Vec::with_capacity(clients);
+    for c in 0..clients {
+        let mut rows = order[c * size..(c + 1) * size].to_vec();
+        rows.shuffle(rng);
+        let q = if c < clients / 2 { 1.0 } else { small_q };
+        let n = rows.len() as f64;
+        let t = cut(train_fraction * q * n).min(rows.len());
+        let kept = cut(train_fraction * n).clamp(t, rows.len());
+        if t == 0 || kept == rows.len() {
+            return Err(DataError::Invalid(format!(
+                "concept4: client {c} gets {t} training and {} test samples; each client needs at \
+                 least 1 of each (use more data, a smaller quantity_decay or another \
+                 train_fraction)",
+                rows.len() - kept
+            )));
+        }
+        let perm = &CONCEPT4_PERMUTATIONS[c / per_type];
+        let relabel = |d: Dataset| -> Result<Dataset, DataError> {
+            let mapped: Vec<u32> = match &d.labels {
+                Labels::Class { ids, .. } => ids.iter().map(|&y| perm[y as usize]).collect(),
+                Labels::Real(_) => unreachable!("class labels checked above"),
+            };
+            Dataset::new(
+                d.features,
+                d.sample_shape,
+                Labels::Class {
+                    ids: mapped,
+                    num_classes,
+                },
+            )
+        };
+        out.push(ClientData {
+            train: relabel(pool.subset(&rows[..t]))?,
+            test: relabel(pool.subset(&rows[kept..]))?,
+            group: Some(c / per_type),
+        });
+    }
+    Ok(Federation {
+        clients: out,
+        group_labels: None,
+    })
+}
+
 /// Class ids and class count, or `Invalid` for regression data.
 fn class_labels<'a>(pool: &'a Dataset, split: &str) -> Result<(&'a [u32], usize), DataError> {
     match &pool.labels {
@@ -706,6 +799,59 @@ mod tests {
             }
             other => panic!("expected Invalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn concept4_permutes_labels_by_type_and_shrinks_the_second_half() {
+        let p = pool(4000, 10);
+        let f = concept4(&p, 8, 0.5, 3.0, &mut rng(2)).unwrap();
+        assert_eq!(f.clients.len(), 8);
+        // Each permutation is a bijection; pairs (0, 1) and (2, 3) agree on 8 labels, across
+        // pairs on none.
+        for perm in &CONCEPT4_PERMUTATIONS {
+            let mut sorted = perm.to_vec();
+            sorted.sort();
+            assert_eq!(sorted, (0..10).collect::<Vec<u32>>());
+        }
+        let agree = |a: usize, b: usize| {
+            (0..10)
+                .filter(|&l| CONCEPT4_PERMUTATIONS[a][l] == CONCEPT4_PERMUTATIONS[b][l])
+                .count()
+        };
+        assert_eq!((agree(0, 1), agree(2, 3)), (8, 8));
+        assert_eq!(
+            (agree(0, 2), agree(0, 3), agree(1, 2), agree(1, 3)),
+            (0, 0, 0, 0)
+        );
+        for (c, client) in f.clients.iter().enumerate() {
+            assert_eq!(client.group, Some(c / 2));
+            // 500 rows each: 250 for training (or exp(-3) of it), 250 for test.
+            assert_eq!(client.test.len(), 250);
+            let want = if c < 4 {
+                250
+            } else {
+                (250.0 * (-3f64).exp() + 0.49) as usize
+            };
+            assert_eq!(client.train.len(), want, "client {c}");
+        }
+        // Same seed, same split; a client's labels are its type's permutation of the pool's.
+        let g = concept4(&p, 8, 0.5, 3.0, &mut rng(2)).unwrap();
+        assert_eq!(f.clients[5].train.features, g.clients[5].train.features);
+        let Labels::Class { ids: pool_ids, .. } = &p.labels else {
+            unreachable!()
+        };
+        let Labels::Class { ids: got, .. } = &f.clients[5].test.labels else {
+            unreachable!()
+        };
+        let d = p.feature_len();
+        for (row, &y) in got.iter().enumerate() {
+            let x = &f.clients[5].test.features[row * d..(row + 1) * d];
+            let src = (0..p.len())
+                .find(|&i| &p.features[i * d..(i + 1) * d] == x)
+                .unwrap();
+            assert_eq!(y, CONCEPT4_PERMUTATIONS[2][pool_ids[src] as usize]);
+        }
+        assert!(concept4(&p, 6, 0.5, 3.0, &mut rng(2)).is_err());
     }
 
     #[test]
