@@ -1,14 +1,15 @@
-//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode, FedDisco): what a
-//! node and the thin coordinator say to each other, and the checks a received message must
-//! pass before it reaches the coordinator's state.
+//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode: FedDisco and
+//! HCCT): what a node and the thin coordinator say to each other, and the checks a received
+//! message must pass before it reaches the coordinator's state.
 //! Owns: message types, the protocol name, and payload validation. Framing (8-byte length,
 //! bincode-2 body, bound checked before allocation) is [`crate::wire`]'s, so the same
 //! size-capped codec serves this protocol.
 //! Must not: know about swarms or rounds in progress.
 //!
-//! What crosses the wire: a node's sample count and its label-distribution discrepancy
-//! (FedDisco's `DiscoReport`, computed locally — the label histogram never leaves the node),
-//! its locally trained parameters once per round, and the aggregated global model back.
+//! What crosses the wire: a node's sample count and, for FedDisco, its label-distribution
+//! discrepancy (`DiscoReport`, computed locally — the label histogram never leaves the node);
+//! its locally trained parameters once per round; and the model it starts the next round from
+//! back (FedDisco's global, or for HCCT its group's model).
 //! The sender is the authenticated libp2p peer (Noise), so no message carries its sender's id.
 
 use crate::coord::feddisco::{DiscoReport, Metric};
@@ -41,6 +42,13 @@ pub enum CoordRequest {
         /// Flat parameters in name-sorted order.
         params: Arc<Vec<f32>>,
         /// `N_k` again (informational; the registered report is used for the weights).
+        n_train: u64,
+    },
+    /// Join (or rejoin) an HCCT federation: the sample count `D_i` is all HCCT weighs by
+    /// (the end models sent as [`CoordRequest::Update`] give the coordinator the
+    /// pseudo-gradients). Answered with [`CoordResponse::Ack`].
+    Join {
+        /// `D_i`: training samples.
         n_train: u64,
     },
 }
@@ -86,6 +94,12 @@ impl CoordRequest {
                 .map_err(|e| e.to_string())
             }
             CoordRequest::Fetch { .. } => Ok(()),
+            CoordRequest::Join { n_train } => {
+                if *n_train == 0 {
+                    return Err("n_train is 0; a node needs at least 1 labelled sample".into());
+                }
+                Ok(())
+            }
             CoordRequest::Update {
                 params, n_train, ..
             } => {
@@ -118,6 +132,7 @@ mod tests {
             discrepancy: 0.25,
         });
         roundtrip(CoordRequest::Fetch { round: 7 });
+        roundtrip(CoordRequest::Join { n_train: 40 });
         roundtrip(CoordRequest::Update {
             round: 3,
             params: Arc::new(vec![1.0, -2.5, 0.0]),
@@ -181,6 +196,16 @@ mod tests {
             discrepancy: 0.0,
         };
         assert!(empty.check(Metric::Kl, 10, 4).is_err());
+        assert!(
+            CoordRequest::Join { n_train: 0 }
+                .check(Metric::Kl, 10, 4)
+                .is_err()
+        );
+        assert!(
+            CoordRequest::Join { n_train: 1 }
+                .check(Metric::Kl, 10, 4)
+                .is_ok()
+        );
         let up = |params: Vec<f32>| CoordRequest::Update {
             round: 0,
             params: Arc::new(params),

@@ -1,12 +1,14 @@
 //! Coordinated mode (issue 5) with real processes on 127.0.0.1: a FedDisco coordinator and 4
 //! nodes end to end, the coordinator killed (SIGKILL) mid-run and restarted from its
-//! checkpoint, and `federico swarm` starting a coordinator with 6 nodes, against `simulate`.
+//! checkpoint (FedDisco and HCCT), and `federico swarm` starting a coordinator with 6
+//! (FedDisco) or 8 (HCCT) nodes, against `simulate`.
 
 use federico::coord::feddisco_server::ServerState;
+use federico::coord::hcct_server::HcctServer;
 use federico::launch::coordinated::{self, CoordinatorSetup};
 use federico::launch::{self, Prepared, SwarmOptions};
 use federico::net::config::Deadlines;
-use federico::scenario::Scenario;
+use federico::scenario::{Algorithm, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -20,6 +22,8 @@ fn scenario(rounds: usize) -> Scenario {
         "eval_every=1".into(),
         "feddisco.local_epochs=2".into(),
         "feddisco.lr=0.05".into(),
+        // HCCT: a size term strong enough for the quick start's silos to merge.
+        "hcct.alpha=20".into(),
     ]
     .to_vec();
     Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
@@ -34,7 +38,7 @@ struct Setup {
 /// `launch::prepare`'s run directory, plus a coordinator (`launch::coordinated`): a key, a
 /// manifest member (last, so the nodes keep the simulator's silo indices), its config, and
 /// `[coordinated]` in every node.
-fn setup(dir: &Path, sc: &Scenario, tau: f64, fetch_s: f64) -> Setup {
+fn setup(dir: &Path, sc: &Scenario, tau: f64, fetch_s: f64, algorithm: Algorithm) -> Setup {
     let p = launch::prepare(
         sc,
         1,
@@ -48,7 +52,7 @@ fn setup(dir: &Path, sc: &Scenario, tau: f64, fetch_s: f64) -> Setup {
         dir,
     )
     .unwrap();
-    let coord = coordinated::add_coordinator(&p, sc, 1, dir, tau, fetch_s).unwrap();
+    let coord = coordinated::add_coordinator(&p, sc, 1, dir, tau, fetch_s, algorithm).unwrap();
     Setup {
         coord_dir: coord.state_dir.clone(),
         p,
@@ -109,7 +113,7 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();
     let rounds = 8;
     let sc = scenario(rounds);
-    let s = setup(tmp.path(), &sc, 10.0, 20.0);
+    let s = setup(tmp.path(), &sc, 10.0, 20.0, Algorithm::Feddisco);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
     let until = Instant::now() + Duration::from_secs(50);
@@ -159,12 +163,34 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
 
 #[test]
 fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
+    kill_the_coordinator_mid_run(Algorithm::Feddisco);
+}
+
+#[test]
+fn killing_the_hcct_coordinator_mid_run_falls_back_and_reattaches() {
+    kill_the_coordinator_mid_run(Algorithm::Hcct);
+}
+
+/// (round, registered silos) of the coordinator's checkpoint.
+fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
+    let path = s.coord_dir.join("coordinator.bin");
+    if algorithm == Algorithm::Hcct {
+        let bytes = std::fs::read(path).unwrap();
+        let h = HcctServer::decode(sc.hcct.clone(), sc.rounds as u64, &bytes).unwrap();
+        (h.round(), h.registered())
+    } else {
+        let d = ServerState::load(&path).unwrap().unwrap();
+        (d.round, d.reports.len())
+    }
+}
+
+fn kill_the_coordinator_mid_run(algorithm: Algorithm) {
     let started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let rounds = 14;
     let sc = scenario(rounds);
     // τ = 2 s, and a node waits up to 3 s per round for the global before falling back.
-    let s = setup(tmp.path(), &sc, 2.0, 3.0);
+    let s = setup(tmp.path(), &sc, 2.0, 3.0, algorithm);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
     let clog = s.coord_dir.join("coordinator.jsonl");
@@ -178,17 +204,14 @@ fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
     }
     coord.kill().unwrap(); // SIGKILL
     coord.wait().unwrap();
-    let before = ServerState::load(&s.coord_dir.join("coordinator.bin"))
-        .unwrap()
-        .unwrap();
+    let (before, registered) = checkpoint(&s, &sc, algorithm);
     // A round's line is written just before the checkpoint: the log is at most one ahead.
     let closed = lines(&clog).len() as u64;
     assert!(
-        before.round == closed || before.round + 1 == closed,
-        "the checkpoint holds the last closed round ({} vs {closed} lines)",
-        before.round
+        before == closed || before + 1 == closed,
+        "the checkpoint holds the last closed round ({before} vs {closed} lines)"
     );
-    assert_eq!(before.reports.len(), 4);
+    assert_eq!(registered, 4);
     // Down long enough for every node to fall back at least once.
     std::thread::sleep(Duration::from_secs(4));
     let mut coord = start_coordinator(&s, "coordinator-restarted.log");
@@ -205,7 +228,7 @@ fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
     // one line per round.
     let numbers: Vec<u64> = clog.iter().map(|l| l["round"].as_u64().unwrap()).collect();
     assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
-    assert!(numbers.len() as u64 > before.round);
+    assert!(numbers.len() as u64 > before);
 
     let mut hashes = Vec::new();
     let mut detached = 0;
@@ -224,9 +247,13 @@ fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
         assert!(last["final_global_round"].as_u64().is_some());
         hashes.push(last["model_hash"].as_str().unwrap().to_string());
     }
-    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    if algorithm == Algorithm::Feddisco {
+        // One global for all; HCCT's silos end with their groups' models.
+        assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    }
     eprintln!(
-        "coordinator killed after {closed} rounds: {detached} node-rounds in fallback, {} coordinator rounds in all, {:.1} s",
+        "{} coordinator killed after {closed} rounds: {detached} node-rounds in fallback, {} coordinator rounds in all, {:.1} s",
+        algorithm.name(),
         clog.len(),
         started.elapsed().as_secs_f64()
     );
@@ -286,4 +313,92 @@ fn the_swarm_starts_a_coordinator_and_six_nodes_and_matches_simulate() {
     assert_eq!(figures["coordinator_rounds"], 10);
     assert_eq!(figures["rounds_closed_at_deadline"], 0);
     assert_eq!(figures["same_final_model_everywhere"], true);
+}
+
+/// HCCT over the network makes the simulator's decisions: the same groups (the coordinator's
+/// log) and every silo's final accuracy, exactly, with groups that really merge.
+#[test]
+fn an_hcct_swarm_of_eight_nodes_forms_groups_and_matches_simulate() {
+    let over: Vec<String> = [
+        "rounds=30",
+        "eval_every=10",
+        "algorithms=[\"hcct\"]",
+        "hcct.alpha=20",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let swarm = launch::swarm(
+        &sc,
+        &SwarmOptions {
+            out: tmp.path().join("swarm"),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(60),
+            netns: false,
+        },
+    )
+    .expect("the swarm runs");
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (a, b) = (
+        &swarm.summary.runs[0].algorithms,
+        &sim.summary.runs[0].algorithms,
+    );
+    assert_eq!(a[0].algorithm, "hcct");
+    assert_eq!(a[0].per_client.len(), 8);
+    assert_eq!(a[0].per_client, b[0].per_client);
+    let clog = lines(
+        &tmp.path()
+            .join("swarm/seed-1/coordinator/coordinator.jsonl"),
+    );
+    assert_eq!(clog.len(), 30);
+    let mut merged_rounds = 0;
+    for l in &clog {
+        assert_eq!(l["senders"].as_array().unwrap().len(), 8, "{l}");
+        assert!(!l["timed_out"].as_bool().unwrap(), "{l}");
+        let groups: Vec<Vec<usize>> = serde_json::from_value(l["groups"].clone()).unwrap();
+        let mut all: Vec<usize> = groups.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..8).collect::<Vec<_>>(), "a partition of the silos");
+        merged_rounds += usize::from(groups.len() < 8);
+    }
+    assert!(
+        merged_rounds >= 20,
+        "groups formed in only {merged_rounds} of 30 rounds"
+    );
+    // Same inputs, disjoint label sets: HCCT never groups silos of different label groups
+    // (the simulator's partition report says which silo has which).
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("sim/seed-1/partition.json")).unwrap(),
+    )
+    .unwrap();
+    let label_group: Vec<u64> = report["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["group"].as_u64().unwrap())
+        .collect();
+    for l in &clog {
+        let groups: Vec<Vec<usize>> = serde_json::from_value(l["groups"].clone()).unwrap();
+        for g in &groups {
+            assert!(
+                g.iter().all(|&i| label_group[i] == label_group[g[0]]),
+                "a group across label groups: {g:?} in round {} ({label_group:?})",
+                l["round"]
+            );
+        }
+    }
 }

@@ -732,6 +732,63 @@ impl Coordinator {
         &self.stale
     }
 
+    /// What a restarted coordinator needs to carry on exactly: the round, its groups and every
+    /// client's latest pseudo-gradient (the merge trace and Gram matrix are for logs only).
+    pub fn snapshot(&self) -> CoordinatorSnapshot {
+        CoordinatorSnapshot {
+            round: self.round,
+            groups: self.current.groups.clone(),
+            latest: self.latest.clone(),
+        }
+    }
+
+    /// A coordinator carrying on from `snap`. Refused when the snapshot does not fit `sizes`
+    /// (another client count, or groups that are not a partition of the clients).
+    pub fn restore(
+        sizes: Vec<usize>,
+        cfg: CoordinatorConfig,
+        snap: CoordinatorSnapshot,
+    ) -> Result<Self, HcctError> {
+        let n = sizes.len();
+        if snap.latest.len() != n {
+            return Err(HcctError::Count {
+                what: "saved gradients",
+                expected: n,
+                got: snap.latest.len(),
+            });
+        }
+        let mut seen = vec![false; n];
+        for &i in snap.groups.iter().flatten() {
+            if i >= n || std::mem::replace(&mut seen[i], true) {
+                return Err(HcctError::Count {
+                    what: "clients in the saved groups",
+                    expected: n,
+                    got: i + 1,
+                });
+            }
+        }
+        if seen.iter().any(|s| !s) {
+            return Err(HcctError::Count {
+                what: "clients in the saved groups",
+                expected: n,
+                got: seen.iter().filter(|s| **s).count(),
+            });
+        }
+        Ok(Self {
+            cfg,
+            sizes,
+            round: snap.round,
+            current: Partition {
+                groups: snap.groups,
+                merges: Vec::new(),
+                utilities: Vec::new(),
+            },
+            latest: snap.latest,
+            stale: vec![false; n],
+            last_gram: None,
+        })
+    }
+
     /// Call after round t's local training with each client's pseudo-gradient (`None` for a
     /// missing report): computes round t+1's partition and advances the round. A client with
     /// no gradient yet stays a singleton; a missing report reuses the previous gradient (§5).
@@ -773,6 +830,17 @@ impl Coordinator {
         self.last_gram = Some(gram);
         Ok(&self.current)
     }
+}
+
+/// A [`Coordinator`]'s state for a checkpoint ([`Coordinator::snapshot`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CoordinatorSnapshot {
+    /// The round whose groups `groups` are.
+    pub round: usize,
+    /// That round's groups.
+    pub groups: Vec<Vec<usize>>,
+    /// Each client's latest pseudo-gradient.
+    pub latest: Vec<Option<Vec<f32>>>,
 }
 
 /// A partition of the clients `have` (sub-indices) as one of all `n` clients: the others are

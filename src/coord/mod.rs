@@ -11,3 +11,4 @@ pub mod feddisco;
 pub mod feddisco_server;
 pub mod fedsac;
 pub mod hcct;
+pub mod hcct_server;

@@ -1,5 +1,6 @@
-//! `federico swarm` for a coordinator algorithm (issue 5): a `federico coordinator` process
-//! beside the node processes, every node in coordinated mode, on 127.0.0.1.
+//! `federico swarm` for a coordinator algorithm (issue 5: FedDisco or HCCT): a
+//! `federico coordinator` process beside the node processes, every node in coordinated mode,
+//! on 127.0.0.1.
 //!
 //! Owns: adding a coordinator to a prepared run directory (its key, its manifest entry, its
 //! config, and `[coordinated]` in every node's config), starting and watching the processes,
@@ -22,6 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+/// The coordinator algorithms that run over the network.
+pub const NETWORKED: [Algorithm; 2] = [Algorithm::Feddisco, Algorithm::Hcct];
+
 /// A coordinator added to a prepared run directory.
 #[derive(Clone, Debug)]
 pub struct CoordinatorSetup {
@@ -31,9 +35,9 @@ pub struct CoordinatorSetup {
     pub state_dir: PathBuf,
 }
 
-/// Adds a FedDisco coordinator to the run directory `dir` that [`prepare`] wrote: a key, a
-/// manifest member (last, so the silos keep their indices), its config (τ =
-/// `update_deadline_s`), and `[coordinated]` in every node's config (`fetch_s`).
+/// Adds a coordinator for `algorithm` (one of [`NETWORKED`]) to the run directory `dir` that
+/// [`prepare`] wrote: a key, a manifest member (last, so the silos keep their indices), its
+/// config (τ = `update_deadline_s`), and `[coordinated]` in every node's config (`fetch_s`).
 pub fn add_coordinator(
     p: &Prepared,
     scenario: &Scenario,
@@ -41,7 +45,15 @@ pub fn add_coordinator(
     dir: &Path,
     update_deadline_s: f64,
     fetch_s: f64,
+    algorithm: Algorithm,
 ) -> anyhow::Result<CoordinatorSetup> {
+    if !NETWORKED.contains(&algorithm) {
+        bail!(
+            "{} has no network mode; coordinators run {}",
+            algorithm.name(),
+            NETWORKED.map(|a| a.name()).join(", ")
+        );
+    }
     let key_path = dir.join("keys").join("coordinator.key");
     let key = keygen(&key_path)?;
     let coordinator = key.public().to_peer_id();
@@ -58,9 +70,10 @@ pub fn add_coordinator(
     for c in &p.configs {
         let mut cfg = NodeConfig::load(c)?;
         cfg.coordinated = Some(CoordinatedConfig {
-            mode: "feddisco".into(),
+            mode: algorithm.name().into(),
             coordinator: coordinator.to_string(),
             feddisco: scenario.feddisco.clone(),
+            hcct: scenario.hcct.clone(),
             fetch_s,
         });
         std::fs::write(c, toml::to_string(&cfg)?)?;
@@ -74,15 +87,16 @@ pub fn add_coordinator(
         listen: vec![listen],
         state_dir: state_dir.clone(),
         rounds: scenario.rounds as u64,
-        algorithm: "feddisco".into(),
+        algorithm: algorithm.name().into(),
         feddisco: scenario.feddisco.clone(),
+        hcct: scenario.hcct.clone(),
         update_deadline_s,
         seed,
         model: scenario.model.clone(),
         sample_shape: first.sample_shape.clone(),
         classes: first
             .num_classes()
-            .context("FedDisco needs a classification task")?,
+            .with_context(|| format!("{} needs a classification task", algorithm.name()))?,
         nodes: p.configs.len(),
         max_message_mib: 256,
     };
@@ -144,10 +158,11 @@ pub(crate) fn run_seed(
     seed: u64,
     opts: &super::SwarmOptions,
     dir: &Path,
+    algorithm: Algorithm,
 ) -> anyhow::Result<CoordinatedSeed> {
     if !scenario.faults.is_empty() {
         bail!(
-            "fault schedules run with FedeRiCo swarms only; a FedDisco swarm has its coordinator-fault test (tests/coordinator.rs)"
+            "fault schedules run with FedeRiCo swarms only; coordinated swarms have their coordinator-fault test (tests/coordinator.rs)"
         );
     }
     let deadlines = Deadlines {
@@ -156,7 +171,7 @@ pub(crate) fn run_seed(
     };
     let p = prepare(scenario, seed, opts.data_dir.as_deref(), &deadlines, dir)?;
     let k = p.configs.len();
-    let setup = add_coordinator(&p, scenario, seed, dir, 10.0, 20.0)?;
+    let setup = add_coordinator(&p, scenario, seed, dir, 10.0, 20.0, algorithm)?;
     let exe = &opts.exe;
     let coord_log = p.nodes_dir.join("coordinator.log");
     let mut procs: Vec<(String, Child, PathBuf)> = vec![(
@@ -195,7 +210,10 @@ pub(crate) fn run_seed(
             .map(|d| lines(&d.join("rounds.jsonl")).len().min(scenario.rounds))
             .sum();
         bar.set_position(done as u64);
-        bar.set_message(format!("seed {seed}: feddisco, coordinator + {k} nodes"));
+        bar.set_message(format!(
+            "seed {seed}: {}, coordinator + {k} nodes",
+            algorithm.name()
+        ));
         if let Some(i) = (0..procs.len()).find(|&i| status[i].is_some_and(|s| !s.success())) {
             break Err(anyhow::anyhow!(
                 "{} exited {}; stopping the swarm. Its log ({}):\n{}",
@@ -251,7 +269,7 @@ pub(crate) fn run_seed(
         hashes.push(last["model_hash"].as_str().unwrap_or_default().to_string());
     }
     let regression = p.spec.is_regression();
-    let last = sim::algorithm_round(Algorithm::Feddisco, finals, regression);
+    let last = sim::algorithm_round(algorithm, finals, regression);
     let summary = RunSummary {
         seed,
         rounds: scenario.rounds,
@@ -277,7 +295,7 @@ pub(crate) fn run_seed(
             })
             .collect();
         if let Some(e) = evals {
-            let r = sim::algorithm_round(Algorithm::Feddisco, e, regression);
+            let r = sim::algorithm_round(algorithm, e, regression);
             curve.push((round as usize, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
         }
     }
@@ -289,7 +307,7 @@ pub(crate) fn run_seed(
     sim::write_json(
         &dir.join("swarm.json"),
         &serde_json::json!({
-            "algorithm": "feddisco",
+            "algorithm": algorithm.name(),
             "nodes": k,
             "seconds": seconds,
             "coordinator_rounds": closed.len(),
@@ -299,7 +317,7 @@ pub(crate) fn run_seed(
     )?;
     Ok(CoordinatedSeed {
         summary,
-        curves: vec![(Algorithm::Feddisco.name().to_string(), curve)],
+        curves: vec![(algorithm.name().to_string(), curve)],
         num_params: p.spec.num_params(),
         spec: p.spec,
         clients: k,

@@ -100,14 +100,29 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
 pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
-    // FedeRiCo runs peer to peer when the scenario lists it; else FedDisco with a coordinator
-    // process. The scenario's other algorithms are in-process only.
+    // FedeRiCo runs peer to peer when the scenario lists it; else FedDisco or HCCT with a
+    // coordinator process. The scenario's other algorithms are in-process only.
     if !scenario.algorithms.contains(&Algorithm::Federico) {
-        if scenario.algorithms.contains(&Algorithm::Feddisco) {
-            return swarm_coordinated(scenario, opts);
+        let coordinated: Vec<Algorithm> = scenario
+            .algorithms
+            .iter()
+            .copied()
+            .filter(|a| coordinated::NETWORKED.contains(a))
+            .collect();
+        match coordinated[..] {
+            [one] => return swarm_coordinated(scenario, opts, one),
+            [] => {}
+            _ => bail!(
+                "`federico swarm` runs one coordinator algorithm at a time; the scenario lists {} (pick one with --set 'algorithms=[\"...\"]')",
+                coordinated
+                    .iter()
+                    .map(|a| a.name())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
         }
         bail!(
-            "`federico swarm` runs federico (peer to peer) or feddisco (with a coordinator); the scenario lists {}",
+            "`federico swarm` runs federico (peer to peer), or feddisco or hcct (with a coordinator); the scenario lists {}",
             scenario
                 .algorithms
                 .iter()
@@ -143,8 +158,12 @@ pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome
     Ok(out)
 }
 
-/// [`swarm`] for FedDisco: a coordinator and coordinated nodes per seed.
-fn swarm_coordinated(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
+/// [`swarm`] for a coordinator algorithm: a coordinator and coordinated nodes per seed.
+fn swarm_coordinated(
+    scenario: &Scenario,
+    opts: &SwarmOptions,
+    algorithm: Algorithm,
+) -> anyhow::Result<Outcome> {
     if opts.netns {
         bail!("--netns runs FedeRiCo swarms only");
     }
@@ -153,7 +172,7 @@ fn swarm_coordinated(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result
     let mut meta = None;
     for &seed in &scenario.seeds {
         let dir = opts.out.join(format!("seed-{seed}"));
-        let r = coordinated::run_seed(scenario, seed, opts, &dir)?;
+        let r = coordinated::run_seed(scenario, seed, opts, &dir, algorithm)?;
         meta.get_or_insert((r.spec.clone(), r.num_params, r.clients));
         curves.push(r.curves);
         runs.push(r.summary);
@@ -162,7 +181,7 @@ fn swarm_coordinated(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result
     Ok(sim::write_summary(
         scenario,
         &opts.out,
-        &[Algorithm::Feddisco],
+        &[algorithm],
         sim::Report {
             spec,
             num_params,

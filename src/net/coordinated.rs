@@ -1,11 +1,13 @@
-//! A node in coordinated mode (issue 5): `[coordinated] mode = "feddisco"` in its config runs
-//! FedDisco against the coordinator named there instead of FedeRiCo.
-//! Owns: registering `(N_k, δ_k)` (computed here from the node's own label counts — the
-//! histogram never leaves it), the round loop (fetch the global, train locally with the
-//! simulator's FedDisco recipe on a blocking thread, send the update, evaluate), the fallback
+//! A node in coordinated mode (issue 5): `[coordinated] mode = "feddisco"` or `"hcct"` in its
+//! config runs that algorithm against the coordinator named there instead of FedeRiCo.
+//! Owns: registering (FedDisco: `(N_k, δ_k)`, computed here from the node's own label counts —
+//! the histogram never leaves it; HCCT: the sample count only), the round loop (fetch the
+//! model the round starts from — FedDisco's global, HCCT's group model — train locally with
+//! the simulator's recipe for the algorithm on a blocking thread, send the trained model,
+//! evaluate), the fallback
 //! when the coordinator is unreachable (keep training from the last model it has, retry every
 //! round, reattach when the coordinator answers again), the run log and the checkpoint.
-//! Must not: weigh or aggregate (the coordinator does), or train inside the event loop: the
+//! Must not: weigh, group or aggregate (the coordinator does), or train inside the event loop: the
 //! swarm runs in its own task and training on `spawn_blocking`.
 
 use super::NodeConfig;
@@ -13,9 +15,11 @@ use super::coordinator::CoordCodec;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco;
+use crate::coord::hcct::HcctConfig;
+use crate::coord::hcct_server::HcctServer;
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{Stream, stream_seed};
-use crate::learn::{Learner, Sgd, Shard};
+use crate::learn::{Dataset, Learner, Sgd, Shard};
 use crate::scenario::FeddiscoConfig;
 use crate::sim::{BatchCursor, sgd_steps};
 use libp2p::futures::StreamExt;
@@ -38,13 +42,17 @@ use tracing::{info, warn};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoordinatedConfig {
-    /// The algorithm: only `"feddisco"`.
+    /// The algorithm: `"feddisco"` or `"hcct"`.
     pub mode: String,
     /// The coordinator's peer ID; its addresses come from the manifest.
     pub coordinator: String,
     /// FedDisco's local recipe (epochs, lr, momentum, weight decay) and metric.
     #[serde(default)]
     pub feddisco: FeddiscoConfig,
+    /// HCCT's local recipe (E epochs of plain SGD at η_t = lr · lr_decay^t); the same
+    /// `[hcct]` as the coordinator's.
+    #[serde(default)]
+    pub hcct: HcctConfig,
     /// How long a fetch of the next global may take before the node falls back to its own
     /// model for the round, in seconds.
     #[serde(default = "default_fetch_s")]
@@ -57,6 +65,53 @@ fn default_fetch_s() -> f64 {
 
 /// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
 const STREAM_TAG: u64 = 0xD15C_0000;
+
+/// A silo's local training between two fetches, with the simulator's recipe and batch
+/// stream for each algorithm, so a swarm trains exactly as `federico simulate` does.
+enum LocalRecipe {
+    /// FedDisco: `local_epochs` epochs' worth of SGD steps (momentum, weight decay), a fresh
+    /// optimiser every round, batches from a recycled shuffled order.
+    Feddisco {
+        cfg: FeddiscoConfig,
+        cursor: BatchCursor,
+    },
+    /// HCCT: E epochs of plain mini-batch SGD at η_t, each epoch a fresh shuffle.
+    Hcct { cfg: HcctConfig, rng: StdRng },
+}
+
+impl LocalRecipe {
+    /// Trains `p` on `data` for the round that started from the coordinator's round `round`.
+    fn train(
+        &mut self,
+        learner: &mut Learner,
+        p: &mut [f32],
+        data: &Dataset,
+        batch: usize,
+        round: u64,
+    ) -> Result<(), String> {
+        match self {
+            LocalRecipe::Feddisco { cfg, cursor } => {
+                let steps = cfg.local_epochs * (data.len() / batch).max(1);
+                let mut opt = Sgd::new(
+                    p.len(),
+                    cfg.lr as f32,
+                    cfg.momentum as f32,
+                    cfg.weight_decay as f32,
+                );
+                sgd_steps(learner, p, &mut opt, data, cursor, batch, steps, |_, _| {})
+                    .map_err(|e| e.to_string())
+            }
+            LocalRecipe::Hcct { cfg, rng } => {
+                let lr = cfg.sgd_lr(round as usize) as f32;
+                for _ in 0..cfg.epochs {
+                    crate::sim::hcct_sgd_epoch(learner, p, data, lr, batch, rng)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 /// One line of the coordinated node's `rounds.jsonl`.
 #[derive(Serialize)]
@@ -188,6 +243,32 @@ async fn fetch_within(
     }
 }
 
+/// Registers, retrying unreachable-coordinator failures every 500 ms until `until`. A refusal
+/// is final for the round (logged). True once acknowledged.
+async fn register_within(
+    tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
+    register: &CoordRequest,
+    until: tokio::time::Instant,
+) -> bool {
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        match ask(tx, register.clone(), left).await {
+            Ok(CoordResponse::Ack) => return true,
+            Ok(other) => {
+                warn!(?other, "registration refused");
+                return false;
+            }
+            Err(_) if tokio::time::Instant::now() + Duration::from_millis(500) < until => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                warn!(error = %e, "could not register");
+                return false;
+            }
+        }
+    }
+}
+
 fn fnv(params: &[f32]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in params {
@@ -208,11 +289,12 @@ pub async fn run(
         .coordinated
         .clone()
         .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?;
-    if cc.mode != "feddisco" {
-        anyhow::bail!(
-            "[coordinated] mode = {:?}; only \"feddisco\" is supported",
-            cc.mode
-        );
+    match cc.mode.as_str() {
+        "feddisco" => {}
+        "hcct" => {
+            HcctServer::check_config(&cc.hcct).map_err(|e| anyhow::anyhow!("[coordinated] {e}"))?
+        }
+        other => anyhow::bail!("[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\""),
     }
     let coordinator: PeerId = cc
         .coordinator
@@ -246,14 +328,24 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let batch = cfg.train.batch_size;
     let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let counts: Vec<u64> = data
-        .train
-        .class_counts()
-        .iter()
-        .map(|&n| n as u64)
-        .collect();
-    let report =
-        feddisco::report(&counts, cc.feddisco.metric).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let n_train = data.train.len() as u64;
+    let register = match cc.mode.as_str() {
+        "hcct" => CoordRequest::Join { n_train },
+        _ => {
+            let counts: Vec<u64> = data
+                .train
+                .class_counts()
+                .iter()
+                .map(|&n| n as u64)
+                .collect();
+            let report = feddisco::report(&counts, cc.feddisco.metric)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            CoordRequest::Register {
+                n_train: report.num_samples,
+                discrepancy: report.discrepancy,
+            }
+        }
+    };
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinated.bin");
@@ -283,10 +375,23 @@ pub async fn run(
             ))),
         ),
     };
-    let mut cursor = BatchCursor::new(
-        data.train.len(),
-        StdRng::seed_from_u64(stream_seed(cfg.seed ^ STREAM_TAG, me, Stream::Batches)),
-    );
+    let mut recipe = match cc.mode.as_str() {
+        "hcct" => LocalRecipe::Hcct {
+            cfg: cc.hcct.clone(),
+            rng: StdRng::seed_from_u64(stream_seed(
+                cfg.seed ^ crate::sim::HCCT_BATCH_TAG,
+                me,
+                Stream::Batches,
+            )),
+        },
+        _ => LocalRecipe::Feddisco {
+            cfg: cc.feddisco.clone(),
+            cursor: BatchCursor::new(
+                data.train.len(),
+                StdRng::seed_from_u64(stream_seed(cfg.seed ^ STREAM_TAG, me, Stream::Batches)),
+            ),
+        },
+    };
 
     // The swarm, in its own task.
     let mut registry = prometheus_client::registry::Registry::default();
@@ -345,11 +450,7 @@ pub async fn run(
         .append(true)
         .open(&log_path)?;
     info!(node = %me, peer = %peer_id, round, "coordinated node started");
-    let fd = cc.feddisco.clone();
-    let register = CoordRequest::Register {
-        n_train: report.num_samples,
-        discrepancy: report.discrepancy,
-    };
+
     let mut registered = false;
     tokio::pin!(shutdown);
     let data = Arc::new(data);
@@ -357,16 +458,20 @@ pub async fn run(
     let result: anyhow::Result<()> = async {
         while round < cfg.rounds {
             let started = std::time::Instant::now();
+            // One budget per round for registering and fetching: a coordinator that is not
+            // up yet (or restarting) is retried within it.
+            let until = tokio::time::Instant::now() + fetch;
             if !registered {
-                registered = matches!(
-                    ask(&tx, register.clone(), fetch).await,
-                    Ok(CoordResponse::Ack)
-                );
+                registered = tokio::select! {
+                    _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                    r = register_within(&tx, &register, until) => r,
+                };
             }
             let want = last_global.map_or(0, |g| g + 1);
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
             let got = tokio::select! {
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
-                r = fetch_within(&tx, want, fetch) => r,
+                r = fetch_within(&tx, want, left) => r,
             };
             let global_round = match got {
                 Ok(CoordResponse::Global { round: g, params }) if params.len() == model.len() => {
@@ -384,41 +489,26 @@ pub async fn run(
                     None
                 }
             };
-            // Local training off the event loop, with the simulator's recipe.
-            let steps = fd.local_epochs * (data.train.len() / batch).max(1);
-            let (l, c, d, p) = (learner, cursor, data.clone(), model);
-            let fdc = fd.clone();
-            let (l, c, p) = tokio::task::spawn_blocking(move || {
-                let (mut l, mut c, mut p) = (l, c, p);
-                let mut opt = Sgd::new(
-                    p.len(),
-                    fdc.lr as f32,
-                    fdc.momentum as f32,
-                    fdc.weight_decay as f32,
-                );
-                let r = sgd_steps(
-                    &mut l,
-                    &mut p,
-                    &mut opt,
-                    &d.train,
-                    &mut c,
-                    batch,
-                    steps,
-                    |_, _| {},
-                );
-                r.map(|_| (l, c, p))
+            // Local training off the event loop, with the simulator's recipe. Detached, the
+            // round's schedule (HCCT's η_t) follows the node's own round.
+            let (l, r, d, p) = (learner, recipe, data.clone(), model);
+            let at = global_round.unwrap_or(round);
+            let (l, r, p) = tokio::task::spawn_blocking(move || {
+                let (mut l, mut r, mut p) = (l, r, p);
+                r.train(&mut l, &mut p, &d.train, batch, at)
+                    .map(|_| (l, r, p))
             })
             .await?
             .map_err(|e| anyhow::anyhow!("training: {e}"))?;
             learner = l;
-            cursor = c;
+            recipe = r;
             let local = p;
             let mut acked = false;
             if let Some(g) = global_round {
                 let up = CoordRequest::Update {
                     round: g,
                     params: Arc::new(local.clone()),
-                    n_train: report.num_samples,
+                    n_train,
                 };
                 acked = match ask(&tx, up.clone(), fetch).await {
                     Ok(CoordResponse::Ack) => true,

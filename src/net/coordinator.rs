@@ -1,21 +1,24 @@
-//! `federico coordinator --config FILE`: the thin FedDisco coordinator as a libp2p peer of the
-//! federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
+//! `federico coordinator --config FILE`: the thin FedDisco or HCCT coordinator as a libp2p
+//! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), held fetches,
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
-//! Must not: decide weights itself ([`crate::coord::feddisco_server`] and
-//! [`crate::coord::feddisco`] do).
+//! Must not: decide weights, groups or models itself ([`crate::coord::feddisco_server`] and
+//! [`crate::coord::hcct_server`] do; [`Server`] only dispatches to them).
 //!
 //! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
-//! FedDisco starts (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured model), so
-//! the coordinator needs the model, the sample shape and the class count, not the data.
+//! FedDisco and HCCT start (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured
+//! model), so the coordinator needs the model, the sample shape and the class count, not the
+//! data. HCCT's silos are named by their index in the manifest, as in the simulator.
 
 use super::behaviour::Codec;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco::Params;
-use crate::coord::feddisco_server::{FetchAnswer, RoundLog, ServerState};
+use crate::coord::feddisco_server::{FetchAnswer, ServerState};
+use crate::coord::hcct::HcctConfig;
+use crate::coord::hcct_server::{self, HcctServer};
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
@@ -52,12 +55,16 @@ pub struct CoordinatorConfig {
     pub state_dir: PathBuf,
     /// Rounds to run.
     pub rounds: u64,
-    /// Only `"feddisco"`.
+    /// `"feddisco"` or `"hcct"`.
     #[serde(default = "feddisco_name")]
     pub algorithm: String,
     /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
     #[serde(default)]
     pub feddisco: FeddiscoConfig,
+    /// HCCT's parameters (α, the learning-rate schedule the pseudo-gradients are divided by,
+    /// round-0 and one-shot schedules; the nodes hold the same `[hcct]` for their training).
+    #[serde(default)]
+    pub hcct: HcctConfig,
     /// τ: how long a round waits for updates once it opened, in seconds.
     #[serde(default = "default_deadline")]
     pub update_deadline_s: f64,
@@ -72,7 +79,8 @@ pub struct CoordinatorConfig {
     /// Number of classes.
     pub classes: usize,
     /// Nodes expected: a round closes before the deadline only once this many registered and
-    /// all of them sent (0: whoever registered).
+    /// all of them sent (0: whoever registered; FedDisco only). HCCT needs it: its silos are
+    /// manifest members 0..nodes, and no round starts before all of them registered.
     #[serde(default)]
     pub nodes: usize,
     /// Largest message accepted, MiB.
@@ -103,12 +111,22 @@ impl CoordinatorConfig {
                 *p = base.join(&*p);
             }
         }
-        if c.algorithm != "feddisco" {
-            anyhow::bail!(
-                "{}: algorithm = {:?}; only \"feddisco\" is supported",
-                path.display(),
-                c.algorithm
-            );
+        match c.algorithm.as_str() {
+            "feddisco" => {}
+            "hcct" => {
+                HcctServer::check_config(&c.hcct)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                if c.nodes == 0 {
+                    anyhow::bail!(
+                        "{}: algorithm = \"hcct\" needs nodes = the number of silos",
+                        path.display()
+                    );
+                }
+            }
+            other => anyhow::bail!(
+                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\"",
+                path.display()
+            ),
         }
         if !(c.update_deadline_s.is_finite() && c.update_deadline_s > 0.0) {
             anyhow::bail!("{}: update_deadline_s must be > 0", path.display());
@@ -138,12 +156,134 @@ struct CoordBehaviour {
 
 /// One JSONL line of `coordinator.jsonl`.
 #[derive(Serialize)]
-struct LogLine<'a> {
+struct LogLine {
     #[serde(flatten)]
-    round: &'a RoundLog,
+    round: serde_json::Value,
     /// Seconds since the round opened.
     elapsed_s: f64,
 }
+
+/// The algorithm's state behind the coordinator: a dispatch, no decisions of its own.
+enum Server {
+    Disco(ServerState, Params),
+    Hcct(Box<HcctServer>),
+}
+
+impl Server {
+    fn round(&self) -> u64 {
+        match self {
+            Server::Disco(s, _) => s.round,
+            Server::Hcct(s) => s.round(),
+        }
+    }
+
+    fn registered(&self) -> usize {
+        match self {
+            Server::Disco(s, _) => s.reports.len(),
+            Server::Hcct(s) => s.registered(),
+        }
+    }
+
+    /// The round clock may run: FedDisco once anyone registered, HCCT once everyone did.
+    fn clock_may_run(&self) -> bool {
+        match self {
+            Server::Disco(s, _) => !s.reports.is_empty(),
+            Server::Hcct(s) => s.ready(),
+        }
+    }
+
+    fn num_params(&self) -> usize {
+        match self {
+            Server::Disco(s, _) => s.global.len(),
+            Server::Hcct(s) => s.num_params(),
+        }
+    }
+
+    /// Handles a registration; the error is the reason sent back.
+    fn register(
+        &mut self,
+        who: &str,
+        index: Option<usize>,
+        req: &CoordRequest,
+    ) -> Result<(), String> {
+        match (self, req) {
+            (
+                Server::Disco(s, _),
+                CoordRequest::Register {
+                    n_train,
+                    discrepancy,
+                },
+            ) => {
+                s.register(
+                    who,
+                    crate::coord::feddisco::DiscoReport {
+                        num_samples: *n_train,
+                        discrepancy: *discrepancy,
+                    },
+                );
+                Ok(())
+            }
+            (Server::Hcct(s), CoordRequest::Join { n_train }) => {
+                let i = index.ok_or(NOT_A_SILO)?;
+                s.register(i, *n_train)
+            }
+            (Server::Disco(..), _) => {
+                Err("this coordinator runs feddisco: register with (n_train, discrepancy)".into())
+            }
+            (Server::Hcct(_), _) => Err("this coordinator runs hcct: join with n_train".into()),
+        }
+    }
+
+    fn update(
+        &mut self,
+        who: &str,
+        index: Option<usize>,
+        round: u64,
+        params: std::sync::Arc<Vec<f32>>,
+    ) -> Result<bool, String> {
+        match self {
+            Server::Disco(s, _) => s.update(who, round, params),
+            Server::Hcct(s) => s.update(index.ok_or(NOT_A_SILO)?, round, params),
+        }
+    }
+
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<FetchAnswer, String> {
+        match self {
+            Server::Disco(s, _) => Ok(s.fetch(round)),
+            Server::Hcct(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
+                hcct_server::FetchAnswer::Now { round, params } => {
+                    FetchAnswer::Now { round, params }
+                }
+                hcct_server::FetchAnswer::Hold => FetchAnswer::Hold,
+            }),
+        }
+    }
+
+    /// Closes the open round: its number, how many sent, and the log line's fields.
+    fn close(&mut self, timed_out: bool) -> Result<(u64, usize, serde_json::Value), String> {
+        let (round, senders, v) = match self {
+            Server::Disco(s, p) => {
+                let l = s.close(p, timed_out)?;
+                (l.round, l.peers.len(), serde_json::to_value(&l))
+            }
+            Server::Hcct(s) => {
+                let l = s.close(timed_out)?;
+                (l.round, l.senders.len(), serde_json::to_value(&l))
+            }
+        };
+        Ok((round, senders, v.map_err(|e| e.to_string())?))
+    }
+
+    fn save(&self, path: &Path) -> Result<(), String> {
+        let bytes = match self {
+            Server::Disco(s, _) => return s.save(path),
+            Server::Hcct(s) => s.encode()?,
+        };
+        crate::store::write_atomic(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+const NOT_A_SILO: &str = "not a silo of this federation's manifest";
 
 /// Runs the coordinator until its rounds are done or `shutdown` resolves.
 pub async fn run(
@@ -169,28 +309,60 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinator.bin");
-    let mut state = match ServerState::load(&ckpt).map_err(|e| anyhow::anyhow!(e))? {
-        Some(s) => {
-            info!(
-                round = s.round,
-                registered = s.reports.len(),
-                "resuming from checkpoint"
-            );
-            s
-        }
-        None => {
-            let learner = Learner::new(&spec, 1).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let init = learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
-                cfg.seed,
-                NodeId(0),
-                Stream::Init,
-            )));
-            ServerState::new(init)
-        }
-    };
-    let num_params = state.global.len();
     let params = cfg.params();
     params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let init = || {
+        Learner::new(&spec, 1)
+            .map(|l| {
+                l.init_params(&mut StdRng::seed_from_u64(stream_seed(
+                    cfg.seed,
+                    NodeId(0),
+                    Stream::Init,
+                )))
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    let resumed = match std::fs::read(&ckpt) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
+    };
+    let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
+    let mut state = match (cfg.algorithm.as_str(), resumed) {
+        ("hcct", Some(b)) => {
+            let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
+            if s.nodes() != cfg.nodes {
+                return Err(bad(format!(
+                    "saved for {} silos, the config has nodes = {}",
+                    s.nodes(),
+                    cfg.nodes
+                )));
+            }
+            Server::Hcct(Box::new(s))
+        }
+        ("hcct", None) => Server::Hcct(Box::new(
+            HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
+                .map_err(|e| anyhow::anyhow!(e))?,
+        )),
+        (_, Some(b)) => Server::Disco(ServerState::decode(&b).map_err(bad)?, params),
+        (_, None) => Server::Disco(ServerState::new(init()?), params),
+    };
+    if state.round() > 0 || state.registered() > 0 {
+        info!(
+            round = state.round(),
+            registered = state.registered(),
+            "resuming from checkpoint"
+        );
+    }
+    let num_params = state.num_params();
+    // HCCT's silos are the manifest's members, by index.
+    let index_of = |peer: &libp2p::PeerId| {
+        manifest
+            .members
+            .iter()
+            .position(|m| m.peer_id == *peer)
+            .filter(|&i| cfg.algorithm != "hcct" || i < cfg.nodes)
+    };
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -234,11 +406,11 @@ pub async fn run(
         swarm.listen_on(addr)?;
     }
     let log_path = cfg.state_dir.join("coordinator.jsonl");
-    let cut = crate::trace::trim_log(&log_path, state.round).map_err(|e| anyhow::anyhow!(e))?;
+    let cut = crate::trace::trim_log(&log_path, state.round()).map_err(|e| anyhow::anyhow!(e))?;
     if cut > 0 {
         warn!(
             lines = cut,
-            checkpoint_round = state.round,
+            checkpoint_round = state.round(),
             "round log cut back to the checkpoint"
         );
     }
@@ -246,9 +418,9 @@ pub async fn run(
         .create(true)
         .append(true)
         .open(&log_path)?;
-    info!(peer = %peer_id, round = state.round, rounds = cfg.rounds, "coordinator started");
+    info!(peer = %peer_id, algorithm = %cfg.algorithm, round = state.round(), rounds = cfg.rounds, "coordinator started");
 
-    let mut held: Vec<(u64, ResponseChannel<CoordResponse>)> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
     let mut opened = Instant::now();
     let mut round_deadline: Option<Instant> = None;
     let mut linger: Option<Instant> = None;
@@ -256,11 +428,11 @@ pub async fn run(
     loop {
         // The round clock runs whenever a round is open and someone registered, so a round
         // whose updates were lost (a restart) still closes, keeping the global.
-        if round_deadline.is_none() && state.round < cfg.rounds && !state.reports.is_empty() {
+        if round_deadline.is_none() && state.round() < cfg.rounds && state.clock_may_run() {
             round_deadline = Some(Instant::now() + deadline);
             opened = Instant::now();
         }
-        if state.round >= cfg.rounds && linger.is_none() {
+        if state.round() >= cfg.rounds && linger.is_none() {
             info!("all rounds done; serving the final model a while");
             linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
         }
@@ -279,7 +451,7 @@ pub async fn run(
                     return Ok(());
                 }
                 if round_deadline.is_some() {
-                    close(&mut state, &params, true, &mut log, opened, &ckpt)?;
+                    close(&mut state, true, &mut log, opened, &ckpt)?;
                     round_deadline = None;
                     opened = Instant::now();
                     serve_held(&mut swarm, &state, &mut held);
@@ -297,42 +469,53 @@ pub async fn run(
                     continue;
                 };
                 let who = peer.to_string();
+                let index = index_of(&peer);
                 if let Err(reason) = request.check(cfg.feddisco.metric, cfg.classes, num_params) {
                     warn!(peer = %who, %reason, "refused a request");
                     let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
                     continue;
                 }
                 match request {
-                    CoordRequest::Register { n_train, discrepancy } => {
-                        state.register(&who, crate::coord::feddisco::DiscoReport {
-                            num_samples: n_train,
-                            discrepancy,
-                        });
-                        info!(peer = %who, n_train, discrepancy, "registered");
-                        state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
-                        let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
+                    CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
+                        let answer = match state.register(&who, index, &request) {
+                            Ok(()) => {
+                                info!(peer = %who, ?index, ?request, "registered");
+                                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
+                                // HCCT: the last registration opens round 0.
+                                serve_held(&mut swarm, &state, &mut held);
+                                CoordResponse::Ack
+                            }
+                            Err(reason) => {
+                                warn!(peer = %who, %reason, "refused a registration");
+                                CoordResponse::Error { reason }
+                            }
+                        };
+                        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
                     }
-                    CoordRequest::Fetch { round } => match state.fetch(round) {
-                        FetchAnswer::Now { round, params } => {
+                    CoordRequest::Fetch { round } => match state.fetch(index, round) {
+                        Ok(FetchAnswer::Now { round, params }) => {
                             let _ = swarm.behaviour_mut().coord.send_response(
                                 channel,
                                 CoordResponse::Global { round, params },
                             );
                         }
-                        FetchAnswer::Hold => held.push((round, channel)),
+                        Ok(FetchAnswer::Hold) => held.push((index, round, channel)),
+                        Err(reason) => {
+                            let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
+                        }
                     },
                     CoordRequest::Update { round, params: model, .. } => {
-                        if state.round >= cfg.rounds {
+                        if state.round() >= cfg.rounds {
                             let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
                                 reason: "the run is over".into(),
                             });
                             continue;
                         }
-                        match state.update(&who, round, model) {
+                        match state.update(&who, index, round, model) {
                             Ok(all_in) => {
                                 let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
-                                if all_in && state.reports.len() >= cfg.nodes {
-                                    close(&mut state, &params, false, &mut log, opened, &ckpt)?;
+                                if all_in && state.registered() >= cfg.nodes {
+                                    close(&mut state, false, &mut log, opened, &ckpt)?;
                                     round_deadline = None;
                                     opened = Instant::now();
                                     serve_held(&mut swarm, &state, &mut held);
@@ -350,50 +533,41 @@ pub async fn run(
     }
 }
 
+/// A fetch held until its round exists: the silo's index, the round, the channel.
+type Held = (Option<usize>, u64, ResponseChannel<CoordResponse>);
+
 fn close(
-    state: &mut ServerState,
-    params: &Params,
+    state: &mut Server,
     timed_out: bool,
     log: &mut std::fs::File,
     opened: Instant,
     ckpt: &Path,
 ) -> anyhow::Result<()> {
-    let line = state
-        .close(params, timed_out)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let (round, senders, line) = state.close(timed_out).map_err(|e| anyhow::anyhow!(e))?;
     // The line before the checkpoint: a kill between the two leaves a line the restart cuts.
     let text = serde_json::to_string(&LogLine {
-        round: &line,
+        round: line,
         elapsed_s: opened.elapsed().as_secs_f64(),
     })?;
     writeln!(log, "{text}")?;
     log.flush()?;
     state.save(ckpt).map_err(|e| anyhow::anyhow!(e))?;
-    info!(
-        round = line.round,
-        senders = line.peers.len(),
-        timed_out,
-        "round closed"
-    );
+    info!(round, senders, timed_out, "round closed");
     Ok(())
 }
 
-fn serve_held(
-    swarm: &mut libp2p::Swarm<CoordBehaviour>,
-    state: &ServerState,
-    held: &mut Vec<(u64, ResponseChannel<CoordResponse>)>,
-) {
+fn serve_held(swarm: &mut libp2p::Swarm<CoordBehaviour>, state: &Server, held: &mut Vec<Held>) {
     let mut keep = Vec::new();
-    for (round, channel) in held.drain(..) {
-        match state.fetch(round) {
-            FetchAnswer::Now { round, params } => {
-                let _ = swarm
-                    .behaviour_mut()
-                    .coord
-                    .send_response(channel, CoordResponse::Global { round, params });
+    for (index, round, channel) in held.drain(..) {
+        let answer = match state.fetch(index, round) {
+            Ok(FetchAnswer::Now { round, params }) => CoordResponse::Global { round, params },
+            Ok(FetchAnswer::Hold) => {
+                keep.push((index, round, channel));
+                continue;
             }
-            FetchAnswer::Hold => keep.push((round, channel)),
-        }
+            Err(reason) => CoordResponse::Error { reason },
+        };
+        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
     }
     *held = keep;
 }

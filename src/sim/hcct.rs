@@ -25,7 +25,7 @@ use rand::seq::SliceRandom;
 use rayon::prelude::*;
 
 /// The tag that keeps HCCT's batch streams apart from the other algorithms'.
-const BATCH_TAG: u64 = 0x4CC7;
+pub(crate) const BATCH_TAG: u64 = 0x4CC7;
 /// Mixed into [`BATCH_TAG`] for HCCT-E's discarded layer-selection pass.
 const LAYER_TAG: u64 = 0xE000;
 
@@ -281,7 +281,7 @@ impl CoordinatedRun for HcctRun {
 
 /// One epoch of plain mini-batch SGD (§3 step 3: momentum 0, no weight decay): shuffle with
 /// `rng`, then per batch `p −= lr · (mean gradient of the batch)`; the last batch may be short.
-fn sgd_epoch(
+pub(crate) fn sgd_epoch(
     learner: &mut Learner,
     params: &mut [f32],
     data: &Dataset,

@@ -16,6 +16,7 @@ mod feddisco;
 mod federico;
 mod fedsac;
 mod hcct;
+pub(crate) use hcct::{BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch};
 
 use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};

@@ -1,0 +1,581 @@
+//! The thin HCCT coordinator's state, without a network (issue 5, coordinated mode): which
+//! silo registered with how many samples, each silo's model, the round's end models, closing a
+//! round (pseudo-gradients, the next partition, the group aggregates), answering fetches, and
+//! the checkpoint.
+//! Owns: the round rule of HCCT over a network — nothing starts until every expected silo has
+//! registered (the partition weighs every silo's size); a round closes when every silo sent
+//! its end model, or at the deadline with whoever did (a missing silo's pseudo-gradient is
+//! its previous one, flagged stale, as [`Coordinator::handle_reports`] does; a group aggregates
+//! over the members that sent, and a group where nobody sent keeps its start model).
+//! Must not: train, see data, or wait on anything (the network driver owns the clock).
+//!
+//! Silos are identified by their index in the federation's manifest (the simulator's silo
+//! index), so merges break ties exactly as `federico simulate` does. The round arithmetic is
+//! the simulator's (`sim::hcct`): silo i starts round t from the size-weighted average of its
+//! round-t group's models, sends its end model w_i, and the coordinator forms
+//! g_i = (ŵ_k − w_i) / η_t itself: it sent ŵ_k, so a model is all a silo needs to send.
+
+use super::hcct::{
+    Coordinator, CoordinatorSnapshot, HcctConfig, HcctError, Optimizer, group_average,
+    pseudo_gradient,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The answer to a fetch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchAnswer {
+    /// The model silo i starts round `round` from; once every round is done, its final model.
+    Now {
+        /// The round it starts (the run's round count for the final model).
+        round: u64,
+        /// Its parameters.
+        params: Arc<Vec<f32>>,
+    },
+    /// Not yet: some silo has not registered, or the round asked for is not open.
+    Hold,
+}
+
+/// One closed round, as logged (one JSONL line per round).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoundLog {
+    /// The round that closed.
+    pub round: u64,
+    /// This round's groups (silo indices).
+    pub groups: Vec<Vec<usize>>,
+    /// Silos whose end model was aggregated.
+    pub senders: Vec<usize>,
+    /// Next round's groups.
+    pub next_groups: Vec<Vec<usize>>,
+    /// Silos whose pseudo-gradient in the next partition is a stale one.
+    pub stale: Vec<usize>,
+    /// Closed at the deadline rather than with every silo.
+    pub timed_out: bool,
+}
+
+/// What the coordinator knows.
+#[derive(Clone, Debug)]
+pub struct HcctServer {
+    cfg: HcctConfig,
+    /// T: rounds in the run.
+    rounds: u64,
+    /// The round open now (= rounds completed).
+    round: u64,
+    /// D_i of every silo, once registered.
+    sizes: Vec<Option<usize>>,
+    /// w_i: each silo's model after the last aggregation (w⁰ before the first).
+    models: Vec<Arc<Vec<f32>>>,
+    /// The partition schedule, once every silo registered.
+    coord: Option<Coordinator>,
+    /// End models received for the open round (not checkpointed).
+    pending: BTreeMap<usize, Arc<Vec<f32>>>,
+}
+
+fn err(e: HcctError) -> String {
+    e.to_string()
+}
+
+impl HcctServer {
+    /// A coordinator for `nodes` silos over `rounds` rounds, every silo starting from
+    /// `initial`. Refused: settings the network mode cannot run (HCCT-E, Adam) or invalid ones.
+    pub fn new(
+        cfg: HcctConfig,
+        nodes: usize,
+        rounds: u64,
+        initial: Vec<f32>,
+    ) -> Result<Self, String> {
+        Self::check_config(&cfg)?;
+        if nodes == 0 {
+            return Err("hcct needs the number of silos (`nodes` ≥ 1)".into());
+        }
+        let initial = Arc::new(initial);
+        Ok(Self {
+            cfg,
+            rounds,
+            round: 0,
+            sizes: vec![None; nodes],
+            // Shared until the first aggregation replaces them.
+            models: (0..nodes).map(|_| initial.clone()).collect(),
+            coord: None,
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// The settings a coordinated HCCT run supports.
+    pub fn check_config(cfg: &HcctConfig) -> Result<(), String> {
+        cfg.validate().map_err(err)?;
+        if cfg.efficient {
+            return Err("hcct.efficient (HCCT-E) runs in `federico simulate` only".into());
+        }
+        if cfg.optimizer == Optimizer::Adam {
+            return Err(
+                "hcct.optimizer = \"adam\" runs in `federico simulate` only; use \"sgd\"".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The round open now.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Silos registered so far.
+    pub fn registered(&self) -> usize {
+        self.sizes.iter().flatten().count()
+    }
+
+    /// Every silo registered: rounds may run.
+    pub fn ready(&self) -> bool {
+        self.coord.is_some()
+    }
+
+    /// The current round's groups (empty until every silo registered).
+    pub fn groups(&self) -> &[Vec<usize>] {
+        self.coord.as_ref().map_or(&[], |c| c.groups())
+    }
+
+    /// Records silo `index`'s sample count. A silo that registers again (a restart) must give
+    /// the same count once the run started: the partition weighs fixed sizes.
+    pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
+        let n = self.sizes.len();
+        let slot = self
+            .sizes
+            .get_mut(index)
+            .ok_or_else(|| format!("silo {index} is not one of the {n} silos of this run"))?;
+        let d = usize::try_from(n_train)
+            .ok()
+            .filter(|&d| d > 0)
+            .ok_or_else(|| format!("n_train = {n_train}; a silo needs at least 1 sample"))?;
+        match *slot {
+            Some(old) if old != d && self.coord.is_some() => {
+                return Err(format!(
+                    "silo {index} registered {old} samples before and now {d}; HCCT keeps sizes fixed for the run"
+                ));
+            }
+            _ => *slot = Some(d),
+        }
+        if self.coord.is_none() && self.sizes.iter().all(Option::is_some) {
+            let sizes = self.sizes.iter().flatten().copied().collect();
+            self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
+        }
+        Ok(())
+    }
+
+    /// Records silo `index`'s end model of `round`. Refused: before every silo registered,
+    /// another round than the open one, or a model of the wrong size. Returns true when every
+    /// silo has sent.
+    pub fn update(
+        &mut self,
+        index: usize,
+        round: u64,
+        params: Arc<Vec<f32>>,
+    ) -> Result<bool, String> {
+        if self.coord.is_none() {
+            return Err("not every silo has registered yet".into());
+        }
+        if self.sizes.get(index).is_none_or(Option::is_none) {
+            return Err(format!("silo {index} sent an update without registering"));
+        }
+        if round != self.round {
+            return Err(format!(
+                "update for round {round}, but round {} is open",
+                self.round
+            ));
+        }
+        if params.len() != self.models[0].len() {
+            return Err(format!(
+                "{} parameters where the model has {}",
+                params.len(),
+                self.models[0].len()
+            ));
+        }
+        self.pending.insert(index, params);
+        Ok(self.all_in())
+    }
+
+    /// Every silo has sent its end model for the open round.
+    pub fn all_in(&self) -> bool {
+        self.coord.is_some() && self.pending.len() == self.sizes.len()
+    }
+
+    fn sizes(&self) -> Vec<usize> {
+        self.sizes.iter().map(|d| d.unwrap_or(0)).collect()
+    }
+
+    /// ŵ of `group`: the size-weighted average of its members' models.
+    fn start(&self, group: &[usize]) -> Result<Vec<f32>, String> {
+        let ms: Vec<&[f32]> = group.iter().map(|&i| self.models[i].as_slice()).collect();
+        let sizes = self.sizes();
+        let ds: Vec<usize> = group.iter().map(|&i| sizes[i]).collect();
+        group_average(&ms, &ds).map_err(err)
+    }
+
+    /// Closes the open round: pseudo-gradients of the senders against their group's start
+    /// model, the next partition, and each group's aggregate adopted by its members.
+    pub fn close(&mut self, timed_out: bool) -> Result<RoundLog, String> {
+        let Some(coord) = &self.coord else {
+            return Err("no round is open before every silo registered".into());
+        };
+        let groups = coord.groups().to_vec();
+        let n = self.sizes.len();
+        let lr = self.cfg.sgd_lr(self.round as usize);
+        let starts: Vec<Vec<f32>> = groups
+            .iter()
+            .map(|g| self.start(g))
+            .collect::<Result<_, _>>()?;
+        let mut group_of = vec![0; n];
+        for (k, g) in groups.iter().enumerate() {
+            g.iter().for_each(|&i| group_of[i] = k);
+        }
+        let grads: Vec<Option<Vec<f32>>> = (0..n)
+            .map(|i| {
+                self.pending
+                    .get(&i)
+                    .map(|end| pseudo_gradient(&starts[group_of[i]], end, lr))
+            })
+            .collect();
+        let refs: Vec<Option<&[f32]>> = grads.iter().map(Option::as_deref).collect();
+        let sizes = self.sizes();
+        let coord = self.coord.as_mut().expect("checked above");
+        let next = coord.handle_reports(&refs).map_err(err)?.groups.clone();
+        let stale = (0..n).filter(|&i| coord.stale()[i]).collect();
+        for (g, start) in groups.iter().zip(starts) {
+            let senders: Vec<usize> = g
+                .iter()
+                .copied()
+                .filter(|i| self.pending.contains_key(i))
+                .collect();
+            let model = if senders.is_empty() {
+                start
+            } else {
+                let ms: Vec<&[f32]> = senders.iter().map(|i| self.pending[i].as_slice()).collect();
+                let ds: Vec<usize> = senders.iter().map(|&i| sizes[i]).collect();
+                group_average(&ms, &ds).map_err(err)?
+            };
+            let model = Arc::new(model);
+            for &i in g {
+                self.models[i] = model.clone();
+            }
+        }
+        let log = RoundLog {
+            round: self.round,
+            groups,
+            senders: self.pending.keys().copied().collect(),
+            next_groups: next,
+            stale,
+            timed_out,
+        };
+        self.pending.clear();
+        self.round += 1;
+        Ok(log)
+    }
+
+    /// Answers silo `index`'s fetch of round `round`: its group's start model, or once the
+    /// run is over its final model. An older round is answered with the open one.
+    pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
+        let Some(coord) = &self.coord else {
+            return Ok(FetchAnswer::Hold);
+        };
+        if index >= self.sizes.len() {
+            return Err(format!(
+                "silo {index} is not one of the {} silos of this run",
+                self.sizes.len()
+            ));
+        }
+        if round > self.round {
+            return Ok(FetchAnswer::Hold);
+        }
+        if self.round >= self.rounds {
+            return Ok(FetchAnswer::Now {
+                round: self.round,
+                params: self.models[index].clone(),
+            });
+        }
+        let group = coord
+            .groups()
+            .iter()
+            .find(|g| g.contains(&index))
+            .ok_or_else(|| format!("silo {index} is in no group"))?;
+        Ok(FetchAnswer::Now {
+            round: self.round,
+            params: Arc::new(self.start(group)?),
+        })
+    }
+
+    /// The checkpoint's bytes: versioned header, then round, sizes, models and the partition
+    /// schedule's state.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let mut out = crate::store::header(MAGIC, VERSION);
+        let body = Saved {
+            round: self.round,
+            sizes: self.sizes.clone(),
+            models: self.models.iter().map(|m| m.to_vec()).collect(),
+            coord: self.coord.as_ref().map(Coordinator::snapshot),
+        };
+        bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// Restores a checkpoint for this run's settings (header, version, body and its fit to
+    /// `cfg`/`nodes` checked; no pending updates).
+    pub fn decode(cfg: HcctConfig, rounds: u64, bytes: &[u8]) -> Result<Self, String> {
+        Self::check_config(&cfg)?;
+        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
+        let (s, used): (Saved, usize) =
+            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+        if used != body.len() {
+            return Err("trailing bytes".into());
+        }
+        let n = s.sizes.len();
+        if n == 0 || s.models.len() != n {
+            return Err(format!("{} models for {n} silos", s.models.len()));
+        }
+        if s.models.iter().any(|m| m.len() != s.models[0].len()) {
+            return Err("models of different sizes".into());
+        }
+        let coord = match s.coord {
+            Some(snap) => {
+                let sizes: Vec<usize> = s.sizes.iter().map(|d| d.unwrap_or(0)).collect();
+                if sizes.contains(&0) {
+                    return Err("a partition saved before every silo registered".into());
+                }
+                Some(Coordinator::restore(sizes, cfg.coordinator_config(), snap).map_err(err)?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            cfg,
+            rounds,
+            round: s.round,
+            sizes: s.sizes,
+            models: s.models.into_iter().map(Arc::new).collect(),
+            coord,
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// Silos in this run.
+    pub fn nodes(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Parameters per model.
+    pub fn num_params(&self) -> usize {
+        self.models[0].len()
+    }
+}
+
+const MAGIC: &[u8; 8] = b"FEDHCCT1";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    round: u64,
+    sizes: Vec<Option<usize>>,
+    models: Vec<Vec<f32>>,
+    coord: Option<CoordinatorSnapshot>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::hcct::Alpha;
+
+    fn cfg() -> HcctConfig {
+        HcctConfig {
+            alpha: Alpha::Constant(0.0),
+            ..HcctConfig::default()
+        }
+    }
+
+    fn registered(n: usize) -> HcctServer {
+        let mut s = HcctServer::new(cfg(), n, 5, vec![0.0; 3]).unwrap();
+        for i in 0..n {
+            s.register(i, 10 * (i as u64 + 1)).unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn nothing_starts_before_every_silo_registered() {
+        let mut s = HcctServer::new(cfg(), 3, 5, vec![0.0; 3]).unwrap();
+        s.register(0, 10).unwrap();
+        s.register(2, 30).unwrap();
+        assert!(!s.ready());
+        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+        assert!(s.update(0, 0, Arc::new(vec![1.0; 3])).is_err());
+        assert!(s.close(true).is_err());
+        assert!(s.register(3, 10).is_err());
+        assert!(s.register(1, 0).is_err());
+        s.register(1, 20).unwrap();
+        assert!(s.ready());
+        assert_eq!(s.groups(), [vec![0], vec![1], vec![2]]);
+        assert!(
+            s.register(1, 21).is_err(),
+            "sizes are fixed once the run started"
+        );
+        s.register(1, 20).unwrap();
+        match s.fetch(1, 0).unwrap() {
+            FetchAnswer::Now { round, params } => {
+                assert_eq!(round, 0);
+                assert_eq!(*params, vec![0.0; 3]);
+            }
+            FetchAnswer::Hold => panic!("round 0 is open"),
+        }
+    }
+
+    /// With α = 0 nobody merges (independent training): every silo keeps its own end model.
+    #[test]
+    fn alpha_zero_keeps_silos_apart_and_their_models_their_own() {
+        let mut s = registered(3);
+        assert!(!s.update(0, 0, Arc::new(vec![1.0, 0.0, 0.0])).unwrap());
+        assert!(!s.update(1, 0, Arc::new(vec![0.0, 1.0, 0.0])).unwrap());
+        assert!(s.update(2, 0, Arc::new(vec![0.0, 0.0, 1.0])).unwrap());
+        let log = s.close(false).unwrap();
+        assert_eq!(log.next_groups, [vec![0], vec![1], vec![2]]);
+        assert_eq!(log.senders, [0, 1, 2]);
+        assert_eq!(s.round(), 1);
+        match s.fetch(1, 1).unwrap() {
+            FetchAnswer::Now { params, .. } => assert_eq!(*params, vec![0.0, 1.0, 0.0]),
+            FetchAnswer::Hold => panic!("round 1 is open"),
+        }
+        assert_eq!(s.fetch(1, 2).unwrap(), FetchAnswer::Hold);
+    }
+
+    /// Identical pseudo-gradients merge into one group (spec degenerate case), and the group's
+    /// start model is the size-weighted average of its members' models.
+    #[test]
+    fn identical_updates_merge_and_start_from_the_weighted_average() {
+        let mut s = HcctServer::new(HcctConfig::default(), 2, 5, vec![0.0; 2]).unwrap();
+        s.register(0, 10).unwrap();
+        s.register(1, 30).unwrap();
+        s.update(0, 0, Arc::new(vec![-1.0, -1.0])).unwrap();
+        s.update(1, 0, Arc::new(vec![-1.0, -1.0])).unwrap();
+        let log = s.close(false).unwrap();
+        assert_eq!(log.next_groups, [vec![0, 1]]);
+        // Round 1: both start from the same average; they send different ends.
+        s.update(0, 1, Arc::new(vec![0.0, 4.0])).unwrap();
+        s.update(1, 1, Arc::new(vec![4.0, 0.0])).unwrap();
+        s.close(false).unwrap();
+        let want = group_average(&[&[0.0, 4.0], &[4.0, 0.0]], &[10, 30]).unwrap();
+        for i in 0..2 {
+            match s.fetch(i, 2).unwrap() {
+                FetchAnswer::Now { params, .. } => assert_eq!(*params, want),
+                FetchAnswer::Hold => panic!("round 2 is open"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_deadline_round_aggregates_the_senders_and_flags_the_missing_as_stale() {
+        let mut s = registered(3);
+        for i in 0..3 {
+            s.update(i, 0, Arc::new(vec![i as f32; 3])).unwrap();
+        }
+        s.close(false).unwrap();
+        s.update(0, 1, Arc::new(vec![5.0; 3])).unwrap();
+        let log = s.close(true).unwrap();
+        assert!(log.timed_out);
+        assert_eq!(log.senders, [0]);
+        assert_eq!(log.stale, [1, 2]);
+        // Silo 2 sent nothing: its singleton keeps its start model.
+        match s.fetch(2, 2).unwrap() {
+            FetchAnswer::Now { params, .. } => assert_eq!(*params, vec![2.0; 3]),
+            FetchAnswer::Hold => panic!(),
+        }
+    }
+
+    #[test]
+    fn bad_updates_change_nothing() {
+        let mut s = registered(2);
+        assert!(s.update(5, 0, Arc::new(vec![0.0; 3])).is_err());
+        assert!(s.update(0, 1, Arc::new(vec![0.0; 3])).is_err());
+        assert!(s.update(0, 0, Arc::new(vec![0.0; 4])).is_err());
+        assert!(!s.all_in());
+        assert!(s.fetch(9, 0).is_err());
+    }
+
+    #[test]
+    fn the_final_fetch_gives_each_silo_its_own_model() {
+        let mut s = HcctServer::new(cfg(), 2, 1, vec![0.0; 1]).unwrap();
+        s.register(0, 1).unwrap();
+        s.register(1, 1).unwrap();
+        s.update(0, 0, Arc::new(vec![3.0])).unwrap();
+        s.update(1, 0, Arc::new(vec![7.0])).unwrap();
+        s.close(false).unwrap();
+        for (i, want) in [(0, 3.0), (1, 7.0)] {
+            assert_eq!(
+                s.fetch(i, 1).unwrap(),
+                FetchAnswer::Now {
+                    round: 1,
+                    params: Arc::new(vec![want])
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn the_unsupported_variants_are_refused_by_name() {
+        let e = HcctServer::new(
+            HcctConfig {
+                efficient: true,
+                ..cfg()
+            },
+            2,
+            1,
+            vec![0.0],
+        )
+        .unwrap_err();
+        assert!(e.contains("hcct.efficient"), "{e}");
+        let e = HcctServer::new(
+            HcctConfig {
+                optimizer: Optimizer::Adam,
+                ..cfg()
+            },
+            2,
+            1,
+            vec![0.0],
+        )
+        .unwrap_err();
+        assert!(e.contains("adam"), "{e}");
+        assert!(HcctServer::new(cfg(), 0, 1, vec![0.0]).is_err());
+    }
+
+    /// A restarted coordinator carries on exactly: same groups, models and next partition.
+    #[test]
+    fn checkpoints_resume_exactly_and_refuse_damage() {
+        let mut s = HcctServer::new(HcctConfig::default(), 3, 9, vec![0.0; 2]).unwrap();
+        for i in 0..3 {
+            s.register(i, 10).unwrap();
+        }
+        let ends = [[1.0, 1.0], [1.1, 0.9], [-1.0, 1.0]];
+        for (i, e) in ends.iter().enumerate() {
+            s.update(i, 0, Arc::new(e.to_vec())).unwrap();
+        }
+        s.close(false).unwrap();
+        let bytes = s.encode().unwrap();
+        let mut back = HcctServer::decode(HcctConfig::default(), 9, &bytes).unwrap();
+        assert_eq!(back.round(), 1);
+        assert_eq!(back.groups(), s.groups());
+        for i in 0..3 {
+            assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
+        }
+        for t in [&mut s, &mut back] {
+            for i in 0..3 {
+                t.update(i, 1, Arc::new(vec![i as f32, 1.0])).unwrap();
+            }
+        }
+        assert_eq!(back.close(false).unwrap(), s.close(false).unwrap());
+        assert!(HcctServer::decode(HcctConfig::default(), 9, &bytes[..bytes.len() - 1]).is_err());
+        assert!(HcctServer::decode(HcctConfig::default(), 9, &bytes[..10]).is_err());
+        let mut other = bytes.clone();
+        other[0] = b'X';
+        assert!(HcctServer::decode(HcctConfig::default(), 9, &other).is_err());
+        let mut longer = bytes;
+        longer.push(0);
+        assert!(HcctServer::decode(HcctConfig::default(), 9, &longer).is_err());
+    }
+}
