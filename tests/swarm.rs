@@ -357,6 +357,13 @@ fn the_example_node_configs_and_manifest_are_valid() {
         );
         assert!(cfg.manifest.ends_with("node-config/manifest.toml"));
     }
+    let coord = federico::net::coordinator::CoordinatorConfig::load(Path::new(
+        "node-config/coordinator.toml",
+    ))
+    .unwrap();
+    assert_eq!(coord.algorithm, "hcct");
+    assert_eq!(coord.nodes, 3);
+    assert!(coord.manifest.ends_with("node-config/manifest.toml"));
 }
 
 #[test]

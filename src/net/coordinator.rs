@@ -571,3 +571,41 @@ fn serve_held(swarm: &mut libp2p::Swarm<CoordBehaviour>, state: &Server, held: &
     }
     *held = keep;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(edit: impl Fn(String) -> String) -> anyhow::Result<CoordinatorConfig> {
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("node-config/coordinator.toml"),
+        )
+        .unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, edit(text)).unwrap();
+        CoordinatorConfig::load(&path)
+    }
+
+    #[test]
+    fn the_example_loads_and_bad_settings_are_named() {
+        let c = load(|t| t).unwrap();
+        assert_eq!(c.hcct.alpha, crate::coord::hcct::Alpha::Constant(25.0));
+        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedsac""#))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allowed: \"feddisco\", \"hcct\""), "{e}");
+        let e = load(|t| t.replace("nodes = 3 ", "nodes = 0 "))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs nodes"), "{e}");
+        let e = load(|t| t.replace("one_shot = false", "efficient = true"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hcct.efficient"), "{e}");
+        let e = load(|t| t.replace("alpha = 25 ", "alpha = -1 "))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alpha"), "{e}");
+    }
+}
