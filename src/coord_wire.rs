@@ -1,5 +1,5 @@
 //! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode: FedDisco and
-//! HCCT): what a node and the thin coordinator say to each other, and the checks a received
+//! HCCT and FedSaC): what a node and the thin coordinator say to each other, and the checks a received
 //! message must pass before it reaches the coordinator's state.
 //! Owns: message types, the protocol name, and payload validation. Framing (8-byte length,
 //! bincode-2 body, bound checked before allocation) is [`crate::wire`]'s, so the same
@@ -9,7 +9,9 @@
 //! What crosses the wire: a node's sample count and, for FedDisco, its label-distribution
 //! discrepancy (`DiscoReport`, computed locally — the label histogram never leaves the node);
 //! its locally trained parameters once per round; and the model it starts the next round from
-//! back (FedDisco's global, or for HCCT its group's model).
+//! back (FedDisco's global, or for HCCT its group's model); for FedSaC also the node's feature
+//! subspace (k directions of its penultimate layer, never the features themselves), and back
+//! its personalised model, regulariser direction and cohort membership.
 //! The sender is the authenticated libp2p peer (Noise), so no message carries its sender's id.
 
 use crate::coord::feddisco::{DiscoReport, Metric};
@@ -18,6 +20,9 @@ use std::sync::Arc;
 
 /// Node ↔ coordinator requests and responses.
 pub const COORD_PROTOCOL: &str = "/federico/coord/1";
+
+/// The most directions a FedSaC subspace may have (the paper uses k = 3).
+pub const MAX_SUBSPACE_RANK: usize = 64;
 
 /// Node → coordinator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,6 +56,17 @@ pub enum CoordRequest {
         /// `D_i`: training samples.
         n_train: u64,
     },
+    /// FedSaC: a cohort member's locally trained model of round `round` and its feature
+    /// subspace (`k` orthonormal rows of the penultimate layer's width, computed from its own
+    /// samples; `None` when its features had rank below `k`).
+    Contribute {
+        /// The round trained.
+        round: u64,
+        /// Flat parameters in name-sorted order.
+        params: Arc<Vec<f32>>,
+        /// The subspace's basis rows.
+        subspace: Option<Vec<Vec<f64>>>,
+    },
 }
 
 /// Coordinator → node.
@@ -62,6 +78,18 @@ pub enum CoordResponse {
         round: u64,
         /// Flat parameters in name-sorted order.
         params: Arc<Vec<f32>>,
+    },
+    /// FedSaC: the silo's personalised model θ̃ for round `round`, its regulariser direction,
+    /// and whether it is in the round's cohort (trains and contributes).
+    Assigned {
+        /// The round.
+        round: u64,
+        /// θ̃: train from it, or once the run is over, score it.
+        params: Arc<Vec<f32>>,
+        /// c: the direction of its last aggregation.
+        direction: Option<Arc<Vec<f32>>>,
+        /// In this round's cohort.
+        train: bool,
     },
     /// A register or an update was recorded.
     Ack,
@@ -94,6 +122,23 @@ impl CoordRequest {
                 .map_err(|e| e.to_string())
             }
             CoordRequest::Fetch { .. } => Ok(()),
+            CoordRequest::Contribute {
+                params, subspace, ..
+            } => {
+                crate::wire::check_vector(params, num_params).map_err(|e| e.to_string())?;
+                if let Some(rows) = subspace {
+                    if rows.is_empty() || rows.len() > MAX_SUBSPACE_RANK {
+                        return Err(format!(
+                            "a subspace of {} rows; 1 to {MAX_SUBSPACE_RANK} allowed",
+                            rows.len()
+                        ));
+                    }
+                    if rows.iter().flatten().any(|v| !v.is_finite()) {
+                        return Err("a non-finite value in the subspace".into());
+                    }
+                }
+                Ok(())
+            }
             CoordRequest::Join { n_train } => {
                 if *n_train == 0 {
                     return Err("n_train is 0; a node needs at least 1 labelled sample".into());
@@ -133,6 +178,17 @@ mod tests {
         });
         roundtrip(CoordRequest::Fetch { round: 7 });
         roundtrip(CoordRequest::Join { n_train: 40 });
+        roundtrip(CoordRequest::Contribute {
+            round: 2,
+            params: Arc::new(vec![0.5; 3]),
+            subspace: Some(vec![vec![1.0, 0.0], vec![0.0, 1.0]]),
+        });
+        roundtrip(CoordResponse::Assigned {
+            round: 2,
+            params: Arc::new(vec![0.5; 3]),
+            direction: Some(Arc::new(vec![0.1; 3])),
+            train: true,
+        });
         roundtrip(CoordRequest::Update {
             round: 3,
             params: Arc::new(vec![1.0, -2.5, 0.0]),
@@ -206,6 +262,20 @@ mod tests {
                 .check(Metric::Kl, 10, 4)
                 .is_ok()
         );
+        let contribute = |params: Vec<f32>, subspace: Option<Vec<Vec<f64>>>| {
+            CoordRequest::Contribute {
+                round: 0,
+                params: Arc::new(params),
+                subspace,
+            }
+            .check(Metric::Kl, 10, 4)
+        };
+        assert!(contribute(vec![0.0; 4], Some(vec![vec![1.0, 0.0]])).is_ok());
+        assert!(contribute(vec![0.0; 4], None).is_ok());
+        assert!(contribute(vec![0.0; 3], None).is_err());
+        assert!(contribute(vec![0.0; 4], Some(vec![])).is_err());
+        assert!(contribute(vec![0.0; 4], Some(vec![vec![f64::NAN]])).is_err());
+        assert!(contribute(vec![0.0; 4], Some(vec![vec![1.0]; 65])).is_err());
         let up = |params: Vec<f32>| CoordRequest::Update {
             round: 0,
             params: Arc::new(params),

@@ -1,9 +1,11 @@
 //! Coordinated mode (issue 5) with real processes on 127.0.0.1: a FedDisco coordinator and 4
 //! nodes end to end, the coordinator killed (SIGKILL) mid-run and restarted from its
-//! checkpoint (FedDisco and HCCT), and `federico swarm` starting a coordinator with 6
-//! (FedDisco) or 8 (HCCT) nodes, against `simulate`.
+//! checkpoint (FedDisco, HCCT and FedSaC), and `federico swarm` starting a coordinator with 6
+//! (FedDisco) or 8 (HCCT, FedSaC) nodes, against `simulate`.
 
 use federico::coord::feddisco_server::ServerState;
+use federico::coord::fedsac::PrincipalAngles;
+use federico::coord::fedsac_server::{FedsacServer, Settings};
 use federico::coord::hcct_server::HcctServer;
 use federico::launch::coordinated::{self, CoordinatorSetup};
 use federico::launch::{self, Prepared, SwarmOptions};
@@ -24,6 +26,7 @@ fn scenario(rounds: usize) -> Scenario {
         "feddisco.lr=0.05".into(),
         // HCCT: a size term strong enough for the quick start's silos to merge.
         "hcct.alpha=20".into(),
+        "fedsac.local_steps=20".into(),
     ]
     .to_vec();
     Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
@@ -171,6 +174,11 @@ fn killing_the_hcct_coordinator_mid_run_falls_back_and_reattaches() {
     kill_the_coordinator_mid_run(Algorithm::Hcct);
 }
 
+#[test]
+fn killing_the_fedsac_coordinator_mid_run_falls_back_and_reattaches() {
+    kill_the_coordinator_mid_run(Algorithm::Fedsac);
+}
+
 /// (round, registered silos) of the coordinator's checkpoint.
 fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
     let path = s.coord_dir.join("coordinator.bin");
@@ -178,6 +186,20 @@ fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
         let bytes = std::fs::read(path).unwrap();
         let h = HcctServer::decode(sc.hcct.clone(), sc.rounds as u64, &bytes).unwrap();
         (h.round(), h.registered())
+    } else if algorithm == Algorithm::Fedsac {
+        let bytes = std::fs::read(path).unwrap();
+        let f = &sc.fedsac;
+        let settings = Settings {
+            alpha: f.alpha,
+            beta: f.beta,
+            alpha_cutoff: f.alpha_cutoff,
+            principal_angles: PrincipalAngles::Standard,
+            cohort_size: f.cohort_size,
+            score_trained: false,
+        };
+        // The cohort stream's seed does not matter for the round and the registrations.
+        let s = FedsacServer::decode(settings, sc.rounds as u64, 0, &bytes).unwrap();
+        (s.round(), s.registered())
     } else {
         let d = ServerState::load(&path).unwrap().unwrap();
         (d.round, d.reports.len())
@@ -248,7 +270,7 @@ fn kill_the_coordinator_mid_run(algorithm: Algorithm) {
         hashes.push(last["model_hash"].as_str().unwrap().to_string());
     }
     if algorithm == Algorithm::Feddisco {
-        // One global for all; HCCT's silos end with their groups' models.
+        // One global for all; HCCT's and FedSaC's silos end with their own models.
         assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
     }
     eprintln!(
@@ -401,4 +423,89 @@ fn an_hcct_swarm_of_eight_nodes_forms_groups_and_matches_simulate() {
             );
         }
     }
+}
+
+/// FedSaC over the network with a partial cohort: the simulator's cohorts (the coordinator's
+/// log) and every silo's final accuracy, exactly; silos outside a cohort do not train.
+#[test]
+fn a_fedsac_swarm_of_eight_nodes_with_cohorts_of_five_matches_simulate() {
+    let over: Vec<String> = [
+        "rounds=20",
+        "eval_every=10",
+        "algorithms=[\"fedsac\"]",
+        "fedsac.cohort_size=5",
+        "fedsac.local_steps=50",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let swarm = launch::swarm(
+        &sc,
+        &SwarmOptions {
+            out: tmp.path().join("swarm"),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(60),
+            netns: false,
+        },
+    )
+    .expect("the swarm runs");
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (a, b) = (
+        &swarm.summary.runs[0].algorithms,
+        &sim.summary.runs[0].algorithms,
+    );
+    assert_eq!(a[0].algorithm, "fedsac");
+    assert_eq!(a[0].per_client.len(), 8);
+    assert_eq!(a[0].per_client, b[0].per_client);
+    let clog = lines(
+        &tmp.path()
+            .join("swarm/seed-1/coordinator/coordinator.jsonl"),
+    );
+    assert_eq!(clog.len(), 20);
+    for l in &clog {
+        let cohort: Vec<usize> = serde_json::from_value(l["cohort"].clone()).unwrap();
+        assert_eq!(cohort.len(), 5, "{l}");
+        assert_eq!(l["senders"], l["cohort"], "{l}");
+        assert!(!l["timed_out"].as_bool().unwrap(), "{l}");
+    }
+    // A silo trained exactly in the rounds whose cohort held it.
+    for (i, d) in (0..8).zip(&swarm_state_dirs(&tmp.path().join("swarm/seed-1"))) {
+        let (per_round, _) = node_log(d);
+        let trained: Vec<bool> = per_round
+            .iter()
+            .map(|l| l["trained"].as_bool().unwrap())
+            .collect();
+        let picked: Vec<bool> = clog
+            .iter()
+            .map(|l| {
+                l["cohort"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c.as_u64() == Some(i))
+            })
+            .collect();
+        assert_eq!(trained, picked, "silo {i}");
+    }
+}
+
+/// The nodes' state directories of a swarm seed, by silo.
+fn swarm_state_dirs(seed_dir: &Path) -> Vec<PathBuf> {
+    (0..8)
+        .map(|i| seed_dir.join(format!("nodes/silo-{i}")))
+        .collect()
 }

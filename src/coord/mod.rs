@@ -10,5 +10,6 @@ pub mod fedcollab;
 pub mod feddisco;
 pub mod feddisco_server;
 pub mod fedsac;
+pub mod fedsac_server;
 pub mod hcct;
 pub mod hcct_server;

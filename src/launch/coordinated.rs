@@ -1,4 +1,4 @@
-//! `federico swarm` for a coordinator algorithm (issue 5: FedDisco or HCCT): a
+//! `federico swarm` for a coordinator algorithm (issue 5: FedDisco, HCCT or FedSaC): a
 //! `federico coordinator` process beside the node processes, every node in coordinated mode,
 //! on 127.0.0.1.
 //!
@@ -24,7 +24,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// The coordinator algorithms that run over the network.
-pub const NETWORKED: [Algorithm; 2] = [Algorithm::Feddisco, Algorithm::Hcct];
+pub const NETWORKED: [Algorithm; 3] = [Algorithm::Feddisco, Algorithm::Hcct, Algorithm::Fedsac];
 
 /// A coordinator added to a prepared run directory.
 #[derive(Clone, Debug)]
@@ -74,6 +74,7 @@ pub fn add_coordinator(
             coordinator: coordinator.to_string(),
             feddisco: scenario.feddisco.clone(),
             hcct: scenario.hcct.clone(),
+            fedsac: scenario.fedsac.clone(),
             fetch_s,
         });
         std::fs::write(c, toml::to_string(&cfg)?)?;
@@ -90,6 +91,7 @@ pub fn add_coordinator(
         algorithm: algorithm.name().into(),
         feddisco: scenario.feddisco.clone(),
         hcct: scenario.hcct.clone(),
+        fedsac: scenario.fedsac.clone(),
         update_deadline_s,
         seed,
         model: scenario.model.clone(),

@@ -20,7 +20,7 @@ use crate::coord::hcct_server::HcctServer;
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{Stream, stream_seed};
 use crate::learn::{Dataset, Learner, Sgd, Shard};
-use crate::scenario::FeddiscoConfig;
+use crate::scenario::{FeddiscoConfig, FedsacConfig};
 use crate::sim::{BatchCursor, sgd_steps};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport};
@@ -42,7 +42,7 @@ use tracing::{info, warn};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoordinatedConfig {
-    /// The algorithm: `"feddisco"` or `"hcct"`.
+    /// The algorithm: `"feddisco"`, `"hcct"` or `"fedsac"`.
     pub mode: String,
     /// The coordinator's peer ID; its addresses come from the manifest.
     pub coordinator: String,
@@ -53,6 +53,10 @@ pub struct CoordinatedConfig {
     /// `[hcct]` as the coordinator's.
     #[serde(default)]
     pub hcct: HcctConfig,
+    /// FedSaC's local recipe (steps, lr, momentum, weight decay, λ and its sign, k, feature
+    /// samples); the same `[fedsac]` as the coordinator's.
+    #[serde(default)]
+    pub fedsac: FedsacConfig,
     /// How long a fetch of the next global may take before the node falls back to its own
     /// model for the round, in seconds.
     #[serde(default = "default_fetch_s")]
@@ -68,6 +72,8 @@ const STREAM_TAG: u64 = 0xD15C_0000;
 
 /// A silo's local training between two fetches, with the simulator's recipe and batch
 /// stream for each algorithm, so a swarm trains exactly as `federico simulate` does.
+// One per node, moved to the training thread and back each round: size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum LocalRecipe {
     /// FedDisco: `local_epochs` epochs' worth of SGD steps (momentum, weight decay), a fresh
     /// optimiser every round, batches from a recycled shuffled order.
@@ -77,10 +83,17 @@ enum LocalRecipe {
     },
     /// HCCT: E epochs of plain mini-batch SGD at η_t, each epoch a fresh shuffle.
     Hcct { cfg: HcctConfig, rng: StdRng },
+    /// FedSaC: `local_steps` SGD steps with the cosine regulariser, then the feature subspace.
+    Fedsac {
+        cfg: Box<FedsacConfig>,
+        cursor: BatchCursor,
+        features: StdRng,
+    },
 }
 
 impl LocalRecipe {
-    /// Trains `p` on `data` for the round that started from the coordinator's round `round`.
+    /// Trains `p` on `data` for the round that started from the coordinator's round `round`
+    /// (FedSaC: regularised towards `direction`); FedSaC's feature subspace rows, if any.
     fn train(
         &mut self,
         learner: &mut Learner,
@@ -88,7 +101,8 @@ impl LocalRecipe {
         data: &Dataset,
         batch: usize,
         round: u64,
-    ) -> Result<(), String> {
+        direction: Option<&[f32]>,
+    ) -> Result<Option<Vec<Vec<f64>>>, String> {
         match self {
             LocalRecipe::Feddisco { cfg, cursor } => {
                 let steps = cfg.local_epochs * (data.len() / batch).max(1);
@@ -99,15 +113,25 @@ impl LocalRecipe {
                     cfg.weight_decay as f32,
                 );
                 sgd_steps(learner, p, &mut opt, data, cursor, batch, steps, |_, _| {})
+                    .map(|_| None)
                     .map_err(|e| e.to_string())
             }
+            LocalRecipe::Fedsac {
+                cfg,
+                cursor,
+                features,
+            } => crate::sim::fedsac_train_silo(
+                learner, p, data, cursor, features, batch, cfg, direction,
+            )
+            .map(|q| q.map(|q| q.rows().to_vec()))
+            .map_err(|e| e.to_string()),
             LocalRecipe::Hcct { cfg, rng } => {
                 let lr = cfg.sgd_lr(round as usize) as f32;
                 for _ in 0..cfg.epochs {
                     crate::sim::hcct_sgd_epoch(learner, p, data, lr, batch, rng)
                         .map_err(|e| e.to_string())?;
                 }
-                Ok(())
+                Ok(None)
             }
         }
     }
@@ -121,6 +145,8 @@ struct RoundLine {
     /// The coordinator's round of the global trained from (None when detached).
     global_round: Option<u64>,
     attached: bool,
+    /// Trained this round (a FedSaC silo outside the cohort does not).
+    trained: bool,
     update_acked: bool,
     seconds: f64,
     at: f64,
@@ -294,7 +320,13 @@ pub async fn run(
         "hcct" => {
             HcctServer::check_config(&cc.hcct).map_err(|e| anyhow::anyhow!("[coordinated] {e}"))?
         }
-        other => anyhow::bail!("[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\""),
+        "fedsac" => cc
+            .fedsac
+            .validate()
+            .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
+        other => anyhow::bail!(
+            "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\""
+        ),
     }
     let coordinator: PeerId = cc
         .coordinator
@@ -330,7 +362,7 @@ pub async fn run(
     let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
     let n_train = data.train.len() as u64;
     let register = match cc.mode.as_str() {
-        "hcct" => CoordRequest::Join { n_train },
+        "hcct" | "fedsac" => CoordRequest::Join { n_train },
         _ => {
             let counts: Vec<u64> = data
                 .train
@@ -376,6 +408,15 @@ pub async fn run(
         ),
     };
     let mut recipe = match cc.mode.as_str() {
+        "fedsac" => {
+            let rng =
+                |tag: u64| StdRng::seed_from_u64(stream_seed(cfg.seed ^ tag, me, Stream::Batches));
+            LocalRecipe::Fedsac {
+                cfg: Box::new(cc.fedsac.clone()),
+                cursor: BatchCursor::new(data.train.len(), rng(crate::sim::FEDSAC_STREAM_TAG)),
+                features: rng(crate::sim::FEDSAC_FEATURE_TAG),
+            }
+        }
         "hcct" => LocalRecipe::Hcct {
             cfg: cc.hcct.clone(),
             rng: StdRng::seed_from_u64(stream_seed(
@@ -473,42 +514,74 @@ pub async fn run(
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
                 r = fetch_within(&tx, want, left) => r,
             };
-            let global_round = match got {
-                Ok(CoordResponse::Global { round: g, params }) if params.len() == model.len() => {
+            let fits = |p: &[f32]| p.len() == model.len();
+            let (global_round, direction, train) = match got {
+                Ok(CoordResponse::Global { round: g, params }) if fits(&params) => {
                     model = params.to_vec();
                     last_global = Some(g);
-                    Some(g)
+                    (Some(g), None, true)
+                }
+                Ok(CoordResponse::Assigned {
+                    round: g,
+                    params,
+                    direction,
+                    train,
+                }) if fits(&params) && direction.as_deref().is_none_or(|d| fits(d)) => {
+                    model = params.to_vec();
+                    last_global = Some(g);
+                    (Some(g), direction, train)
                 }
                 other => {
                     warn!(
                         round,
                         ?other,
-                        "no global: training from the last model (fallback)"
+                        "no model from the coordinator: training from the last model (fallback)"
                     );
                     registered = false;
-                    None
+                    (None, None, true)
                 }
             };
             // Local training off the event loop, with the simulator's recipe. Detached, the
-            // round's schedule (HCCT's η_t) follows the node's own round.
-            let (l, r, d, p) = (learner, recipe, data.clone(), model);
-            let at = global_round.unwrap_or(round);
-            let (l, r, p) = tokio::task::spawn_blocking(move || {
-                let (mut l, mut r, mut p) = (l, r, p);
-                r.train(&mut l, &mut p, &d.train, batch, at)
-                    .map(|_| (l, r, p))
-            })
-            .await?
-            .map_err(|e| anyhow::anyhow!("training: {e}"))?;
-            learner = l;
-            recipe = r;
-            let local = p;
+            // round's schedule (HCCT's η_t) follows the node's own round. A FedSaC silo outside
+            // the round's cohort does not train.
+            let contributes = matches!(recipe, LocalRecipe::Fedsac { .. });
+            let (local, subspace) = if train {
+                let (l, r, d, p) = (learner, recipe, data.clone(), model.clone());
+                let at = global_round.unwrap_or(round);
+                let (l, r, p, q) = tokio::task::spawn_blocking(move || {
+                    let (mut l, mut r, mut p) = (l, r, p);
+                    r.train(
+                        &mut l,
+                        &mut p,
+                        &d.train,
+                        batch,
+                        at,
+                        direction.as_ref().map(|d| d.as_slice()),
+                    )
+                    .map(|q| (l, r, p, q))
+                })
+                .await?
+                .map_err(|e| anyhow::anyhow!("training: {e}"))?;
+                learner = l;
+                recipe = r;
+                (p, q)
+            } else {
+                (model.clone(), None)
+            };
             let mut acked = false;
-            if let Some(g) = global_round {
-                let up = CoordRequest::Update {
-                    round: g,
-                    params: Arc::new(local.clone()),
-                    n_train,
+            if let Some(g) = global_round.filter(|_| train) {
+                let up = if contributes {
+                    CoordRequest::Contribute {
+                        round: g,
+                        params: Arc::new(local.clone()),
+                        subspace,
+                    }
+                } else {
+                    CoordRequest::Update {
+                        round: g,
+                        params: Arc::new(local.clone()),
+                        n_train,
+                    }
                 };
                 acked = match ask(&tx, up.clone(), fetch).await {
                     Ok(CoordResponse::Ack) => true,
@@ -542,6 +615,7 @@ pub async fn run(
                 round,
                 global_round,
                 attached: global_round.is_some(),
+                trained: train,
                 update_acked: acked,
                 seconds: started.elapsed().as_secs_f64(),
                 at: std::time::SystemTime::now()
@@ -572,7 +646,12 @@ pub async fn run(
         let want = last_global.map_or(0, |g| g + 1).max(cfg.rounds);
         let fetch = fetch * 4;
         let mut final_round = None;
-        if let Ok(CoordResponse::Global { round: g, params }) = fetch_within(&tx, want, fetch).await
+        if let Ok(
+            CoordResponse::Global { round: g, params }
+            | CoordResponse::Assigned {
+                round: g, params, ..
+            },
+        ) = fetch_within(&tx, want, fetch).await
             && params.len() == model.len()
         {
             model = params.to_vec();

@@ -1,28 +1,31 @@
-//! `federico coordinator --config FILE`: the thin FedDisco or HCCT coordinator as a libp2p
+//! `federico coordinator --config FILE`: the thin FedDisco, HCCT or FedSaC coordinator as a libp2p
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), held fetches,
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
 //! Must not: decide weights, groups or models itself ([`crate::coord::feddisco_server`] and
-//! [`crate::coord::hcct_server`] do; [`Server`] only dispatches to them).
+//! [`crate::coord::hcct_server`] and [`crate::coord::fedsac_server`] do; [`Server`] only
+//! dispatches to them).
 //!
 //! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
 //! FedDisco and HCCT start (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured
 //! model), so the coordinator needs the model, the sample shape and the class count, not the
-//! data. HCCT's silos are named by their index in the manifest, as in the simulator.
+//! data. HCCT's and FedSaC's silos are named by their index in the manifest, as in the
+//! simulator.
 
 use super::behaviour::Codec;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
+use crate::coord::fedsac_server::{self, FedsacServer};
 use crate::coord::hcct::HcctConfig;
 use crate::coord::hcct_server::{self, HcctServer};
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
-use crate::scenario::{FeddiscoConfig, ModelConfig};
+use crate::scenario::{FeddiscoConfig, FedsacConfig, FedsacScore, ModelConfig};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
@@ -55,7 +58,7 @@ pub struct CoordinatorConfig {
     pub state_dir: PathBuf,
     /// Rounds to run.
     pub rounds: u64,
-    /// `"feddisco"` or `"hcct"`.
+    /// `"feddisco"`, `"hcct"` or `"fedsac"`.
     #[serde(default = "feddisco_name")]
     pub algorithm: String,
     /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
@@ -65,6 +68,10 @@ pub struct CoordinatorConfig {
     /// round-0 and one-shot schedules; the nodes hold the same `[hcct]` for their training).
     #[serde(default)]
     pub hcct: HcctConfig,
+    /// FedSaC's parameters (α, β, α's cutoff, principal angles, cohort size, which model is
+    /// scored; the local recipe — steps, lr, λ, k, feature samples — is the nodes').
+    #[serde(default)]
+    pub fedsac: FedsacConfig,
     /// τ: how long a round waits for updates once it opened, in seconds.
     #[serde(default = "default_deadline")]
     pub update_deadline_s: f64,
@@ -123,8 +130,19 @@ impl CoordinatorConfig {
                     );
                 }
             }
+            "fedsac" => {
+                c.fedsac
+                    .validate()
+                    .map_err(|e| anyhow::anyhow!("{}: fedsac.{e}", path.display()))?;
+                if c.nodes == 0 {
+                    anyhow::bail!(
+                        "{}: algorithm = \"fedsac\" needs nodes = the number of silos",
+                        path.display()
+                    );
+                }
+            }
             other => anyhow::bail!(
-                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\"",
+                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\"",
                 path.display()
             ),
         }
@@ -135,6 +153,28 @@ impl CoordinatorConfig {
             anyhow::bail!("{}: classes must be ≥ 2", path.display());
         }
         Ok(c)
+    }
+
+    /// FedSaC's coordinator settings.
+    fn fedsac_settings(&self) -> fedsac_server::Settings {
+        let f = &self.fedsac;
+        fedsac_server::Settings {
+            alpha: f.alpha,
+            beta: f.beta,
+            alpha_cutoff: f.alpha_cutoff,
+            principal_angles: f.principal_angles,
+            cohort_size: f.cohort_size,
+            score_trained: f.score == FedsacScore::Trained,
+        }
+    }
+
+    /// The seed of FedSaC's cohort stream: the simulator's.
+    fn fedsac_sampler_seed(&self) -> u64 {
+        stream_seed(
+            self.seed ^ crate::sim::FEDSAC_STREAM_TAG,
+            NodeId(u32::MAX),
+            Stream::Sampling,
+        )
     }
 
     fn params(&self) -> Params {
@@ -167,6 +207,7 @@ struct LogLine {
 enum Server {
     Disco(ServerState, Params),
     Hcct(Box<HcctServer>),
+    Fedsac(Box<FedsacServer>),
 }
 
 impl Server {
@@ -174,6 +215,7 @@ impl Server {
         match self {
             Server::Disco(s, _) => s.round,
             Server::Hcct(s) => s.round(),
+            Server::Fedsac(s) => s.round(),
         }
     }
 
@@ -181,14 +223,17 @@ impl Server {
         match self {
             Server::Disco(s, _) => s.reports.len(),
             Server::Hcct(s) => s.registered(),
+            Server::Fedsac(s) => s.registered(),
         }
     }
 
-    /// The round clock may run: FedDisco once anyone registered, HCCT once everyone did.
+    /// The round clock may run: FedDisco once anyone registered, HCCT and FedSaC once everyone
+    /// did.
     fn clock_may_run(&self) -> bool {
         match self {
             Server::Disco(s, _) => !s.reports.is_empty(),
             Server::Hcct(s) => s.ready(),
+            Server::Fedsac(s) => s.ready(),
         }
     }
 
@@ -196,6 +241,7 @@ impl Server {
         match self {
             Server::Disco(s, _) => s.global.len(),
             Server::Hcct(s) => s.num_params(),
+            Server::Fedsac(s) => s.num_params(),
         }
     }
 
@@ -227,34 +273,67 @@ impl Server {
                 let i = index.ok_or(NOT_A_SILO)?;
                 s.register(i, *n_train)
             }
+            (Server::Fedsac(s), CoordRequest::Join { n_train }) => {
+                let i = index.ok_or(NOT_A_SILO)?;
+                s.register(i, *n_train)
+            }
             (Server::Disco(..), _) => {
                 Err("this coordinator runs feddisco: register with (n_train, discrepancy)".into())
             }
             (Server::Hcct(_), _) => Err("this coordinator runs hcct: join with n_train".into()),
+            (Server::Fedsac(_), _) => Err("this coordinator runs fedsac: join with n_train".into()),
         }
     }
 
+    /// Handles an `Update` or a `Contribute`; true when every expected sender has sent.
     fn update(
         &mut self,
         who: &str,
         index: Option<usize>,
-        round: u64,
-        params: std::sync::Arc<Vec<f32>>,
+        req: CoordRequest,
     ) -> Result<bool, String> {
-        match self {
-            Server::Disco(s, _) => s.update(who, round, params),
-            Server::Hcct(s) => s.update(index.ok_or(NOT_A_SILO)?, round, params),
+        match (self, req) {
+            (Server::Disco(s, _), CoordRequest::Update { round, params, .. }) => {
+                s.update(who, round, params)
+            }
+            (Server::Hcct(s), CoordRequest::Update { round, params, .. }) => {
+                s.update(index.ok_or(NOT_A_SILO)?, round, params)
+            }
+            (
+                Server::Fedsac(s),
+                CoordRequest::Contribute {
+                    round,
+                    params,
+                    subspace,
+                },
+            ) => s.update(index.ok_or(NOT_A_SILO)?, round, params, subspace),
+            (Server::Fedsac(_), _) => {
+                Err("this coordinator runs fedsac: contribute a model and a subspace".into())
+            }
+            _ => Err("send the trained model as an update".into()),
         }
     }
 
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<FetchAnswer, String> {
+    /// The answer to a fetch, or `None` to hold it.
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
+        let global = |round, params| Some(CoordResponse::Global { round, params });
         match self {
-            Server::Disco(s, _) => Ok(s.fetch(round)),
+            Server::Disco(s, _) => Ok(match s.fetch(round) {
+                FetchAnswer::Now { round, params } => global(round, params),
+                FetchAnswer::Hold => None,
+            }),
             Server::Hcct(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
-                hcct_server::FetchAnswer::Now { round, params } => {
-                    FetchAnswer::Now { round, params }
-                }
-                hcct_server::FetchAnswer::Hold => FetchAnswer::Hold,
+                hcct_server::FetchAnswer::Now { round, params } => global(round, params),
+                hcct_server::FetchAnswer::Hold => None,
+            }),
+            Server::Fedsac(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
+                fedsac_server::FetchAnswer::Now(a) => Some(CoordResponse::Assigned {
+                    round: a.round,
+                    params: a.params,
+                    direction: a.direction,
+                    train: a.train,
+                }),
+                fedsac_server::FetchAnswer::Hold => None,
             }),
         }
     }
@@ -270,6 +349,10 @@ impl Server {
                 let l = s.close(timed_out)?;
                 (l.round, l.senders.len(), serde_json::to_value(&l))
             }
+            Server::Fedsac(s) => {
+                let l = s.close(timed_out)?;
+                (l.round, l.senders.len(), serde_json::to_value(&l))
+            }
         };
         Ok((round, senders, v.map_err(|e| e.to_string())?))
     }
@@ -278,6 +361,7 @@ impl Server {
         let bytes = match self {
             Server::Disco(s, _) => return s.save(path),
             Server::Hcct(s) => s.encode()?,
+            Server::Fedsac(s) => s.encode()?,
         };
         crate::store::write_atomic(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
@@ -344,6 +428,33 @@ pub async fn run(
             HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
                 .map_err(|e| anyhow::anyhow!(e))?,
         )),
+        ("fedsac", Some(b)) => {
+            let s = FedsacServer::decode(
+                cfg.fedsac_settings(),
+                cfg.rounds,
+                cfg.fedsac_sampler_seed(),
+                &b,
+            )
+            .map_err(bad)?;
+            if s.nodes() != cfg.nodes {
+                return Err(bad(format!(
+                    "saved for {} silos, the config has nodes = {}",
+                    s.nodes(),
+                    cfg.nodes
+                )));
+            }
+            Server::Fedsac(Box::new(s))
+        }
+        ("fedsac", None) => Server::Fedsac(Box::new(
+            FedsacServer::new(
+                cfg.fedsac_settings(),
+                cfg.nodes,
+                cfg.rounds,
+                cfg.fedsac_sampler_seed(),
+                init()?,
+            )
+            .map_err(|e| anyhow::anyhow!(e))?,
+        )),
         (_, Some(b)) => Server::Disco(ServerState::decode(&b).map_err(bad)?, params),
         (_, None) => Server::Disco(ServerState::new(init()?), params),
     };
@@ -355,13 +466,13 @@ pub async fn run(
         );
     }
     let num_params = state.num_params();
-    // HCCT's silos are the manifest's members, by index.
+    // HCCT's and FedSaC's silos are the manifest's members, by index.
     let index_of = |peer: &libp2p::PeerId| {
         manifest
             .members
             .iter()
             .position(|m| m.peer_id == *peer)
-            .filter(|&i| cfg.algorithm != "hcct" || i < cfg.nodes)
+            .filter(|&i| cfg.algorithm == "feddisco" || i < cfg.nodes)
     };
 
     let mut registry = prometheus_client::registry::Registry::default();
@@ -493,25 +604,22 @@ pub async fn run(
                         let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
                     }
                     CoordRequest::Fetch { round } => match state.fetch(index, round) {
-                        Ok(FetchAnswer::Now { round, params }) => {
-                            let _ = swarm.behaviour_mut().coord.send_response(
-                                channel,
-                                CoordResponse::Global { round, params },
-                            );
+                        Ok(Some(answer)) => {
+                            let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
                         }
-                        Ok(FetchAnswer::Hold) => held.push((index, round, channel)),
+                        Ok(None) => held.push((index, round, channel)),
                         Err(reason) => {
                             let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
                         }
                     },
-                    CoordRequest::Update { round, params: model, .. } => {
+                    CoordRequest::Update { .. } | CoordRequest::Contribute { .. } => {
                         if state.round() >= cfg.rounds {
                             let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
                                 reason: "the run is over".into(),
                             });
                             continue;
                         }
-                        match state.update(&who, index, round, model) {
+                        match state.update(&who, index, request) {
                             Ok(all_in) => {
                                 let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
                                 if all_in && state.registered() >= cfg.nodes {
@@ -560,8 +668,8 @@ fn serve_held(swarm: &mut libp2p::Swarm<CoordBehaviour>, state: &Server, held: &
     let mut keep = Vec::new();
     for (index, round, channel) in held.drain(..) {
         let answer = match state.fetch(index, round) {
-            Ok(FetchAnswer::Now { round, params }) => CoordResponse::Global { round, params },
-            Ok(FetchAnswer::Hold) => {
+            Ok(Some(answer)) => answer,
+            Ok(None) => {
                 keep.push((index, round, channel));
                 continue;
             }
@@ -591,10 +699,13 @@ mod tests {
     fn the_example_loads_and_bad_settings_are_named() {
         let c = load(|t| t).unwrap();
         assert_eq!(c.hcct.alpha, crate::coord::hcct::Alpha::Constant(25.0));
-        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedsac""#))
+        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedcollab""#))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("allowed: \"feddisco\", \"hcct\""), "{e}");
+        assert!(
+            e.contains("allowed: \"feddisco\", \"hcct\", \"fedsac\""),
+            "{e}"
+        );
         let e = load(|t| t.replace("nodes = 3 ", "nodes = 0 "))
             .unwrap_err()
             .to_string();

@@ -19,9 +19,9 @@ use rand::rngs::StdRng;
 use rayon::prelude::*;
 
 /// Keeps FedSaC's streams apart from the other algorithms' (mixed into the run seed).
-const STREAM_TAG: u64 = 0x5AC0_0000;
+pub(crate) const STREAM_TAG: u64 = 0x5AC0_0000;
 /// Keeps each silo's feature-sample draws apart from its batch order.
-const FEATURE_TAG: u64 = 0x5AC0_FEA7;
+pub(crate) const FEATURE_TAG: u64 = 0x5AC0_FEA7;
 
 /// A FedSaC run across the rounds of one seed.
 pub(crate) struct FedsacRun {
@@ -116,39 +116,16 @@ impl CoordinatedRun for FedsacRun {
                 .map(|(i, (((learner, cursor), frng), (start, dir)))| {
                     let data = &fed.clients[i].train;
                     let mut p = start.clone();
-                    let mut opt = Sgd::new(
-                        p.len(),
-                        cfg.lr as f32,
-                        cfg.momentum as f32,
-                        cfg.weight_decay as f32,
-                    );
-                    sgd_steps(
+                    let q = train_silo(
                         learner,
                         &mut p,
-                        &mut opt,
                         data,
                         cursor,
+                        frng,
                         batch,
-                        cfg.local_steps,
-                        |theta, grad| {
-                            if let Some(c) = dir {
-                                fedsac::add_regulariser_grad(
-                                    theta,
-                                    c,
-                                    cfg.lambda,
-                                    cfg.reg_sign,
-                                    grad,
-                                );
-                            }
-                        },
+                        cfg,
+                        dir.as_deref(),
                     )?;
-                    // The silo's own subspace: its fresh model's features on its own samples.
-                    let m = cfg.feature_samples.min(data.len());
-                    let mut rows = rand::seq::index::sample(frng, data.len(), m).into_vec();
-                    rows.sort_unstable();
-                    let feats = learner.features(&p, data, &rows)?;
-                    let q = fedsac::feature_subspace(&feats, learner.feature_width(), cfg.k)
-                        .map_err(core_error)?;
                     Ok((p, q))
                 })
                 .collect()
@@ -213,4 +190,47 @@ impl CoordinatedRun for FedsacRun {
             vec![(model.as_slice(), 1.0)]
         })
     }
+}
+
+/// One FedSaC silo's round (spec §4 step 1, §2.1): local SGD with momentum from `p` (a fresh
+/// optimiser, `local_steps` mini-batches from the recycled order `cursor`, plus the cosine
+/// regulariser towards `dir` when the silo has one), then its feature subspace from the
+/// trained model on `feature_samples` of its own samples drawn with `frng`. Shared by the
+/// simulator and the coordinated node, so both train exactly alike.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train_silo(
+    learner: &mut crate::learn::Learner,
+    p: &mut [f32],
+    data: &crate::learn::Dataset,
+    cursor: &mut BatchCursor,
+    frng: &mut StdRng,
+    batch: usize,
+    cfg: &FedsacConfig,
+    dir: Option<&[f32]>,
+) -> Result<Option<Subspace>, SimError> {
+    let mut opt = Sgd::new(
+        p.len(),
+        cfg.lr as f32,
+        cfg.momentum as f32,
+        cfg.weight_decay as f32,
+    );
+    sgd_steps(
+        learner,
+        p,
+        &mut opt,
+        data,
+        cursor,
+        batch,
+        cfg.local_steps,
+        |theta, grad| {
+            if let Some(c) = dir {
+                fedsac::add_regulariser_grad(theta, c, cfg.lambda, cfg.reg_sign, grad);
+            }
+        },
+    )?;
+    let m = cfg.feature_samples.min(data.len());
+    let mut rows = rand::seq::index::sample(frng, data.len(), m).into_vec();
+    rows.sort_unstable();
+    let feats = learner.features(p, data, &rows)?;
+    fedsac::feature_subspace(&feats, learner.feature_width(), cfg.k).map_err(core_error)
 }

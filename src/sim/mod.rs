@@ -16,6 +16,10 @@ mod feddisco;
 mod federico;
 mod fedsac;
 mod hcct;
+pub(crate) use fedsac::{
+    FEATURE_TAG as FEDSAC_FEATURE_TAG, STREAM_TAG as FEDSAC_STREAM_TAG,
+    train_silo as fedsac_train_silo,
+};
 pub(crate) use hcct::{BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch};
 
 use crate::faults::checks;

@@ -1,0 +1,599 @@
+//! The thin FedSaC coordinator's state, without a network (issue 5, coordinated mode): which
+//! silo registered with how many samples, each silo's personalised model θ̃^i and regulariser
+//! direction c^i, the round's cohort, the cohort's trained models and feature subspaces,
+//! closing a round (the collaboration graph and the personalised aggregation), answering
+//! fetches, and the checkpoint.
+//! Owns: the round rule of FedSaC over a network — nothing starts until every expected silo
+//! registered (the cohort is drawn over all of them, with the simulator's stream); a round
+//! closes when every cohort member sent, or at the deadline with whoever did (the graph is
+//! built over the senders; a member that did not send keeps its model and loses its direction,
+//! as a silo outside the cohort does).
+//! Must not: train, see data, or wait on anything (the network driver owns the clock).
+//!
+//! Silos are named by their index in the federation's manifest (the simulator's silo index).
+
+use super::fedsac::{self, FedsacError, PrincipalAngles, Subspace};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the coordinator needs of `[fedsac]` (the local recipe is the silos').
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// α: complementarity weight.
+    pub alpha: f64,
+    /// β: similarity weight.
+    pub beta: f64,
+    /// α is 0 once t / rounds exceeds this.
+    pub alpha_cutoff: f64,
+    /// Principal angles between subspaces.
+    pub principal_angles: PrincipalAngles,
+    /// Silos per round (0 or ≥ silos: all).
+    pub cohort_size: usize,
+    /// Score the model right after local training instead of the aggregate.
+    pub score_trained: bool,
+}
+
+/// What a silo gets for a round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    /// The round (the run's round count for the final model).
+    pub round: u64,
+    /// θ̃^i: the model to train from, or once the run is over the model to score.
+    pub params: Arc<Vec<f32>>,
+    /// c^i: the regulariser's direction, if the silo was aggregated last round.
+    pub direction: Option<Arc<Vec<f32>>>,
+    /// Whether the silo is in this round's cohort (trains and sends).
+    pub train: bool,
+}
+
+/// The answer to a fetch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchAnswer {
+    /// The silo's assignment.
+    Now(Assignment),
+    /// Not yet: some silo has not registered, or the round asked for is not open.
+    Hold,
+}
+
+/// One closed round, as logged (one JSONL line per round).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoundLog {
+    /// The round that closed.
+    pub round: u64,
+    /// Its cohort.
+    pub cohort: Vec<usize>,
+    /// Cohort members whose model was aggregated.
+    pub senders: Vec<usize>,
+    /// The α used (after the schedule).
+    pub alpha: f64,
+    /// The collaboration graph's rows, one per sender (columns: senders).
+    pub graph: Vec<Vec<f64>>,
+    /// Closed at the deadline rather than with every cohort member.
+    pub timed_out: bool,
+}
+
+/// What the coordinator knows.
+#[derive(Debug)]
+pub struct FedsacServer {
+    settings: Settings,
+    /// T: rounds in the run.
+    rounds: u64,
+    /// t: the round open now (= rounds completed).
+    round: u64,
+    sampler: StdRng,
+    /// n^i of every silo, once registered.
+    sizes: Vec<Option<u64>>,
+    /// θ^0: similarity is measured on θ − θ^0.
+    init: Arc<Vec<f32>>,
+    /// θ̃^i.
+    params: Vec<Arc<Vec<f32>>>,
+    /// c^i.
+    directions: Vec<Option<Arc<Vec<f32>>>>,
+    /// θ^i right after its last local training (scored with `score_trained`).
+    trained: Vec<Option<Arc<Vec<f32>>>>,
+    /// The open round's cohort, increasing; empty until every silo registered.
+    cohort: Vec<usize>,
+    /// Models and subspaces received for the open round (not checkpointed).
+    pending: BTreeMap<usize, (Arc<Vec<f32>>, Option<Subspace>)>,
+}
+
+fn err(e: FedsacError) -> String {
+    e.to_string()
+}
+
+impl FedsacServer {
+    /// A coordinator for `nodes` silos over `rounds` rounds, every silo starting from
+    /// `initial`; the cohort stream is seeded with `sampler_seed`.
+    pub fn new(
+        settings: Settings,
+        nodes: usize,
+        rounds: u64,
+        sampler_seed: u64,
+        initial: Vec<f32>,
+    ) -> Result<Self, String> {
+        if nodes == 0 {
+            return Err("fedsac needs the number of silos (`nodes` ≥ 1)".into());
+        }
+        let init = Arc::new(initial);
+        Ok(Self {
+            settings,
+            rounds,
+            round: 0,
+            sampler: StdRng::seed_from_u64(sampler_seed),
+            sizes: vec![None; nodes],
+            params: (0..nodes).map(|_| init.clone()).collect(),
+            init,
+            directions: vec![None; nodes],
+            trained: vec![None; nodes],
+            cohort: Vec::new(),
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// The round open now.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Silos in this run.
+    pub fn nodes(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Parameters per model.
+    pub fn num_params(&self) -> usize {
+        self.init.len()
+    }
+
+    /// Silos registered so far.
+    pub fn registered(&self) -> usize {
+        self.sizes.iter().flatten().count()
+    }
+
+    /// Every silo registered: rounds may run.
+    pub fn ready(&self) -> bool {
+        self.sizes.iter().all(Option::is_some)
+    }
+
+    /// The open round's cohort.
+    pub fn cohort(&self) -> &[usize] {
+        &self.cohort
+    }
+
+    /// The next cohort from the stream, as the simulator draws it.
+    fn draw(&mut self) {
+        let k = self.sizes.len();
+        let m = self.settings.cohort_size;
+        self.cohort = if m == 0 || m >= k {
+            (0..k).collect()
+        } else {
+            let mut v = rand::seq::index::sample(&mut self.sampler, k, m).into_vec();
+            v.sort_unstable();
+            v
+        };
+    }
+
+    /// Records silo `index`'s sample count; the last registration draws round 0's cohort. A
+    /// silo that registers again must give the same count once the run started.
+    pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
+        let n = self.sizes.len();
+        let was_ready = self.ready();
+        let slot = self
+            .sizes
+            .get_mut(index)
+            .ok_or_else(|| format!("silo {index} is not one of the {n} silos of this run"))?;
+        if n_train == 0 {
+            return Err("n_train = 0; a silo needs at least 1 sample".into());
+        }
+        match *slot {
+            Some(old) if old != n_train && was_ready => {
+                return Err(format!(
+                    "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
+                ));
+            }
+            _ => *slot = Some(n_train),
+        }
+        if !was_ready && self.ready() && self.cohort.is_empty() {
+            self.draw();
+        }
+        Ok(())
+    }
+
+    /// Records cohort member `index`'s trained model and subspace rows for `round`. Refused:
+    /// a silo outside the cohort, another round, a model of the wrong size, or rows that are
+    /// not an orthonormal basis. Returns true when every cohort member has sent.
+    pub fn update(
+        &mut self,
+        index: usize,
+        round: u64,
+        params: Arc<Vec<f32>>,
+        subspace: Option<Vec<Vec<f64>>>,
+    ) -> Result<bool, String> {
+        if !self.ready() {
+            return Err("not every silo has registered yet".into());
+        }
+        if round != self.round {
+            return Err(format!(
+                "update for round {round}, but round {} is open",
+                self.round
+            ));
+        }
+        if !self.cohort.contains(&index) {
+            return Err(format!("silo {index} is not in round {round}'s cohort"));
+        }
+        if params.len() != self.init.len() {
+            return Err(format!(
+                "{} parameters where the model has {}",
+                params.len(),
+                self.init.len()
+            ));
+        }
+        let q = subspace
+            .map(Subspace::from_rows)
+            .transpose()
+            .map_err(|e| format!("feature subspace: {e}"))?;
+        self.pending.insert(index, (params, q));
+        Ok(self.all_in())
+    }
+
+    /// Every cohort member has sent for the open round.
+    pub fn all_in(&self) -> bool {
+        self.ready() && self.cohort.iter().all(|i| self.pending.contains_key(i))
+    }
+
+    /// Closes the open round: the graph over the senders (size prior, similarity,
+    /// complementarity, scheduled α), each sender's personalised model and direction.
+    pub fn close(&mut self, timed_out: bool) -> Result<RoundLog, String> {
+        if !self.ready() {
+            return Err("no round is open before every silo registered".into());
+        }
+        let senders: Vec<usize> = self.pending.keys().copied().collect();
+        let s = &self.settings;
+        let alpha = fedsac::scheduled_alpha(
+            s.alpha,
+            self.round as usize,
+            self.rounds as usize,
+            s.alpha_cutoff,
+        );
+        let mut graph = Vec::new();
+        if !senders.is_empty() {
+            let views: Vec<&[f32]> = senders
+                .iter()
+                .map(|i| self.pending[i].0.as_slice())
+                .collect();
+            let counts: Vec<u64> = senders
+                .iter()
+                .map(|&i| self.sizes[i].unwrap_or(0))
+                .collect();
+            let subspaces: Vec<Option<Subspace>> =
+                senders.iter().map(|i| self.pending[i].1.clone()).collect();
+            let p = fedsac::size_prior(&counts).map_err(err)?;
+            let sim = fedsac::similarity_matrix(&views, &self.init).map_err(err)?;
+            let c = fedsac::complementarity_matrix(&subspaces, s.principal_angles).map_err(err)?;
+            graph = fedsac::collaboration_graph(&p, &sim, &c, alpha, s.beta).map_err(err)?;
+            let mut mixed = Vec::with_capacity(senders.len());
+            for row in &graph {
+                mixed.push((
+                    fedsac::mix(&views, row).map_err(err)?,
+                    fedsac::direction(&views, row).map_err(err)?,
+                ));
+            }
+            for (&i, (model, dir)) in senders.iter().zip(mixed) {
+                self.trained[i] = Some(self.pending[&i].0.clone());
+                self.params[i] = Arc::new(model);
+                self.directions[i] = Some(Arc::new(dir));
+            }
+        }
+        for (i, d) in self.directions.iter_mut().enumerate() {
+            if !self.pending.contains_key(&i) {
+                *d = None;
+            }
+        }
+        let log = RoundLog {
+            round: self.round,
+            cohort: self.cohort.clone(),
+            senders,
+            alpha,
+            graph,
+            timed_out,
+        };
+        self.pending.clear();
+        self.round += 1;
+        if self.round < self.rounds {
+            self.draw();
+        }
+        Ok(log)
+    }
+
+    /// Answers silo `index`'s fetch of round `round`: its model, direction and whether it is
+    /// in the cohort; once the run is over, the model it is scored with. An older round is
+    /// answered with the open one.
+    pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
+        if index >= self.sizes.len() {
+            return Err(format!(
+                "silo {index} is not one of the {} silos of this run",
+                self.sizes.len()
+            ));
+        }
+        if !self.ready() || round > self.round {
+            return Ok(FetchAnswer::Hold);
+        }
+        let over = self.round >= self.rounds;
+        let params = match (&self.trained[index], over && self.settings.score_trained) {
+            (Some(t), true) => t.clone(),
+            _ => self.params[index].clone(),
+        };
+        Ok(FetchAnswer::Now(Assignment {
+            round: self.round,
+            params,
+            direction: if over {
+                None
+            } else {
+                self.directions[index].clone()
+            },
+            train: !over && self.cohort.contains(&index),
+        }))
+    }
+
+    /// The checkpoint's bytes: versioned header, then round, sizes, models and directions
+    /// (the cohort stream is replayed from its seed on restore).
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let mut out = crate::store::header(MAGIC, VERSION);
+        let body = Saved {
+            round: self.round,
+            sizes: self.sizes.clone(),
+            init: self.init.to_vec(),
+            params: self.params.iter().map(|m| m.to_vec()).collect(),
+            directions: self
+                .directions
+                .iter()
+                .map(|d| d.as_ref().map(|d| d.to_vec()))
+                .collect(),
+            trained: self
+                .trained
+                .iter()
+                .map(|d| d.as_ref().map(|d| d.to_vec()))
+                .collect(),
+        };
+        bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// Restores a checkpoint (header, version, body and shapes checked; no pending updates):
+    /// the cohort stream is replayed to the saved round.
+    pub fn decode(
+        settings: Settings,
+        rounds: u64,
+        sampler_seed: u64,
+        bytes: &[u8],
+    ) -> Result<Self, String> {
+        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
+        let (s, used): (Saved, usize) =
+            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+        if used != body.len() {
+            return Err("trailing bytes".into());
+        }
+        let n = s.sizes.len();
+        let d = s.init.len();
+        if n == 0
+            || s.params.len() != n
+            || s.directions.len() != n
+            || s.trained.len() != n
+            || s.params.iter().any(|p| p.len() != d)
+            || s.directions
+                .iter()
+                .chain(&s.trained)
+                .flatten()
+                .any(|p| p.len() != d)
+        {
+            return Err("models of the wrong number or size".into());
+        }
+        let mut me = Self::new(settings, n, rounds, sampler_seed, s.init)?;
+        me.sizes = s.sizes;
+        me.params = s.params.into_iter().map(Arc::new).collect();
+        me.directions = s.directions.into_iter().map(|d| d.map(Arc::new)).collect();
+        me.trained = s.trained.into_iter().map(|d| d.map(Arc::new)).collect();
+        if me.ready() {
+            for _ in 0..=s.round.min(rounds.saturating_sub(1)) {
+                me.draw();
+            }
+        }
+        me.round = s.round;
+        Ok(me)
+    }
+}
+
+const MAGIC: &[u8; 8] = b"FEDSACC1";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    round: u64,
+    sizes: Vec<Option<u64>>,
+    init: Vec<f32>,
+    params: Vec<Vec<f32>>,
+    directions: Vec<Option<Vec<f32>>>,
+    trained: Vec<Option<Vec<f32>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(cohort: usize) -> Settings {
+        Settings {
+            alpha: 0.9,
+            beta: 1.4,
+            alpha_cutoff: 0.7,
+            principal_angles: PrincipalAngles::Standard,
+            cohort_size: cohort,
+            score_trained: false,
+        }
+    }
+
+    fn server(n: usize, cohort: usize) -> FedsacServer {
+        let mut s = FedsacServer::new(settings(cohort), n, 6, 7, vec![0.0; 3]).unwrap();
+        for i in 0..n {
+            s.register(i, 10 + i as u64).unwrap();
+        }
+        s
+    }
+
+    fn assignment(s: &FedsacServer, i: usize, r: u64) -> Assignment {
+        match s.fetch(i, r).unwrap() {
+            FetchAnswer::Now(a) => a,
+            FetchAnswer::Hold => panic!("silo {i} round {r} held"),
+        }
+    }
+
+    #[test]
+    fn nothing_starts_before_every_silo_registered() {
+        let mut s = FedsacServer::new(settings(0), 2, 6, 7, vec![0.0; 3]).unwrap();
+        s.register(0, 5).unwrap();
+        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+        assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), None).is_err());
+        assert!(s.register(2, 5).is_err());
+        assert!(s.register(1, 0).is_err());
+        s.register(1, 5).unwrap();
+        assert_eq!(s.cohort(), [0, 1]);
+        let a = assignment(&s, 1, 0);
+        assert!(a.train && a.direction.is_none());
+        assert!(
+            s.register(1, 6).is_err(),
+            "sizes are fixed once the run started"
+        );
+    }
+
+    /// A full round is the simulator's arithmetic: the graph over the cohort, then each
+    /// member's mix and direction.
+    #[test]
+    fn a_round_aggregates_with_the_core_graph() {
+        let mut s = server(3, 0);
+        let models = [
+            vec![1.0, 0.0, 0.0],
+            vec![0.9, 0.1, 0.0],
+            vec![0.0, 0.0, 1.0],
+        ];
+        for (i, m) in models.iter().enumerate() {
+            let all = s.update(i, 0, Arc::new(m.clone()), None).unwrap();
+            assert_eq!(all, i == 2);
+        }
+        let log = s.close(false).unwrap();
+        let views: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
+        let p = fedsac::size_prior(&[10, 11, 12]).unwrap();
+        let sim = fedsac::similarity_matrix(&views, &[0.0; 3]).unwrap();
+        let c =
+            fedsac::complementarity_matrix(&[None, None, None], PrincipalAngles::Standard).unwrap();
+        let w = fedsac::collaboration_graph(&p, &sim, &c, 0.9, 1.4).unwrap();
+        assert_eq!(log.graph, w);
+        for (i, row) in w.iter().enumerate() {
+            let a = assignment(&s, i, 1);
+            assert_eq!(*a.params, fedsac::mix(&views, row).unwrap());
+            assert_eq!(
+                *a.direction.unwrap(),
+                fedsac::direction(&views, row).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn cohorts_follow_the_stream_and_outsiders_are_refused() {
+        let mut s = server(5, 2);
+        let mut want = StdRng::seed_from_u64(7);
+        for r in 0..3u64 {
+            let mut c = rand::seq::index::sample(&mut want, 5, 2).into_vec();
+            c.sort_unstable();
+            assert_eq!(s.cohort(), c, "round {r}");
+            let out = (0..5).find(|i| !c.contains(i)).unwrap();
+            assert!(!assignment(&s, out, r).train);
+            assert!(s.update(out, r, Arc::new(vec![1.0; 3]), None).is_err());
+            for &i in &c {
+                s.update(i, r, Arc::new(vec![i as f32 + 1.0, 0.5, 0.0]), None)
+                    .unwrap();
+            }
+            s.close(false).unwrap();
+            // Outsiders lose their direction.
+            assert!(assignment(&s, out, r + 1).direction.is_none());
+        }
+    }
+
+    #[test]
+    fn bad_updates_change_nothing() {
+        let mut s = server(2, 0);
+        assert!(s.update(0, 1, Arc::new(vec![0.0; 3]), None).is_err());
+        assert!(s.update(0, 0, Arc::new(vec![0.0; 4]), None).is_err());
+        let skew = Some(vec![vec![1.0, 1.0]]);
+        assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), skew).is_err());
+        assert!(s.update(9, 0, Arc::new(vec![0.0; 3]), None).is_err());
+        assert!(!s.all_in());
+        assert!(s.fetch(9, 0).is_err());
+    }
+
+    #[test]
+    fn a_deadline_round_uses_the_senders_only() {
+        let mut s = server(3, 0);
+        s.update(1, 0, Arc::new(vec![1.0, 2.0, 3.0]), None).unwrap();
+        let log = s.close(true).unwrap();
+        assert_eq!(log.senders, [1]);
+        assert_eq!(log.graph, [vec![1.0]]);
+        assert_eq!(*assignment(&s, 1, 1).params, vec![1.0, 2.0, 3.0]);
+        assert_eq!(*assignment(&s, 0, 1).params, vec![0.0; 3]);
+        assert!(assignment(&s, 0, 1).direction.is_none());
+    }
+
+    #[test]
+    fn checkpoints_resume_exactly_and_refuse_damage() {
+        let mut s = server(5, 3);
+        for r in 0..2u64 {
+            for i in s.cohort().to_vec() {
+                s.update(i, r, Arc::new(vec![i as f32, r as f32, 1.0]), None)
+                    .unwrap();
+            }
+            s.close(false).unwrap();
+        }
+        let bytes = s.encode().unwrap();
+        let mut back = FedsacServer::decode(settings(3), 6, 7, &bytes).unwrap();
+        assert_eq!(back.round(), 2);
+        assert_eq!(back.cohort(), s.cohort());
+        for i in 0..5 {
+            assert_eq!(back.fetch(i, 2).unwrap(), s.fetch(i, 2).unwrap());
+        }
+        for t in [&mut s, &mut back] {
+            for i in t.cohort().to_vec() {
+                t.update(i, 2, Arc::new(vec![1.0, i as f32, 0.0]), None)
+                    .unwrap();
+            }
+        }
+        assert_eq!(back.close(false).unwrap(), s.close(false).unwrap());
+        assert_eq!(back.cohort(), s.cohort());
+        assert!(FedsacServer::decode(settings(3), 6, 7, &bytes[..bytes.len() - 1]).is_err());
+        let mut other = bytes.clone();
+        other[0] = b'X';
+        assert!(FedsacServer::decode(settings(3), 6, 7, &other).is_err());
+    }
+
+    #[test]
+    fn the_final_fetch_scores_the_aggregate_or_the_trained_model() {
+        for trained in [false, true] {
+            let mut st = settings(0);
+            st.score_trained = trained;
+            let mut s = FedsacServer::new(st, 2, 1, 7, vec![0.0; 2]).unwrap();
+            s.register(0, 5).unwrap();
+            s.register(1, 5).unwrap();
+            s.update(0, 0, Arc::new(vec![1.0, 0.0]), None).unwrap();
+            s.update(1, 0, Arc::new(vec![0.0, 1.0]), None).unwrap();
+            s.close(false).unwrap();
+            let a = assignment(&s, 0, 1);
+            assert!(!a.train && a.direction.is_none());
+            if trained {
+                assert_eq!(*a.params, vec![1.0, 0.0]);
+            } else {
+                assert_eq!(*a.params, *s.params[0]);
+            }
+        }
+    }
+}
