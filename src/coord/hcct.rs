@@ -223,6 +223,11 @@ pub struct HcctConfig {
     /// chosen once before training by [`select_layer`]. Default off (full HCCT). It needs its
     /// own α (the paper: 100 for FMNIST and Digit, 10 for CIFAR-10).
     pub efficient: bool,
+    /// HCCT-P (§2.6, A12): group members share the body but keep their own classifier (the
+    /// last linear layer): a member starts each round from its group's average body and its
+    /// own head, and keeps its own trained head after aggregation. Similarities still use the
+    /// full pseudo-gradients. Default off.
+    pub personal: bool,
 }
 
 impl Default for HcctConfig {
@@ -237,6 +242,7 @@ impl Default for HcctConfig {
             one_shot: false,
             groups: None,
             efficient: false,
+            personal: false,
         }
     }
 }

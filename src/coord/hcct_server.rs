@@ -108,6 +108,9 @@ impl HcctServer {
         if cfg.efficient {
             return Err("hcct.efficient (HCCT-E) runs in `federico simulate` only".into());
         }
+        if cfg.personal {
+            return Err("hcct.personal (HCCT-P) runs in `federico simulate` only".into());
+        }
         if cfg.optimizer == Optimizer::Adam {
             return Err(
                 "hcct.optimizer = \"adam\" runs in `federico simulate` only; use \"sgd\"".into(),

@@ -929,6 +929,17 @@ impl Learner {
         Ok(all)
     }
 
+    /// The flat ranges of the classifier: the last dense layer's weight and bias (a
+    /// single-layer model's whole parameter vector). HCCT-P keeps it local.
+    pub fn head(&self) -> Vec<std::ops::Range<usize>> {
+        let last = format!("fc{}.", Plan::of(&self.spec).dense.len().saturating_sub(1));
+        self.tensors()
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(&last))
+            .map(|(_, r)| r)
+            .collect()
+    }
+
     /// Width of [`Learner::features`]: the input width of the last dense layer.
     pub fn feature_width(&self) -> usize {
         Plan::of(&self.spec).dense.last().map_or(0, |&(din, _)| din)

@@ -183,7 +183,8 @@ impl HcctRun {
 impl CoordinatedRun for HcctRun {
     /// Algorithm 1, round t: start models ŵ_k (§3 step 2), E local epochs per silo (step 3),
     /// pseudo-gradients to the coordinator, which partitions round t+1 (A2), then each group's
-    /// aggregate Σ a_i w_i^end, adopted by every member (step 4).
+    /// aggregate Σ a_i w_i^end, adopted by every member (step 4; under HCCT-P each member
+    /// starts from the group body with its own head and keeps its own trained head).
     fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
         if self.cfg.efficient && self.layer.is_none() {
             self.choose_layer(ctx)?;
@@ -198,6 +199,21 @@ impl CoordinatedRun for HcctRun {
             }
             starts.push(self.average(g, &self.models)?);
         }
+        // HCCT-P: each member's start is its group's body with its own head.
+        let head = if self.cfg.personal {
+            ctx.learners[0].head()
+        } else {
+            Vec::new()
+        };
+        let with_head = |mut p: Vec<f32>, own: &[f32]| {
+            for r in &head {
+                p[r.clone()].copy_from_slice(&own[r.clone()]);
+            }
+            p
+        };
+        let starts: Vec<Vec<f32>> = (0..n)
+            .map(|i| with_head(starts[group_of[i]].clone(), &self.models[i]))
+            .collect();
         let lr = self.lr(ctx);
         let (epochs, optimizer, batch) = (self.cfg.epochs, self.cfg.optimizer, ctx.batch_size());
         let fed = ctx.fed;
@@ -209,12 +225,11 @@ impl CoordinatedRun for HcctRun {
             .zip(self.rngs.iter_mut().zip(opts))
             .collect();
         let starts_ref = &starts;
-        let group_of_ref = &group_of;
         let ends: Vec<Result<Vec<f32>, SimError>> = ctx.pool.install(|| {
             jobs.into_par_iter()
                 .enumerate()
                 .map(|(i, (learner, (rng, mut opt)))| {
-                    let mut p = starts_ref[group_of_ref[i]].clone();
+                    let mut p = starts_ref[i].clone();
                     let data = &fed.clients[i].train;
                     for _ in 0..epochs {
                         match (optimizer, opt.as_deref_mut()) {
@@ -230,7 +245,7 @@ impl CoordinatedRun for HcctRun {
         });
         let ends = ends.into_iter().collect::<Result<Vec<_>, _>>()?;
         let grads: Vec<Vec<f32>> = (0..n)
-            .map(|i| pseudo_gradient(&starts[group_of[i]], &ends[i], lr))
+            .map(|i| pseudo_gradient(&starts[i], &ends[i], lr))
             .collect();
         // HCCT-E: the similarities see only the chosen layer's entries.
         let grads: Vec<Vec<f32>> = match &self.layer {
@@ -265,7 +280,7 @@ impl CoordinatedRun for HcctRun {
         for g in &groups {
             let avg = self.average(g, &ends)?;
             for &i in g {
-                self.models[i].clone_from(&avg);
+                self.models[i] = with_head(avg.clone(), &ends[i]);
             }
         }
         self.round += 1;
@@ -475,6 +490,63 @@ mod tests {
             // Members of a group end each round with one model.
             for g in run.coord.groups() {
                 assert!(g.iter().all(|&i| run.models()[i] == run.models()[g[0]]));
+            }
+        });
+    }
+
+    #[test]
+    fn hcct_p_on_a_one_layer_model_is_independent_training() {
+        // Softmax regression is all head: under HCCT-P every silo keeps its whole model, so
+        // whatever the groups, the models are those of independent training (α = 0).
+        let mut independent = Vec::new();
+        with_run(
+            &scenario(
+                "alpha = 0
+",
+            ),
+            4,
+            |run, _, _| {
+                independent = run.models().to_vec();
+            },
+        );
+        with_run(
+            &scenario(
+                "alpha = 10
+personal = true
+",
+            ),
+            4,
+            |run, ctx, _| {
+                let covered: usize = ctx.learners[0].head().iter().map(|r| r.len()).sum();
+                assert_eq!(covered, ctx.learners[0].num_params());
+                assert!(run.coord.groups().len() < 8, "groups formed");
+                assert_eq!(run.models(), &independent[..]);
+            },
+        );
+    }
+
+    #[test]
+    fn hcct_p_members_share_the_body_and_keep_their_heads() {
+        let s = Scenario::parse(
+            "algorithms = [\"hcct\"]\n[data]\nsource = \"mixture\"\ntrain = 40\ntest = 50\n\
+             [split]\nclients = 8\ngroups = 2\n[model]\nkind = \"mlp\"\nhidden = [16]\n\
+             [train]\nbatch_size = 16\n[hcct]\nalpha = 1e12\npersonal = true\n",
+        )
+        .unwrap();
+        with_run(&s, 3, |run, ctx, _| {
+            let head = ctx.learners[0].head();
+            assert_eq!(head.len(), 2, "fc1.bias and fc1.weight");
+            let in_head = |k: usize| head.iter().any(|r| r.contains(&k));
+            let n = ctx.learners[0].num_params();
+            let models = run.models();
+            assert_eq!(run.coord.groups().len(), 1);
+            for m in &models[1..] {
+                assert!(
+                    (0..n)
+                        .filter(|&k| !in_head(k))
+                        .all(|k| m[k] == models[0][k])
+                );
+                assert!((0..n).filter(|&k| in_head(k)).any(|k| m[k] != models[0][k]));
             }
         });
     }
