@@ -170,6 +170,10 @@ pub enum SplitKind {
     /// the labels through its own permutation (a multiple of 4 clients; `quantity_decay` as for
     /// `cluster4`).
     Concept4,
+    /// FedCollab's feature shift: an IID split, each of four client types seeing every image
+    /// rotated by its own angle (−25°, 25°, 155°, 205°; images only, a multiple of 4 clients;
+    /// `quantity_decay` as for `cluster4`).
+    Rotate4,
     /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
     /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
     BiasedUniform,
@@ -728,14 +732,17 @@ impl Scenario {
                 sp.shards_per_client
             )
         })?;
-        if matches!(sp.kind, SplitKind::Cluster4 | SplitKind::Concept4) {
+        if matches!(
+            sp.kind,
+            SplitKind::Cluster4 | SplitKind::Concept4 | SplitKind::Rotate4
+        ) {
             check(sp.clients % 4 == 0, || {
                 format!(
                     "split.clients must be a multiple of 4 for split.kind \"{}\" (four types), got {}",
-                    if sp.kind == SplitKind::Cluster4 {
-                        "cluster4"
-                    } else {
-                        "concept4"
+                    match sp.kind {
+                        SplitKind::Cluster4 => "cluster4",
+                        SplitKind::Concept4 => "concept4",
+                        _ => "rotate4",
                     },
                     sp.clients
                 )
@@ -975,6 +982,13 @@ impl Scenario {
                         rng,
                     )?,
                     SplitKind::Concept4 => partition::concept4(
+                        &pool,
+                        sp.clients,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
+                    SplitKind::Rotate4 => partition::rotate4(
                         &pool,
                         sp.clients,
                         sp.train_fraction,

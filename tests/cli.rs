@@ -90,3 +90,20 @@ fn simulate_writes_reports_and_prints_the_table() {
     let log = std::fs::read_to_string(dir.path().join("seed-7/rounds.jsonl")).unwrap();
     assert_eq!(log.lines().count(), 5);
 }
+
+/// Every scenario file shipped under `simulations/` parses and validates (a renamed field or a
+/// tightened check would otherwise break a README command silently).
+#[test]
+fn every_shipped_scenario_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            federico::scenario::Scenario::load(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 20, "only {n} scenario files");
+}

@@ -509,15 +509,133 @@ pub fn concept4(
             "concept4: the design needs exactly 10 classes, the data set has {num_classes}"
         )));
     }
+    four_types(
+        pool,
+        clients,
+        train_fraction,
+        quantity_decay,
+        rng,
+        "concept4",
+        |kind, d| {
+            let perm = &CONCEPT4_PERMUTATIONS[kind];
+            let mapped: Vec<u32> = match &d.labels {
+                Labels::Class { ids, .. } => ids.iter().map(|&y| perm[y as usize]).collect(),
+                Labels::Real(_) => unreachable!("class labels checked above"),
+            };
+            Dataset::new(
+                d.features,
+                d.sample_shape,
+                Labels::Class {
+                    ids: mapped,
+                    num_classes,
+                },
+            )
+        },
+    )
+}
+
+/// The rotations of [`rotate4`]'s four types, in degrees counter-clockwise: the official
+/// code's −25, +25, 155 and 205 (FedCollab spec §7.1; type 0 is 180° from type 2 and 130°
+/// from type 3).
+pub const ROTATE4_DEGREES: [f64; 4] = [-25.0, 25.0, 155.0, 205.0];
+
+/// FedCollab's feature shift (FedCollab spec §7.1): an IID split as in [`concept4`], client `c`
+/// of type `c / (clients / 4)` sees every image (train and test) rotated by its type's angle
+/// ([`ROTATE4_DEGREES`]): the same labels, different P(x). Images are rotated about their
+/// centre with bilinear interpolation and symmetric padding, then cropped back to their size
+/// (the official code's pad, rotate, centre-crop), channel by channel. The second half of the
+/// clients keep `exp(−quantity_decay)` of their training share.
+///
+/// Errors ([`DataError::Invalid`]): regression labels, samples that are not images
+/// (`[channels, height, width]`), `clients` not a positive multiple of 4, `train_fraction`
+/// outside (0, 1), a negative or non-finite `quantity_decay`, or a client left without
+/// training or test samples.
+pub fn rotate4(
+    pool: &Dataset,
+    clients: usize,
+    train_fraction: f64,
+    quantity_decay: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
+    class_labels(pool, "rotate4")?;
+    let &[channels, h, w] = pool.sample_shape.as_slice() else {
+        return Err(DataError::Invalid(format!(
+            "rotate4: samples of shape {:?} are not images [channels, height, width]",
+            pool.sample_shape
+        )));
+    };
+    four_types(
+        pool,
+        clients,
+        train_fraction,
+        quantity_decay,
+        rng,
+        "rotate4",
+        |kind, mut d| {
+            let plane = h * w;
+            let mut out = vec![0f32; plane];
+            for img in d.features.chunks_mut(plane) {
+                rotate_image(img, h, w, ROTATE4_DEGREES[kind], &mut out);
+                img.copy_from_slice(&out);
+            }
+            debug_assert_eq!(d.features.len() % (channels * plane), 0);
+            Ok(d)
+        },
+    )
+}
+
+/// `img` (`h × w`, row-major) rotated counter-clockwise by `degrees` about its centre into
+/// `out`: each output pixel samples the input at the inversely rotated position, bilinearly,
+/// with positions outside the image reflected symmetrically (`… c b a | a b c | c b a …`).
+pub fn rotate_image(img: &[f32], h: usize, w: usize, degrees: f64, out: &mut [f32]) {
+    let (sin, cos) = degrees.to_radians().sin_cos();
+    let (cy, cx) = ((h as f64 - 1.0) / 2.0, (w as f64 - 1.0) / 2.0);
+    // Symmetric reflection of an integer index into 0..n.
+    let reflect = |k: i64, n: usize| -> usize {
+        let n = n as i64;
+        let m = k.rem_euclid(2 * n);
+        (if m < n { m } else { 2 * n - 1 - m }) as usize
+    };
+    for y in 0..h {
+        for x in 0..w {
+            // Image rows grow downwards: rotate (x, −y) counter-clockwise, i.e. sample the
+            // source at the clockwise-rotated position.
+            let (dx, dy) = (x as f64 - cx, cy - y as f64);
+            let sx = cos * dx + sin * dy + cx;
+            let sy = cy - (-sin * dx + cos * dy);
+            let (x0, y0) = (sx.floor(), sy.floor());
+            let (fx, fy) = ((sx - x0) as f32, (sy - y0) as f32);
+            let (x0, y0) = (x0 as i64, y0 as i64);
+            let at = |yy: i64, xx: i64| img[reflect(yy, h) * w + reflect(xx, w)];
+            let top = at(y0, x0) * (1.0 - fx) + at(y0, x0 + 1) * fx;
+            let bottom = at(y0 + 1, x0) * (1.0 - fx) + at(y0 + 1, x0 + 1) * fx;
+            out[y * w + x] = top * (1.0 - fy) + bottom * fy;
+        }
+    }
+}
+
+/// The four-type IID design shared by [`concept4`] and [`rotate4`]: an IID split into
+/// `clients` equal parts, client `c` of type `c / (clients / 4)`, the second half keeping
+/// `exp(−quantity_decay)` of their training share, and `transform(type, data)` applied to each
+/// client's training and test sets.
+fn four_types(
+    pool: &Dataset,
+    clients: usize,
+    train_fraction: f64,
+    quantity_decay: f64,
+    rng: &mut StdRng,
+    name: &str,
+    transform: impl Fn(usize, Dataset) -> Result<Dataset, DataError>,
+) -> Result<Federation, DataError> {
     if clients == 0 || clients % 4 != 0 {
         return Err(DataError::Invalid(format!(
-            "concept4: clients = {clients} must be a positive multiple of 4 (four types)"
+            "{name}: clients = {clients} must be a positive multiple of 4 (four types)"
         )));
     }
     check_fraction(train_fraction)?;
     if !(quantity_decay.is_finite() && quantity_decay >= 0.0) {
         return Err(DataError::Invalid(format!(
-            "concept4: quantity_decay = {quantity_decay} must be a finite number >= 0"
+            "{name}: quantity_decay = {quantity_decay} must be a finite number >= 0"
         )));
     }
     let per_type = clients / 4;
@@ -536,31 +654,17 @@ pub fn concept4(
         let kept = cut(train_fraction * n).clamp(t, rows.len());
         if t == 0 || kept == rows.len() {
             return Err(DataError::Invalid(format!(
-                "concept4: client {c} gets {t} training and {} test samples; each client needs at \
+                "{name}: client {c} gets {t} training and {} test samples; each client needs at \
                  least 1 of each (use more data, a smaller quantity_decay or another \
                  train_fraction)",
                 rows.len() - kept
             )));
         }
-        let perm = &CONCEPT4_PERMUTATIONS[c / per_type];
-        let relabel = |d: Dataset| -> Result<Dataset, DataError> {
-            let mapped: Vec<u32> = match &d.labels {
-                Labels::Class { ids, .. } => ids.iter().map(|&y| perm[y as usize]).collect(),
-                Labels::Real(_) => unreachable!("class labels checked above"),
-            };
-            Dataset::new(
-                d.features,
-                d.sample_shape,
-                Labels::Class {
-                    ids: mapped,
-                    num_classes,
-                },
-            )
-        };
+        let kind = c / per_type;
         out.push(ClientData {
-            train: relabel(pool.subset(&rows[..t]))?,
-            test: relabel(pool.subset(&rows[kept..]))?,
-            group: Some(c / per_type),
+            train: transform(kind, pool.subset(&rows[..t]))?,
+            test: transform(kind, pool.subset(&rows[kept..]))?,
+            group: Some(kind),
         });
     }
     Ok(Federation {
@@ -742,6 +846,80 @@ mod tests {
     use std::collections::{BTreeSet, HashSet};
 
     /// `n` samples whose single feature is their index; label `i % classes`.
+    #[test]
+    fn rotate_image_turns_pixels_about_the_centre() {
+        // A 3×3 image 0..9, row-major.
+        let img: Vec<f32> = (0..9).map(|v| v as f32).collect();
+        let mut out = vec![0.0; 9];
+        rotate_image(&img, 3, 3, 0.0, &mut out);
+        assert_eq!(out, img);
+        // 90° counter-clockwise: the top row becomes the left column, read bottom-up.
+        rotate_image(&img, 3, 3, 90.0, &mut out);
+        let want = [2.0, 5.0, 8.0, 1.0, 4.0, 7.0, 0.0, 3.0, 6.0];
+        for (a, b) in out.iter().zip(want) {
+            assert!((a - b).abs() < 1e-5, "{out:?}");
+        }
+        // 180°: reversed; and 155° then 205° is a full turn (up to interpolation, exactly at
+        // the centre pixel, which never moves).
+        rotate_image(&img, 3, 3, 180.0, &mut out);
+        for (a, b) in out.iter().zip(img.iter().rev()) {
+            assert!((a - b).abs() < 1e-5, "{out:?}");
+        }
+        rotate_image(&img, 3, 3, 25.0, &mut out);
+        assert!((out[4] - 4.0).abs() < 1e-6);
+        // A constant image stays constant at any angle (symmetric padding brings nothing new).
+        let flat = vec![0.5f32; 16];
+        let mut o = vec![0.0; 16];
+        for deg in ROTATE4_DEGREES {
+            rotate_image(&flat, 4, 4, deg, &mut o);
+            assert!(o.iter().all(|&v| (v - 0.5).abs() < 1e-6), "{deg}: {o:?}");
+        }
+    }
+
+    #[test]
+    fn rotate4_rotates_each_type_and_keeps_labels() {
+        // 400 images 1×4×4 whose pixels encode their row, labels 0..9.
+        let n = 400;
+        let feats: Vec<f32> = (0..n)
+            .flat_map(|i| (0..16).map(move |k| (i * 16 + k) as f32))
+            .collect();
+        let ids: Vec<u32> = (0..n).map(|i| (i % 10) as u32).collect();
+        let p = Dataset::new(
+            feats,
+            vec![1, 4, 4],
+            Labels::Class {
+                ids,
+                num_classes: 10,
+            },
+        )
+        .unwrap();
+        let f = rotate4(&p, 8, 0.5, 1.0, &mut rng(4)).unwrap();
+        let g = concept4(&p, 8, 0.5, 1.0, &mut rng(4)).unwrap();
+        let mut out = vec![0.0; 16];
+        for (c, (rot, same)) in f.clients.iter().zip(&g.clients).enumerate() {
+            assert_eq!(rot.group, Some(c / 2));
+            assert_eq!(
+                rot.train.len(),
+                same.train.len(),
+                "the same rows as concept4"
+            );
+            // Labels untouched; each image is its source rotated by the type's angle.
+            for (d, src) in [(&rot.train, &same.train), (&rot.test, &same.test)] {
+                let Labels::Class { ids, .. } = &d.labels else {
+                    unreachable!()
+                };
+                let first = src.features[0] as usize / 16;
+                assert_eq!(ids[0], (first % 10) as u32);
+                rotate_image(&src.features[..16], 4, 4, ROTATE4_DEGREES[c / 2], &mut out);
+                assert_eq!(&d.features[..16], &out[..], "client {c}");
+            }
+        }
+        let vectors = pool(400, 10);
+        let e = rotate4(&vectors, 8, 0.5, 1.0, &mut rng(4)).unwrap_err();
+        assert!(e.to_string().contains("not images"), "{e}");
+        assert!(rotate4(&p, 6, 0.5, 1.0, &mut rng(4)).is_err());
+    }
+
     fn pool(n: usize, classes: usize) -> Dataset {
         let ids = (0..n).map(|i| (i % classes) as u32).collect();
         Dataset::new(
