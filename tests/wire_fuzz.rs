@@ -1,4 +1,5 @@
-//! A property test of the wire decoder, the fuzz target of issue 4 ("hostile and broken peers"):
+//! A property test of the wire decoder (peer and coordinator messages), the fuzz target of issue
+//! 4 ("hostile and broken peers"):
 //! random bytes, truncations and bit flips of valid frames of every message type go through
 //! `wire::read_frame` and `wire::decode` exactly as the codec runs them. They must give an error
 //! (or, for bit flips and random bytes, possibly another valid message), never panic, and never
@@ -9,6 +10,7 @@
 //! `FEDERICO_FUZZ_CASES=100000 FEDERICO_FUZZ_SEED=7 cargo test --release --test wire_fuzz`
 //! (`FEDERICO_FUZZ_SEED=random` draws one; a failure prints the shrunk input).
 
+use federico::coord_wire::{CoordRequest, CoordResponse};
 use federico::wire::{
     self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse,
 };
@@ -160,6 +162,67 @@ fn gradient_response() -> impl Strategy<Value = GradientResponse> {
     ]
 }
 
+fn doubles() -> impl Strategy<Value = Vec<f64>> {
+    vec(any::<u64>().prop_map(f64::from_bits), 0..40)
+}
+
+/// Every coordinator request (FedDisco, HCCT, FedSaC): the coordinator decodes them from any
+/// member, so they get the same treatment.
+fn coord_request() -> impl Strategy<Value = CoordRequest> {
+    prop_oneof![
+        (any::<u64>(), any::<u64>().prop_map(f64::from_bits)).prop_map(|(n_train, d)| {
+            CoordRequest::Register {
+                n_train,
+                discrepancy: d,
+            }
+        }),
+        any::<u64>().prop_map(|round| CoordRequest::Fetch { round }),
+        (any::<u64>(), floats(), any::<u64>()).prop_map(|(round, p, n_train)| {
+            CoordRequest::Update {
+                round,
+                params: Arc::new(p),
+                n_train,
+            }
+        }),
+        any::<u64>().prop_map(|n_train| CoordRequest::Join { n_train }),
+        (
+            any::<u64>(),
+            floats(),
+            proptest::option::of(vec(doubles(), 0..5))
+        )
+            .prop_map(|(round, p, subspace)| CoordRequest::Contribute {
+                round,
+                params: Arc::new(p),
+                subspace,
+            }),
+    ]
+}
+
+fn coord_response() -> impl Strategy<Value = CoordResponse> {
+    prop_oneof![
+        (any::<u64>(), floats()).prop_map(|(round, p)| CoordResponse::Global {
+            round,
+            params: Arc::new(p)
+        }),
+        (
+            any::<u64>(),
+            floats(),
+            proptest::option::of(floats()),
+            any::<bool>()
+        )
+            .prop_map(|(round, p, d, train)| CoordResponse::Assigned {
+                round,
+                params: Arc::new(p),
+                direction: d.map(Arc::new),
+                train,
+            }),
+        Just(CoordResponse::Ack),
+        vec(any::<char>(), 0..60).prop_map(|c| CoordResponse::Error {
+            reason: c.into_iter().collect()
+        }),
+    ]
+}
+
 /// A valid frame and a mutation of it.
 #[derive(Clone, Debug)]
 enum Mutation {
@@ -271,6 +334,16 @@ fn gradient_requests_survive_random_bytes_truncation_and_bit_flips() {
 #[test]
 fn gradient_responses_survive_random_bytes_truncation_and_bit_flips() {
     check(gradient_response());
+}
+
+#[test]
+fn coordinator_requests_survive_random_bytes_truncation_and_bit_flips() {
+    check(coord_request());
+}
+
+#[test]
+fn coordinator_responses_survive_random_bytes_truncation_and_bit_flips() {
+    check(coord_response());
 }
 
 #[test]
