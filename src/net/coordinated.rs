@@ -541,6 +541,11 @@ pub async fn run(
                     (None, None, true)
                 }
             };
+            // The coordinator is already past its last round (this node skipped rounds it
+            // was not needed in, e.g. outside FedSaC's cohorts): nothing left to train.
+            if global_round.is_some_and(|g| g >= cfg.rounds) {
+                break;
+            }
             // Local training off the event loop, with the simulator's recipe. Detached, the
             // round's schedule (HCCT's η_t) follows the node's own round. A FedSaC silo outside
             // the round's cohort does not train.
@@ -639,11 +644,10 @@ pub async fn run(
             )?;
             crate::store::write_atomic(&ckpt, &bytes)?;
         }
-        // The final global: the coordinator's aggregate of the last round (or the own model
-        // when it cannot be had).
-        // The coordinator's last round (`rounds`, shared with the coordinator's config) may
-        // lie ahead when rounds were spent detached: wait for it a little longer.
-        let want = last_global.map_or(0, |g| g + 1).max(cfg.rounds);
+        // The final model: the coordinator's after its last round (or the own model when it
+        // cannot be had). That round (`rounds`, shared with the coordinator's config) may lie
+        // ahead when rounds were spent detached: wait for it a little longer.
+        let want = cfg.rounds;
         let fetch = fetch * 4;
         let mut final_round = None;
         if let Ok(
