@@ -136,6 +136,13 @@ impl CoordRequest {
                     if rows.iter().flatten().any(|v| !v.is_finite()) {
                         return Err("a non-finite value in the subspace".into());
                     }
+                    // A feature is narrower than the model that computes it.
+                    if let Some(r) = rows.iter().find(|r| r.len() > num_params) {
+                        return Err(format!(
+                            "a subspace row of {} values for a model of {num_params} parameters",
+                            r.len()
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -276,6 +283,7 @@ mod tests {
         assert!(contribute(vec![0.0; 4], Some(vec![])).is_err());
         assert!(contribute(vec![0.0; 4], Some(vec![vec![f64::NAN]])).is_err());
         assert!(contribute(vec![0.0; 4], Some(vec![vec![1.0]; 65])).is_err());
+        assert!(contribute(vec![0.0; 4], Some(vec![vec![0.0; 5]])).is_err());
         let up = |params: Vec<f32>| CoordRequest::Update {
             round: 0,
             params: Arc::new(params),

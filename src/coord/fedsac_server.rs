@@ -235,6 +235,20 @@ impl FedsacServer {
             .map(Subspace::from_rows)
             .transpose()
             .map_err(|e| format!("feature subspace: {e}"))?;
+        // Subspaces are compared pairwise at closing: one of another width or rank would fail
+        // the whole round, so it is refused here.
+        if let Some(q) = &q
+            && let Some(other) = self.pending.values().find_map(|(_, o)| o.as_ref())
+            && (other.dim(), other.rank()) != (q.dim(), q.rank())
+        {
+            return Err(format!(
+                "a subspace of {} directions in {} dimensions; this round's have {} in {}",
+                q.rank(),
+                q.dim(),
+                other.rank(),
+                other.dim()
+            ));
+        }
         self.pending.insert(index, (params, q));
         Ok(self.all_in())
     }
@@ -528,6 +542,17 @@ mod tests {
         assert!(s.update(0, 0, Arc::new(vec![0.0; 4]), None).is_err());
         let skew = Some(vec![vec![1.0, 1.0]]);
         assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), skew).is_err());
+        // A subspace of another width than the round's first is refused; the round still
+        // closes.
+        s.update(0, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![1.0, 0.0]]))
+            .unwrap();
+        let wide = Some(vec![vec![1.0, 0.0, 0.0]]);
+        let e = s.update(1, 0, Arc::new(vec![0.0; 3]), wide).unwrap_err();
+        assert!(e.contains("dimensions"), "{e}");
+        s.update(1, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![0.0, 1.0]]))
+            .unwrap();
+        s.close(false).unwrap();
+        let mut s = server(2, 0);
         assert!(s.update(9, 0, Arc::new(vec![0.0; 3]), None).is_err());
         assert!(!s.all_in());
         assert!(s.fetch(9, 0).is_err());

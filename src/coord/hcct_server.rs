@@ -68,6 +68,9 @@ pub struct HcctServer {
     models: Vec<Arc<Vec<f32>>>,
     /// The partition schedule, once every silo registered.
     coord: Option<Coordinator>,
+    /// ŵ of each silo's group for the open round (shared within a group), computed once when
+    /// the round opens; empty before every silo registered.
+    starts: Vec<Arc<Vec<f32>>>,
     /// End models received for the open round (not checkpointed).
     pending: BTreeMap<usize, Arc<Vec<f32>>>,
 }
@@ -98,8 +101,28 @@ impl HcctServer {
             // Shared until the first aggregation replaces them.
             models: (0..nodes).map(|_| initial.clone()).collect(),
             coord: None,
+            starts: Vec::new(),
             pending: BTreeMap::new(),
         })
+    }
+
+    /// Computes the open round's start models (once per group).
+    fn open_round(&mut self) -> Result<(), String> {
+        let Some(coord) = &self.coord else {
+            return Ok(());
+        };
+        let mut starts: Vec<Option<Arc<Vec<f32>>>> = vec![None; self.sizes.len()];
+        for g in coord.groups() {
+            let start = Arc::new(self.start(g)?);
+            for &i in g {
+                starts[i] = Some(start.clone());
+            }
+        }
+        self.starts = starts
+            .into_iter()
+            .map(|s| s.ok_or("a silo in no group"))
+            .collect::<Result<_, _>>()?;
+        Ok(())
     }
 
     /// The settings a coordinated HCCT run supports.
@@ -162,6 +185,7 @@ impl HcctServer {
         if self.coord.is_none() && self.sizes.iter().all(Option::is_some) {
             let sizes = self.sizes.iter().flatten().copied().collect();
             self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
+            self.open_round()?;
         }
         Ok(())
     }
@@ -194,6 +218,15 @@ impl HcctServer {
                 self.models[0].len()
             ));
         }
+        // Finite values can still give an infinite pseudo-gradient (a hostile |w| near f32's
+        // limit, divided by η): refuse it here, before it reaches the partition.
+        let lr = self.cfg.sgd_lr(self.round as usize);
+        if pseudo_gradient(&self.starts[index], &params, lr)
+            .iter()
+            .any(|g| !g.is_finite())
+        {
+            return Err("the model's pseudo-gradient is not finite".into());
+        }
         self.pending.insert(index, params);
         Ok(self.all_in())
     }
@@ -224,19 +257,11 @@ impl HcctServer {
         let groups = coord.groups().to_vec();
         let n = self.sizes.len();
         let lr = self.cfg.sgd_lr(self.round as usize);
-        let starts: Vec<Vec<f32>> = groups
-            .iter()
-            .map(|g| self.start(g))
-            .collect::<Result<_, _>>()?;
-        let mut group_of = vec![0; n];
-        for (k, g) in groups.iter().enumerate() {
-            g.iter().for_each(|&i| group_of[i] = k);
-        }
         let grads: Vec<Option<Vec<f32>>> = (0..n)
             .map(|i| {
                 self.pending
                     .get(&i)
-                    .map(|end| pseudo_gradient(&starts[group_of[i]], end, lr))
+                    .map(|end| pseudo_gradient(&self.starts[i], end, lr))
             })
             .collect();
         let refs: Vec<Option<&[f32]>> = grads.iter().map(Option::as_deref).collect();
@@ -244,20 +269,19 @@ impl HcctServer {
         let coord = self.coord.as_mut().expect("checked above");
         let next = coord.handle_reports(&refs).map_err(err)?.groups.clone();
         let stale = (0..n).filter(|&i| coord.stale()[i]).collect();
-        for (g, start) in groups.iter().zip(starts) {
+        for g in &groups {
             let senders: Vec<usize> = g
                 .iter()
                 .copied()
                 .filter(|i| self.pending.contains_key(i))
                 .collect();
             let model = if senders.is_empty() {
-                start
+                self.starts[g[0]].clone()
             } else {
                 let ms: Vec<&[f32]> = senders.iter().map(|i| self.pending[i].as_slice()).collect();
                 let ds: Vec<usize> = senders.iter().map(|&i| sizes[i]).collect();
-                group_average(&ms, &ds).map_err(err)?
+                Arc::new(group_average(&ms, &ds).map_err(err)?)
             };
-            let model = Arc::new(model);
             for &i in g {
                 self.models[i] = model.clone();
             }
@@ -272,15 +296,16 @@ impl HcctServer {
         };
         self.pending.clear();
         self.round += 1;
+        self.open_round()?;
         Ok(log)
     }
 
     /// Answers silo `index`'s fetch of round `round`: its group's start model, or once the
     /// run is over its final model. An older round is answered with the open one.
     pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
-        let Some(coord) = &self.coord else {
+        if self.coord.is_none() {
             return Ok(FetchAnswer::Hold);
-        };
+        }
         if index >= self.sizes.len() {
             return Err(format!(
                 "silo {index} is not one of the {} silos of this run",
@@ -290,20 +315,14 @@ impl HcctServer {
         if round > self.round {
             return Ok(FetchAnswer::Hold);
         }
-        if self.round >= self.rounds {
-            return Ok(FetchAnswer::Now {
-                round: self.round,
-                params: self.models[index].clone(),
-            });
-        }
-        let group = coord
-            .groups()
-            .iter()
-            .find(|g| g.contains(&index))
-            .ok_or_else(|| format!("silo {index} is in no group"))?;
+        let params = if self.round >= self.rounds {
+            self.models[index].clone()
+        } else {
+            self.starts[index].clone()
+        };
         Ok(FetchAnswer::Now {
             round: self.round,
-            params: Arc::new(self.start(group)?),
+            params,
         })
     }
 
@@ -349,15 +368,18 @@ impl HcctServer {
             }
             None => None,
         };
-        Ok(Self {
+        let mut me = Self {
             cfg,
             rounds,
             round: s.round,
             sizes: s.sizes,
             models: s.models.into_iter().map(Arc::new).collect(),
             coord,
+            starts: Vec::new(),
             pending: BTreeMap::new(),
-        })
+        };
+        me.open_round()?;
+        Ok(me)
     }
 
     /// Silos in this run.
@@ -494,6 +516,9 @@ mod tests {
     #[test]
     fn bad_updates_change_nothing() {
         let mut s = registered(2);
+        let huge = Arc::new(vec![f32::MAX, -f32::MAX, 0.0]);
+        let e = s.update(0, 0, huge).unwrap_err();
+        assert!(e.contains("not finite"), "{e}");
         assert!(s.update(5, 0, Arc::new(vec![0.0; 3])).is_err());
         assert!(s.update(0, 1, Arc::new(vec![0.0; 3])).is_err());
         assert!(s.update(0, 0, Arc::new(vec![0.0; 4])).is_err());
