@@ -9,10 +9,16 @@
 //! for the reason, that its model and version did not move, and — after answering the held pull
 //! properly — that it goes on to finish round 2. An outsider with a key of its own is refused
 //! at connection time.
+//!
+//! A second test turns the same hostile member on a live HCCT coordinator (issue 5): every bad
+//! coordinator request is refused with a reason, the coordinator stays up, and the honest
+//! silo beside it finishes its run.
 
-use federico::launch;
+use federico::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
+use federico::launch::{self, coordinated};
 use federico::net::config::Deadlines;
 use federico::net::{Manifest, NodeConfig, load_key};
+use federico::scenario::Algorithm;
 use federico::scenario::Scenario;
 use federico::wire::{
     self, GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL, ModelPayload,
@@ -89,6 +95,8 @@ struct Hostile {
     gradient: rr::Behaviour<Raw>,
     /// The gradient protocol at a version the node does not speak.
     gradient_v2: rr::Behaviour<Raw>,
+    /// The coordinator protocol (requests only).
+    coord: rr::Behaviour<Raw>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,6 +104,7 @@ enum Proto {
     Model,
     Gradient,
     GradientV2,
+    Coord,
 }
 
 /// How a request of ours ended.
@@ -131,6 +140,7 @@ fn swarm(key: identity::Keypair) -> Swarm<Hostile> {
             model: rr(MODEL_PROTOCOL, ProtocolSupport::Full),
             gradient: rr(GRADIENT_PROTOCOL, ProtocolSupport::Full),
             gradient_v2: rr("/federico/gradient/2", ProtocolSupport::Outbound),
+            coord: rr(COORD_PROTOCOL, ProtocolSupport::Outbound),
         })
         .unwrap()
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(600)))
@@ -179,6 +189,7 @@ impl Client {
             SwarmEvent::Behaviour(HostileEvent::Model(e)) => (Proto::Model, e),
             SwarmEvent::Behaviour(HostileEvent::Gradient(e)) => (Proto::Gradient, e),
             SwarmEvent::Behaviour(HostileEvent::GradientV2(e)) => (Proto::GradientV2, e),
+            SwarmEvent::Behaviour(HostileEvent::Coord(e)) => (Proto::Coord, e),
             SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == self.node => {
                 panic!("the node closed the connection")
             }
@@ -221,6 +232,7 @@ impl Client {
             Proto::Model => b.model.send_request(&self.node, bytes),
             Proto::Gradient => b.gradient.send_request(&self.node, bytes),
             Proto::GradientV2 => b.gradient_v2.send_request(&self.node, bytes),
+            Proto::Coord => b.coord.send_request(&self.node, bytes),
         };
         loop {
             if let Some((done, outcome)) = self.step().await {
@@ -604,4 +616,195 @@ impl Drop for KillOnDrop {
             assert!(running, "the node process had exited");
         }
     }
+}
+
+/// A hostile member against a live HCCT coordinator: garbage, requests for another algorithm,
+/// updates before the run opened, a zero sample count, a changed sample count, wrong-size,
+/// NaN, overflowing and wrong-round models, and a FedSaC contribution are each refused with a
+/// reason and a log line naming the member; the coordinator stays up, the honest silo finishes
+/// every round, and both exit cleanly.
+#[tokio::test]
+async fn a_hostile_member_cannot_break_the_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = [
+        "split.clients=2",
+        "rounds=3",
+        "eval_every=1",
+        "hcct.alpha=20",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let deadlines = Deadlines {
+        start_s: 10.0,
+        ..Deadlines::default()
+    };
+    let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();
+    // τ = 3 s: rounds without the hostile member close at the deadline.
+    let setup =
+        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 3.0, 5.0, Algorithm::Hcct)
+            .unwrap();
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let mut coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let coord = manifest.members.last().unwrap();
+    let addr = coord.addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+    let key = load_key(&NodeConfig::load(&p.configs[1]).unwrap().key).unwrap();
+    let hostile_id = key.public().to_peer_id().to_string();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr).await;
+
+    let mut ask = async |req: &CoordRequest| -> CoordResponse {
+        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+        }
+    };
+    let refused = |r: CoordResponse, what: &str| match r {
+        CoordResponse::Error { reason } => {
+            assert!(
+                reason.contains(what),
+                "refused, but for {reason:?}, not {what:?}"
+            );
+        }
+        other => panic!("{other:?} where a refusal naming {what:?} was due"),
+    };
+    // Before the honest silo exists: nothing opens until both joined.
+    let update = |round, params: Vec<f32>| CoordRequest::Update {
+        round,
+        params: Arc::new(params),
+        n_train: 40,
+    };
+    let d = p.spec.num_params();
+    refused(ask(&update(0, vec![0.0; d])).await, "registered");
+    refused(
+        ask(&CoordRequest::Join { n_train: 0 }).await,
+        "n_train is 0",
+    );
+    refused(
+        ask(&CoordRequest::Register {
+            n_train: 40,
+            discrepancy: 0.1,
+        })
+        .await,
+        "runs hcct",
+    );
+    assert!(matches!(
+        ask(&CoordRequest::Join { n_train: 40 }).await,
+        CoordResponse::Ack
+    ));
+    // Garbage on the protocol: the stream is dropped, the coordinator stays.
+    let outcome = h.send(Proto::Coord, frame(&[0xff; 64])).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed(_))
+            || matches!(&outcome, Outcome::Answer(b) if b.is_empty()),
+        "{outcome:?}"
+    );
+    // The honest silo joins: round 0 opens.
+    let mut node = KillOnDrop(
+        launch::start_node(
+            Path::new(EXE),
+            &p.configs[0],
+            &p.nodes_dir.join("silo-0.log"),
+        )
+        .unwrap(),
+    );
+    let start = match h
+        .send(
+            Proto::Coord,
+            wire::encode(&CoordRequest::Fetch { round: 0 }).unwrap(),
+        )
+        .await
+    {
+        Outcome::Answer(b) => match decode::<CoordResponse>(&b) {
+            CoordResponse::Global { round: 0, params } => params,
+            other => panic!("{other:?}"),
+        },
+        Outcome::Failed(e) => panic!("fetch failed: {e}"),
+    };
+    assert_eq!(start.len(), d);
+    let mut ask = async |req: &CoordRequest| -> CoordResponse {
+        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+        }
+    };
+    refused(ask(&CoordRequest::Join { n_train: 41 }).await, "fixed");
+    refused(ask(&update(0, vec![0.0; d + 1])).await, "parameters");
+    let mut nan = start.to_vec();
+    nan[3] = f32::NAN;
+    refused(ask(&update(0, nan)).await, "");
+    let mut huge = start.to_vec();
+    huge[0] = f32::MAX;
+    huge[1] = -f32::MAX;
+    refused(ask(&update(0, huge)).await, "not finite");
+    refused(ask(&update(7, start.to_vec())).await, "round");
+    refused(
+        ask(&CoordRequest::Contribute {
+            round: 0,
+            params: start.clone(),
+            subspace: None,
+        })
+        .await,
+        "update",
+    );
+    // One honest update; then the member falls silent and the rounds close at τ without it.
+    assert!(matches!(
+        ask(&update(0, start.to_vec())).await,
+        CoordResponse::Ack
+    ));
+    let until = Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        if let Some(s) = node.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "the honest silo did not finish");
+        let _ = tokio::time::timeout(Duration::from_millis(50), h.step()).await;
+    };
+    assert!(status.success(), "the honest silo exited {status}");
+    let lines = std::fs::read_to_string(
+        NodeConfig::load(&p.configs[0])
+            .unwrap()
+            .state_dir
+            .join("rounds.jsonl"),
+    )
+    .unwrap();
+    let rounds: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rounds.len(), 4, "3 rounds and the final line: {lines}");
+    assert!(rounds[..3].iter().all(|r| r["attached"] == true), "{lines}");
+    // The coordinator is still serving (lingering for late fetches) or has ended cleanly, and
+    // logged each refusal, garbage included, with the member's peer ID.
+    match coordinator.0.try_wait().unwrap() {
+        Some(s) => assert!(s.success(), "the coordinator exited {s}"),
+        None => {
+            let _ = coordinator.0.kill();
+            let _ = coordinator.0.wait();
+        }
+    }
+    let log = std::fs::read_to_string(&coord_log).unwrap();
+    let named = log
+        .lines()
+        .filter(|l| l.contains("refused") && l.contains(&hostile_id))
+        .count();
+    assert_eq!(named, 10, "refusals logged with the member's ID:\n{log}");
+    assert!(
+        log.lines().any(|l| l.contains("refused a frame")
+            && l.contains(&hostile_id)
+            && l.contains("reason=garbage")),
+        "{log}"
+    );
+    // Both processes were handled above.
+    std::mem::forget(node);
+    std::mem::forget(coordinator);
 }

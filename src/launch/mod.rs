@@ -353,7 +353,8 @@ pub struct Prepared {
     pub state_dirs: Vec<PathBuf>,
     /// Where node logs go.
     pub nodes_dir: PathBuf,
-    spec: crate::learn::ModelSpec,
+    /// The model every silo runs.
+    pub spec: crate::learn::ModelSpec,
 }
 
 /// Writes a swarm run directory for `scenario` at `seed` under `dir`: shards, keys, a closed

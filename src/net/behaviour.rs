@@ -185,7 +185,7 @@ pub(crate) trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
 impl<M: Serialize + DeserializeOwned + Send + Sync + 'static> Message for M {}
 
 impl<Req: Message, Resp: Message> Exchange<Req, Resp> {
-    fn new(
+    pub(crate) fn new(
         codec: Codec<Req, Resp>,
         protocols: impl IntoIterator<Item = (StreamProtocol, ProtocolSupport)>,
         cfg: rr::Config,

@@ -11,6 +11,7 @@
 //! swarm runs in its own task and training on `spawn_blocking`.
 
 use super::NodeConfig;
+use super::behaviour::Exchange;
 use super::coordinator::CoordCodec;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
@@ -180,7 +181,7 @@ struct NodeBehaviour {
     members: libp2p::swarm::behaviour::toggle::Toggle<
         allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
     >,
-    coord: rr::Behaviour<CoordCodec>,
+    coord: Exchange<CoordRequest, CoordResponse>,
 }
 
 type Reply = oneshot::Sender<Result<CoordResponse, String>>;
@@ -460,7 +461,7 @@ pub async fn run(
             });
             NodeBehaviour {
                 members: members.into(),
-                coord: rr::Behaviour::with_codec(
+                coord: Exchange::new(
                     CoordCodec::new(max, metrics),
                     [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
                     rr::Config::default().with_request_timeout(fetch),

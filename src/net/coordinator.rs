@@ -14,7 +14,7 @@
 //! data. HCCT's and FedSaC's silos are named by their index in the manifest, as in the
 //! simulator.
 
-use super::behaviour::Codec;
+use super::behaviour::{Codec, Exchange};
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco::Params;
@@ -191,7 +191,7 @@ struct CoordBehaviour {
     members: libp2p::swarm::behaviour::toggle::Toggle<
         allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
     >,
-    coord: rr::Behaviour<CoordCodec>,
+    coord: Exchange<CoordRequest, CoordResponse>,
 }
 
 /// One JSONL line of `coordinator.jsonl`.
@@ -500,7 +500,7 @@ pub async fn run(
             });
             CoordBehaviour {
                 members: members.into(),
-                coord: rr::Behaviour::with_codec(
+                coord: Exchange::new(
                     CoordCodec::new(max, metrics),
                     [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
                     // Fetches are held up to a whole round: bound the exchange by 3 τ.
@@ -574,6 +574,8 @@ pub async fn run(
                     message: rr::Message::Request { request, channel, .. },
                     ..
                 })) = ev else {
+                    // (A request the codec refused never gets here: the codec logs it with
+                    // the member's peer ID and counts it by reason.)
                     if let SwarmEvent::NewListenAddr { address, .. } = ev {
                         info!(%address, "listening");
                     }
