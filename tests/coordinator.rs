@@ -17,6 +17,14 @@ use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_federico");
 
+/// These tests start up to ten processes each on a 2-core machine: one at a time, so their
+/// deadlines measure the code rather than the neighbours.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn scenario(rounds: usize) -> Scenario {
     let over: Vec<String> = [
         "split.clients=4".to_string(),
@@ -112,6 +120,7 @@ fn accuracy(v: &serde_json::Value) -> f64 {
 
 #[test]
 fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
+    let _one_at_a_time = serial();
     let started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let rounds = 8;
@@ -166,16 +175,19 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
 
 #[test]
 fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
+    let _one_at_a_time = serial();
     kill_the_coordinator_mid_run(Algorithm::Feddisco);
 }
 
 #[test]
 fn killing_the_hcct_coordinator_mid_run_falls_back_and_reattaches() {
+    let _one_at_a_time = serial();
     kill_the_coordinator_mid_run(Algorithm::Hcct);
 }
 
 #[test]
 fn killing_the_fedsac_coordinator_mid_run_falls_back_and_reattaches() {
+    let _one_at_a_time = serial();
     kill_the_coordinator_mid_run(Algorithm::Fedsac);
 }
 
@@ -284,6 +296,7 @@ fn kill_the_coordinator_mid_run(algorithm: Algorithm) {
 
 #[test]
 fn the_swarm_starts_a_coordinator_and_six_nodes_and_matches_simulate() {
+    let _one_at_a_time = serial();
     let over: Vec<String> = [
         "split.clients=6",
         "rounds=10",
@@ -341,6 +354,7 @@ fn the_swarm_starts_a_coordinator_and_six_nodes_and_matches_simulate() {
 /// log) and every silo's final accuracy, exactly, with groups that really merge.
 #[test]
 fn an_hcct_swarm_of_eight_nodes_forms_groups_and_matches_simulate() {
+    let _one_at_a_time = serial();
     let over: Vec<String> = [
         "rounds=30",
         "eval_every=10",
@@ -429,6 +443,7 @@ fn an_hcct_swarm_of_eight_nodes_forms_groups_and_matches_simulate() {
 /// log) and every silo's final accuracy, exactly; silos outside a cohort do not train.
 #[test]
 fn a_fedsac_swarm_of_eight_nodes_with_cohorts_of_five_matches_simulate() {
+    let _one_at_a_time = serial();
     let over: Vec<String> = [
         "rounds=20",
         "eval_every=10",

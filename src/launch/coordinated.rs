@@ -237,9 +237,22 @@ pub(crate) fn run_seed(
             }
         }
         if started.elapsed() > opts.timeout {
+            // Say who is still running and what each last logged.
+            let running: Vec<String> = (0..procs.len())
+                .filter(|&i| status[i].is_none())
+                .map(|i| {
+                    format!(
+                        "{} ({}):\n{}",
+                        procs[i].0,
+                        procs[i].2.display(),
+                        tail(&procs[i].2, 6)
+                    )
+                })
+                .collect();
             break Err(anyhow::anyhow!(
-                "the swarm did not finish within {:?}",
-                opts.timeout
+                "the swarm did not finish within {:?}; still running: {}",
+                opts.timeout,
+                running.join("\n")
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
