@@ -67,7 +67,27 @@ pub enum CoordRequest {
         /// The subspace's basis rows.
         subspace: Option<Vec<Vec<f64>>>,
     },
+    /// FedCollab: the silo's side of every pairwise distance it estimated with its partners
+    /// (spec §6 phase 2 → 3): scalars only, never weights or data.
+    Distances {
+        /// One entry per other silo.
+        pairs: Vec<PairDistance>,
+    },
 }
+
+/// One pair's distance as one of its two silos reports it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairDistance {
+    /// The other silo's manifest index.
+    pub partner: u32,
+    /// 2·BalAcc_best − 1 (spec §3.2 step 5); `None` when the pair could not run.
+    pub distance: Option<f64>,
+    /// Rounds the pair ran.
+    pub rounds: u32,
+}
+
+/// The most silos a FedCollab report may cover.
+pub const MAX_PARTNERS: usize = 1 << 16;
 
 /// Coordinator → node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,6 +118,128 @@ pub enum CoordResponse {
         /// Why, in words.
         reason: String,
     },
+    /// FedCollab (fetch 0): every silo joined; the discriminator-train target m_train each
+    /// silo cuts its split to (spec §3.2 step 1).
+    DiscPlan {
+        /// min_i m_i / 2.
+        target: f64,
+        /// Silos in the run: manifest members `0..nodes`.
+        nodes: u32,
+    },
+    /// FedCollab (fetch 1): the silo's own coalition (ascending manifest indices, itself
+    /// included) and the members' sample counts, the FedAvg weights m_j/M_k (spec §6 phase 3,
+    /// minimum disclosure).
+    Coalition {
+        /// Members.
+        members: Vec<u32>,
+        /// Their m_j, in the same order.
+        sizes: Vec<u64>,
+    },
+}
+
+/// FedCollab's silo ↔ silo protocol (spec §6 phases 2 and 4): the pairwise discriminator
+/// rounds and the FedAvg model exchange inside a coalition, with no coordinator in the loop.
+pub const COLLAB_PROTOCOL: &str = "/federico/collab/1";
+
+/// Silo → silo (FedCollab). The sender is the authenticated peer; its manifest index says
+/// which pair or coalition member it is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CollabRequest {
+    /// From a pair's higher-index silo: its discriminator weights after the SGD steps of round
+    /// `round` (from the pair's current average), and its validation accuracy of the pair's
+    /// previous evaluation, if that round was evaluated. Answered with
+    /// [`CollabResponse::DiscStep`].
+    DiscStep {
+        /// The pair's round (0-based).
+        round: u32,
+        /// The sender's weights.
+        weights: Arc<Vec<f32>>,
+        /// The sender's accuracy of the previous evaluated average.
+        acc: Option<f64>,
+    },
+    /// From a pair's higher-index silo: the pair stopped after `rounds` rounds; its accuracy of
+    /// the last evaluation, if the last round was evaluated. Answered with
+    /// [`CollabResponse::Ack`].
+    DiscDone {
+        /// Rounds run.
+        rounds: u32,
+        /// The sender's accuracy of the last evaluated average.
+        acc: Option<f64>,
+    },
+    /// From a coalition member: this silo's locally trained model of FL round `round`. Held
+    /// until the silo has trained that round.
+    Model {
+        /// The FL round (0-based).
+        round: u64,
+    },
+}
+
+/// Silo → silo answers (FedCollab).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CollabResponse {
+    /// The lower-index silo's weights of the same round, and its accuracy of the round's
+    /// average when the round is evaluated.
+    DiscStep {
+        /// Its weights.
+        weights: Arc<Vec<f32>>,
+        /// Its accuracy of this round's average, if evaluated.
+        acc: Option<f64>,
+    },
+    /// A trained model of an FL round.
+    Model {
+        /// The round.
+        round: u64,
+        /// Flat parameters in name-sorted order.
+        params: Arc<Vec<f32>>,
+    },
+    /// Recorded.
+    Ack,
+    /// Refused, or not possible yet.
+    Error {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// An accuracy a silo reports must be a fraction.
+fn check_acc(acc: Option<f64>) -> Result<(), String> {
+    match acc {
+        Some(a) if !(a.is_finite() && (0.0..=1.0).contains(&a)) => {
+            Err(format!("accuracy {a} is not a fraction in [0, 1]"))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl CollabRequest {
+    /// Checks before a request reaches a silo's state: finite weights of the discriminator's
+    /// size, accuracies in [0, 1].
+    pub fn check(&self, disc_params: usize) -> Result<(), String> {
+        match self {
+            CollabRequest::DiscStep { weights, acc, .. } => {
+                check_acc(*acc)?;
+                crate::wire::check_vector(weights, disc_params).map_err(|e| e.to_string())
+            }
+            CollabRequest::DiscDone { acc, .. } => check_acc(*acc),
+            CollabRequest::Model { .. } => Ok(()),
+        }
+    }
+}
+
+impl CollabResponse {
+    /// Checks before an answer reaches a silo's state (`expected`: the vector length).
+    pub fn check(&self, expected: usize) -> Result<(), String> {
+        match self {
+            CollabResponse::DiscStep { weights, acc } => {
+                check_acc(*acc)?;
+                crate::wire::check_vector(weights, expected).map_err(|e| e.to_string())
+            }
+            CollabResponse::Model { params, .. } => {
+                crate::wire::check_vector(params, expected).map_err(|e| e.to_string())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl CoordRequest {
@@ -145,6 +287,24 @@ impl CoordRequest {
                     }
                 }
                 Ok(())
+            }
+            CoordRequest::Distances { pairs } => {
+                if pairs.len() > MAX_PARTNERS {
+                    return Err(format!(
+                        "{} distances; at most {MAX_PARTNERS} allowed",
+                        pairs.len()
+                    ));
+                }
+                match pairs.iter().find(|p| {
+                    p.distance
+                        .is_some_and(|d| !(d.is_finite() && (-1.0..=1.0).contains(&d)))
+                }) {
+                    Some(p) => Err(format!(
+                        "distance {:?} to silo {}: a distance is 2·BalAcc − 1, in [-1, 1]",
+                        p.distance, p.partner
+                    )),
+                    None => Ok(()),
+                }
             }
             CoordRequest::Join { n_train } => {
                 if *n_train == 0 {
@@ -204,6 +364,21 @@ mod tests {
         roundtrip(CoordResponse::Global {
             round: 4,
             params: Arc::new(vec![0.5; 10]),
+        });
+        roundtrip(CoordRequest::Distances {
+            pairs: vec![PairDistance {
+                partner: 3,
+                distance: Some(0.25),
+                rounds: 101,
+            }],
+        });
+        roundtrip(CoordResponse::DiscPlan {
+            target: 7.5,
+            nodes: 4,
+        });
+        roundtrip(CoordResponse::Coalition {
+            members: vec![0, 2],
+            sizes: vec![40, 41],
         });
         roundtrip(CoordResponse::Ack);
         roundtrip(CoordResponse::Error {

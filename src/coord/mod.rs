@@ -7,6 +7,7 @@
 //! simulator (`sim::coordinated`) and the libp2p coordinator drive it.
 
 pub mod fedcollab;
+pub mod fedcollab_server;
 pub mod feddisco;
 pub mod feddisco_server;
 pub mod fedsac;

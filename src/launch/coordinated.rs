@@ -24,7 +24,12 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// The coordinator algorithms that run over the network.
-pub const NETWORKED: [Algorithm; 3] = [Algorithm::Feddisco, Algorithm::Hcct, Algorithm::Fedsac];
+pub const NETWORKED: [Algorithm; 4] = [
+    Algorithm::Feddisco,
+    Algorithm::Hcct,
+    Algorithm::Fedsac,
+    Algorithm::Fedcollab,
+];
 
 /// A coordinator added to a prepared run directory.
 #[derive(Clone, Debug)]
@@ -75,7 +80,9 @@ pub fn add_coordinator(
             feddisco: scenario.feddisco.clone(),
             hcct: scenario.hcct.clone(),
             fedsac: scenario.fedsac.clone(),
+            fedcollab: scenario.fedcollab.clone(),
             fetch_s,
+            structure_s: 300.0,
         });
         std::fs::write(c, toml::to_string(&cfg)?)?;
     }
@@ -92,6 +99,7 @@ pub fn add_coordinator(
         feddisco: scenario.feddisco.clone(),
         hcct: scenario.hcct.clone(),
         fedsac: scenario.fedsac.clone(),
+        fedcollab: scenario.fedcollab.clone(),
         update_deadline_s,
         seed,
         model: scenario.model.clone(),

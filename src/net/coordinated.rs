@@ -58,14 +58,27 @@ pub struct CoordinatedConfig {
     /// samples); the same `[fedsac]` as the coordinator's.
     #[serde(default)]
     pub fedsac: FedsacConfig,
+    /// FedCollab's discriminator protocol (hidden width, lr, batch, steps, evaluation
+    /// schedule, patience, round cap); the same `[fedcollab]` as the coordinator's. The FL
+    /// inside the coalition uses the node's `[train]`, like the FedAvg baseline.
+    #[serde(default)]
+    pub fedcollab: crate::coord::fedcollab::FedCollabConfig,
     /// How long a fetch of the next global may take before the node falls back to its own
     /// model for the round, in seconds.
     #[serde(default = "default_fetch_s")]
     pub fetch_s: f64,
+    /// FedCollab: how long a silo that reported its distances waits for its coalition before
+    /// training alone (asking again every round), in seconds.
+    #[serde(default = "default_structure_s")]
+    pub structure_s: f64,
 }
 
 fn default_fetch_s() -> f64 {
     20.0
+}
+
+fn default_structure_s() -> f64 {
+    300.0
 }
 
 /// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
@@ -296,7 +309,7 @@ async fn register_within(
     }
 }
 
-fn fnv(params: &[f32]) -> String {
+pub(super) fn fnv(params: &[f32]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in params {
         for b in v.to_le_bytes() {
@@ -325,8 +338,12 @@ pub async fn run(
             .fedsac
             .validate()
             .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
+        "fedcollab" => cc
+            .fedcollab
+            .validate()
+            .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?,
         other => anyhow::bail!(
-            "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\""
+            "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""
         ),
     }
     let coordinator: PeerId = cc
@@ -359,6 +376,32 @@ pub async fn run(
         .model
         .spec(&data.train.sample_shape, data.train.num_classes())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !(cc.fetch_s.is_finite() && cc.fetch_s > 0.0) {
+        anyhow::bail!("[coordinated] fetch_s must be > 0, got {}", cc.fetch_s);
+    }
+    if !(cc.structure_s.is_finite() && cc.structure_s >= 0.0) {
+        anyhow::bail!(
+            "[coordinated] structure_s must be >= 0, got {}",
+            cc.structure_s
+        );
+    }
+    if cc.mode == "fedcollab" {
+        return super::collab_node::run(
+            super::collab_node::Prelude {
+                cfg,
+                cc,
+                key,
+                manifest,
+                me,
+                coordinator,
+                coord_addrs,
+                data,
+                spec,
+            },
+            shutdown,
+        )
+        .await;
+    }
     let batch = cfg.train.batch_size;
     let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
     let n_train = data.train.len() as u64;

@@ -17,6 +17,8 @@
 use super::behaviour::{Codec, Exchange};
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
+use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::fedcollab_server::{self, FedCollabServer};
 use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
@@ -58,7 +60,7 @@ pub struct CoordinatorConfig {
     pub state_dir: PathBuf,
     /// Rounds to run.
     pub rounds: u64,
-    /// `"feddisco"`, `"hcct"` or `"fedsac"`.
+    /// `"feddisco"`, `"hcct"`, `"fedsac"` or `"fedcollab"`.
     #[serde(default = "feddisco_name")]
     pub algorithm: String,
     /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
@@ -72,6 +74,10 @@ pub struct CoordinatorConfig {
     /// scored; the local recipe — steps, lr, λ, k, feature samples — is the nodes').
     #[serde(default)]
     pub fedsac: FedsacConfig,
+    /// FedCollab's parameters: C, restarts and passes of the solver (the discriminator's
+    /// settings are the nodes'; the coordinator only solves).
+    #[serde(default)]
+    pub fedcollab: FedCollabConfig,
     /// τ: how long a round waits for updates once it opened, in seconds.
     #[serde(default = "default_deadline")]
     pub update_deadline_s: f64,
@@ -141,8 +147,19 @@ impl CoordinatorConfig {
                     );
                 }
             }
+            "fedcollab" => {
+                c.fedcollab
+                    .validate()
+                    .map_err(|e| anyhow::anyhow!("{}: fedcollab.{e}", path.display()))?;
+                if c.nodes < 2 {
+                    anyhow::bail!(
+                        "{}: algorithm = \"fedcollab\" needs nodes = the number of silos (at least 2)",
+                        path.display()
+                    );
+                }
+            }
             other => anyhow::bail!(
-                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\"",
+                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\"",
                 path.display()
             ),
         }
@@ -208,6 +225,8 @@ enum Server {
     Disco(ServerState, Params),
     Hcct(Box<HcctServer>),
     Fedsac(Box<FedsacServer>),
+    /// FedCollab has no rounds at the coordinator: it plans, collects distances and solves.
+    Collab(Box<FedCollabServer>),
 }
 
 impl Server {
@@ -216,6 +235,7 @@ impl Server {
             Server::Disco(s, _) => s.round,
             Server::Hcct(s) => s.round(),
             Server::Fedsac(s) => s.round(),
+            Server::Collab(_) => 0,
         }
     }
 
@@ -224,6 +244,7 @@ impl Server {
             Server::Disco(s, _) => s.reports.len(),
             Server::Hcct(s) => s.registered(),
             Server::Fedsac(s) => s.registered(),
+            Server::Collab(s) => s.registered(),
         }
     }
 
@@ -234,6 +255,7 @@ impl Server {
             Server::Disco(s, _) => !s.reports.is_empty(),
             Server::Hcct(s) => s.ready(),
             Server::Fedsac(s) => s.ready(),
+            Server::Collab(_) => false,
         }
     }
 
@@ -242,6 +264,8 @@ impl Server {
             Server::Disco(s, _) => s.global.len(),
             Server::Hcct(s) => s.num_params(),
             Server::Fedsac(s) => s.num_params(),
+            // No model reaches a FedCollab coordinator.
+            Server::Collab(_) => 0,
         }
     }
 
@@ -277,6 +301,13 @@ impl Server {
                 let i = index.ok_or(NOT_A_SILO)?;
                 s.register(i, *n_train)
             }
+            (Server::Collab(s), CoordRequest::Join { n_train }) => {
+                let i = index.ok_or(NOT_A_SILO)?;
+                s.register(i, *n_train)
+            }
+            (Server::Collab(_), _) => {
+                Err("this coordinator runs fedcollab: join with n_train".into())
+            }
             (Server::Disco(..), _) => {
                 Err("this coordinator runs feddisco: register with (n_train, discrepancy)".into())
             }
@@ -310,6 +341,17 @@ impl Server {
             (Server::Fedsac(_), _) => {
                 Err("this coordinator runs fedsac: contribute a model and a subspace".into())
             }
+            (Server::Collab(s), CoordRequest::Distances { pairs }) => {
+                s.report(index.ok_or(NOT_A_SILO)?, pairs)
+            }
+            (Server::Collab(_), _) => Err(
+                "this coordinator runs fedcollab: it takes distances; models stay within \
+                 the coalitions"
+                    .into(),
+            ),
+            (_, CoordRequest::Distances { .. }) => {
+                Err("distances are for a fedcollab coordinator".into())
+            }
             _ => Err("send the trained model as an update".into()),
         }
     }
@@ -335,6 +377,15 @@ impl Server {
                 }),
                 fedsac_server::FetchAnswer::Hold => None,
             }),
+            Server::Collab(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
+                fedcollab_server::FetchAnswer::Hold => None,
+                fedcollab_server::FetchAnswer::Plan { target, nodes } => {
+                    Some(CoordResponse::DiscPlan { target, nodes })
+                }
+                fedcollab_server::FetchAnswer::Coalition { members, sizes } => {
+                    Some(CoordResponse::Coalition { members, sizes })
+                }
+            }),
         }
     }
 
@@ -353,6 +404,7 @@ impl Server {
                 let l = s.close(timed_out)?;
                 (l.round, l.senders.len(), serde_json::to_value(&l))
             }
+            Server::Collab(_) => return Err("fedcollab has no rounds to close".into()),
         };
         Ok((round, senders, v.map_err(|e| e.to_string())?))
     }
@@ -362,6 +414,7 @@ impl Server {
             Server::Disco(s, _) => return s.save(path),
             Server::Hcct(s) => s.encode()?,
             Server::Fedsac(s) => s.encode()?,
+            Server::Collab(s) => s.encode()?,
         };
         crate::store::write_atomic(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
@@ -454,6 +507,21 @@ pub async fn run(
                 init()?,
             )
             .map_err(|e| anyhow::anyhow!(e))?,
+        )),
+        ("fedcollab", Some(b)) => {
+            let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
+            if s.nodes() != cfg.nodes {
+                return Err(bad(format!(
+                    "saved for {} silos, the config has nodes = {}",
+                    s.nodes(),
+                    cfg.nodes
+                )));
+            }
+            Server::Collab(Box::new(s))
+        }
+        ("fedcollab", None) => Server::Collab(Box::new(
+            FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
+                .map_err(|e| anyhow::anyhow!(e))?,
         )),
         (_, Some(b)) => Server::Disco(ServerState::decode(&b).map_err(bad)?, params),
         (_, None) => Server::Disco(ServerState::new(init()?), params),
@@ -614,6 +682,27 @@ pub async fn run(
                             let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
                         }
                     },
+                    CoordRequest::Distances { .. } => {
+                        let answer = match state.update(&who, index, request) {
+                            Ok(solved) => {
+                                info!(peer = %who, ?index, "distances received");
+                                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
+                                if solved && let Server::Collab(s) = &state {
+                                    let record = s.solved().map(serde_json::to_value).transpose()?;
+                                    crate::sim::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
+                                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                                    info!(coalitions = ?s.solved().map(|x| &x.coalitions), "structure solved");
+                                    serve_held(&mut swarm, &state, &mut held);
+                                }
+                                CoordResponse::Ack
+                            }
+                            Err(reason) => {
+                                warn!(peer = %who, %reason, "refused distances");
+                                CoordResponse::Error { reason }
+                            }
+                        };
+                        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
+                    }
                     CoordRequest::Update { .. } | CoordRequest::Contribute { .. } => {
                         if state.round() >= cfg.rounds {
                             let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
@@ -701,11 +790,11 @@ mod tests {
     fn the_example_loads_and_bad_settings_are_named() {
         let c = load(|t| t).unwrap();
         assert_eq!(c.hcct.alpha, crate::coord::hcct::Alpha::Constant(25.0));
-        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedcollab""#))
+        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedprox""#))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("allowed: \"feddisco\", \"hcct\", \"fedsac\""),
+            e.contains("allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""),
             "{e}"
         );
         let e = load(|t| t.replace("nodes = 3 ", "nodes = 0 "))

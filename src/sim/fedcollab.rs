@@ -29,7 +29,7 @@ use serde::Serialize;
 
 /// Stream tags (mixed into the run seed) keeping FedCollab's random streams apart from every
 /// other algorithm's and from each other.
-const TAG_FL_BATCHES: u64 = 0xFC01_0001;
+pub(crate) const FL_BATCH_TAG: u64 = 0xFC01_0001;
 /// Each silo's discriminator-train/validation split.
 const TAG_DISC_SPLIT: u64 = 0xFC01_0002;
 /// The one discriminator initialisation shared by all pairs (spec §3.2 step 3).
@@ -96,7 +96,7 @@ struct SweepPoint {
 }
 
 /// One silo's discriminator data, as domain 0 (it is the lower index of a pair) or domain 1.
-struct DiscData {
+pub(crate) struct DiscData {
     train: [Dataset; 2],
     valid: [Dataset; 2],
 }
@@ -110,7 +110,7 @@ impl FedCollabRun {
             rngs: (0..ctx.clients())
                 .map(|i| {
                     StdRng::seed_from_u64(stream_seed(
-                        ctx.seed ^ TAG_FL_BATCHES,
+                        ctx.seed ^ FL_BATCH_TAG,
                         NodeId(i as u32),
                         Stream::Batches,
                     ))
@@ -284,6 +284,73 @@ fn label_tv_distances(ctx: &Ctx<'_>) -> Estimates {
     }
 }
 
+/// The discriminator of one federation (spec §3.2): the network, the one initialisation w⁰
+/// every pair starts from, and how a silo's rows become its inputs. Every silo builds the same
+/// one from the run seed and the shape of its own data, so peers need not exchange it.
+pub(crate) struct DiscModel {
+    pub(crate) spec: ModelSpec,
+    pub(crate) init: Vec<f32>,
+    in_dim: usize,
+    label_dim: usize,
+    classes: usize,
+    scale: f32,
+}
+
+impl DiscModel {
+    /// The discriminator for data shaped like `train` (features, classes).
+    pub(crate) fn new(train: &Dataset, cfg: &FedCollabConfig, seed: u64) -> Result<Self, SimError> {
+        let in_dim = train.feature_len();
+        // Label branch: one-hot × 2ν for classes (spec §3.2); a regression target as one
+        // feature.
+        let (label_dim, classes) = match &train.labels {
+            Labels::Class { num_classes, .. } => ((*num_classes).max(2), (*num_classes).max(2)),
+            Labels::Real(_) => (1, 1),
+        };
+        let spec = ModelSpec::Mlp {
+            inputs: in_dim + label_dim,
+            hidden: vec![cfg.disc_hidden],
+            classes: 2,
+        };
+        let init = disc_init(&spec, in_dim, label_dim, cfg.disc_hidden, seed)?;
+        Ok(Self {
+            spec,
+            init,
+            in_dim,
+            label_dim,
+            classes,
+            scale: 2.0 * label_branch_scale(classes) as f32,
+        })
+    }
+
+    /// Silo `index`'s discriminator-train and validation parts (spec §3.2 step 1), as either
+    /// domain; `target` is [`disc_train_target`] over every silo's size.
+    pub(crate) fn silo_data(
+        &self,
+        train: &Dataset,
+        index: usize,
+        seed: u64,
+        target: f64,
+    ) -> Result<DiscData, SimError> {
+        let ids: Vec<u32> = match &train.labels {
+            Labels::Class { ids, .. } => ids.clone(),
+            Labels::Real(v) => vec![0; v.len()],
+        };
+        let mut rng = StdRng::seed_from_u64(stream_seed(
+            seed ^ TAG_DISC_SPLIT,
+            NodeId(index as u32),
+            Stream::Batches,
+        ));
+        let (t, v) = disc_split(&ids, self.classes, target, &mut rng);
+        let build = |rows: &[usize], domain: u32| {
+            disc_inputs(train, rows, self.in_dim, self.label_dim, self.scale, domain)
+        };
+        Ok(DiscData {
+            train: [build(&t, 0)?, build(&t, 1)?],
+            valid: [build(&v, 0)?, build(&v, 1)?],
+        })
+    }
+}
+
 /// Algorithm 1 on every pair `i < j` (spec §3.2), pairs in parallel on the worker pool. Each
 /// pair's result depends only on the shared initialisation, the two silos' data and the pair's
 /// own batch streams, so it does not depend on the number of threads.
@@ -292,42 +359,11 @@ fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estim
     let n = fed.clients.len();
     let sizes: Vec<u64> = fed.clients.iter().map(|c| c.train.len() as u64).collect();
     let target = disc_train_target(&sizes);
-    let first = &fed.clients[0].train;
-    let in_dim = first.feature_len();
-    // Label branch: one-hot × 2ν for classes (spec §3.2); a regression target as one feature.
-    let (label_dim, classes) = match &first.labels {
-        Labels::Class { num_classes, .. } => ((*num_classes).max(2), (*num_classes).max(2)),
-        Labels::Real(_) => (1, 1),
-    };
-    let scale = 2.0 * label_branch_scale(classes) as f32;
+    let model = DiscModel::new(&fed.clients[0].train, cfg, ctx.seed)?;
     let data: Vec<DiscData> = (0..n)
-        .map(|i| {
-            let train = &fed.clients[i].train;
-            let ids: Vec<u32> = match &train.labels {
-                Labels::Class { ids, .. } => ids.clone(),
-                Labels::Real(v) => vec![0; v.len()],
-            };
-            let mut rng = StdRng::seed_from_u64(stream_seed(
-                ctx.seed ^ TAG_DISC_SPLIT,
-                NodeId(i as u32),
-                Stream::Batches,
-            ));
-            let (t, v) = disc_split(&ids, classes, target, &mut rng);
-            let build = |rows: &[usize], domain: u32| {
-                disc_inputs(train, rows, in_dim, label_dim, scale, domain)
-            };
-            Ok(DiscData {
-                train: [build(&t, 0)?, build(&t, 1)?],
-                valid: [build(&v, 0)?, build(&v, 1)?],
-            })
-        })
+        .map(|i| model.silo_data(&fed.clients[i].train, i, ctx.seed, target))
         .collect::<Result<Vec<_>, SimError>>()?;
-    let spec = ModelSpec::Mlp {
-        inputs: in_dim + label_dim,
-        hidden: vec![cfg.disc_hidden],
-        classes: 2,
-    };
-    let init = disc_init(&spec, in_dim, label_dim, cfg.disc_hidden, ctx.seed)?;
+    let (spec, init) = (&model.spec, &model.init);
     let pairs: Vec<(usize, usize)> = (0..n)
         .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
         .collect();
@@ -336,12 +372,12 @@ fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estim
         pairs
             .par_iter()
             .map_init(
-                || Learner::new(&spec, cfg.disc_batch_size),
+                || Learner::new(spec, cfg.disc_batch_size),
                 |learner, &(i, j)| {
                     let learner = learner.as_mut().map_err(|e| {
                         SimError::Invariant(format!("fedcollab discriminator: {e}"))
                     })?;
-                    run_pair(learner, cfg, &init, (i, &data[i]), (j, &data[j]), seed)
+                    run_pair(learner, cfg, init, (i, &data[i]), (j, &data[j]), seed)
                 },
             )
             .collect()
@@ -456,16 +492,8 @@ fn run_pair(
     {
         return Ok(None);
     }
-    let cursor = |me: usize, partner: usize, len: usize| {
-        let s = stream_seed(
-            seed ^ TAG_DISC_BATCHES ^ ((partner as u64) << 32),
-            NodeId(me as u32),
-            Stream::Batches,
-        );
-        BatchCursor::new(len, StdRng::seed_from_u64(s))
-    };
-    let mut cur_i = cursor(i, j, train_i.len());
-    let mut cur_j = cursor(j, i, train_j.len());
+    let mut cur_i = disc_cursor(seed, i, j, train_i.len());
+    let mut cur_j = disc_cursor(seed, j, i, train_j.len());
     let mut es = EarlyStop::new(cfg.disc_eval_every, cfg.disc_patience, cfg.disc_max_rounds);
     let mut w = init.to_vec();
     let mut rounds = 0;
@@ -486,6 +514,135 @@ fn run_pair(
         }
     }
     Ok(es.estimate().map(|d| (d, rounds)))
+}
+
+/// One silo's half of a pair's Algorithm 1 run over the network (spec §6 phase 2): the steps
+/// of [`run_pair`], split at the exchange. Drive it as: [`step`](Self::step), swap the result
+/// with the partner's, [`combine`](Self::combine); when that says so, evaluate with
+/// [`accuracy`](Self::accuracy), swap accuracies and [`record`](Self::record). Both halves
+/// hold the same average bit for bit (each averages `(lower, higher)` in that order) and apply
+/// the same early stop to the same metric, so they stop together with the same estimate, and
+/// the estimate equals `run_pair`'s on the same silos and seed.
+pub(crate) struct PairHalf {
+    cfg: FedCollabConfig,
+    data: std::sync::Arc<DiscData>,
+    /// This silo is the pair's lower index (domain 0).
+    lower: bool,
+    w: Vec<f32>,
+    cursor: BatchCursor,
+    es: EarlyStop,
+    rounds: usize,
+    stopped: bool,
+}
+
+impl PairHalf {
+    /// Silo `me`'s half of its pair with `partner`; an error when its own discriminator-train
+    /// or validation part is empty (the pair cannot run: its distance becomes 1).
+    pub(crate) fn new(
+        cfg: &FedCollabConfig,
+        model: &DiscModel,
+        data: std::sync::Arc<DiscData>,
+        me: usize,
+        partner: usize,
+        seed: u64,
+    ) -> Result<Self, String> {
+        let lower = me < partner;
+        let d = usize::from(!lower);
+        if data.train[d].is_empty() || data.valid[d].is_empty() {
+            return Err(format!(
+                "silo {me} has {} discriminator-train and {} validation rows",
+                data.train[d].len(),
+                data.valid[d].len()
+            ));
+        }
+        let cursor = disc_cursor(seed, me, partner, data.train[d].len());
+        Ok(Self {
+            es: EarlyStop::new(cfg.disc_eval_every, cfg.disc_patience, cfg.disc_max_rounds),
+            cfg: cfg.clone(),
+            data,
+            lower,
+            w: model.init.clone(),
+            cursor,
+            rounds: 0,
+            stopped: false,
+        })
+    }
+
+    /// Rounds completed.
+    pub(crate) fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    /// The pair has stopped (early, or at the round cap).
+    pub(crate) fn done(&self) -> bool {
+        self.stopped || self.rounds >= self.es.max_rounds()
+    }
+
+    fn domain(&self) -> usize {
+        usize::from(!self.lower)
+    }
+
+    /// This side's weights for the next round: its SGD steps from the current average.
+    pub(crate) fn step(&mut self, learner: &mut Learner) -> Result<Vec<f32>, SimError> {
+        let d = self.domain();
+        sgd_steps(
+            learner,
+            &self.cfg,
+            &self.w,
+            &self.data.train[d],
+            &mut self.cursor,
+        )
+    }
+
+    /// Averages this side's and the partner's weights of the round; true when the round's
+    /// average is to be evaluated. A partner vector of the wrong length is refused.
+    pub(crate) fn combine(&mut self, own: &[f32], partner: &[f32]) -> Result<bool, String> {
+        if partner.len() != own.len() {
+            return Err(format!(
+                "the partner sent {} discriminator weights, the discriminator has {}",
+                partner.len(),
+                own.len()
+            ));
+        }
+        self.w = if self.lower {
+            average_pair(own, partner)
+        } else {
+            average_pair(partner, own)
+        };
+        let r = self.rounds;
+        self.rounds += 1;
+        Ok(self.es.evaluates_after(r))
+    }
+
+    /// This side's validation accuracy of the current average: the fraction of its own
+    /// validation rows predicted as its own domain.
+    pub(crate) fn accuracy(&self, learner: &mut Learner) -> Result<f64, SimError> {
+        let e = learner.evaluate(&self.w, &self.data.valid[self.domain()])?;
+        Ok(e.correct as f64 / e.count as f64)
+    }
+
+    /// Records an evaluation, `acc_lower + acc_higher` in that order; true when the pair stops.
+    pub(crate) fn record(&mut self, acc_lower: f64, acc_higher: f64) -> bool {
+        if self.es.record(acc_lower + acc_higher) {
+            self.stopped = true;
+        }
+        self.done()
+    }
+
+    /// 2·BalAcc_best − 1, once evaluated.
+    pub(crate) fn estimate(&self) -> Option<f64> {
+        self.es.estimate()
+    }
+}
+
+/// Silo `me`'s mini-batch order in its pair with `partner`.
+fn disc_cursor(seed: u64, me: usize, partner: usize, len: usize) -> BatchCursor {
+    let s = stream_seed(
+        seed ^ TAG_DISC_BATCHES ^ ((partner as u64) << 32),
+        NodeId(me as u32),
+        Stream::Batches,
+    );
+    BatchCursor::new(len, StdRng::seed_from_u64(s))
 }
 
 /// `steps` plain-SGD steps (no momentum, no weight decay) from `w` on mini-batches of `data`,

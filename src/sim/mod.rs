@@ -12,6 +12,7 @@ mod baselines;
 mod coordinated;
 mod faults;
 mod fedcollab;
+pub(crate) use fedcollab::{DiscData, DiscModel, FL_BATCH_TAG as FEDCOLLAB_FL_TAG, PairHalf};
 mod feddisco;
 mod federico;
 mod fedsac;

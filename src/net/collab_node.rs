@@ -1,0 +1,1211 @@
+//! A FedCollab node (issue 5; spec §6): `[coordinated] mode = "fedcollab"`.
+//! Owns: joining the coordinator with the sample count only; the pairwise discriminator protocol
+//! with every other silo, peer to peer on `/federico/collab/1` (the higher index of a pair
+//! drives it, the lower answers from its own thread; neither weights nor data reach the
+//! coordinator); reporting the scalar distances; receiving its own coalition; FedAvg inside the
+//! coalition peer to peer (all-to-all: every member pulls every other member's trained model of
+//! the round and averages with weights m_j/M in ascending index order, so all members hold the
+//! same model bit for bit; a member that does not answer within `fetch_s` is left out of that
+//! round and the weights are renormalised); the run log and the checkpoint.
+//! Must not: decide the structure (the coordinator solves it) or the distances' arithmetic
+//! ([`crate::sim::PairHalf`] and [`crate::coord::fedcollab`] do), or train inside the event loop:
+//! the swarm runs in its own task, discriminator steps and training on blocking threads.
+//!
+//! A node whose coordinator is gone keeps what it has: pairs and FL run without it; with no
+//! structure yet after `structure_s`, it trains alone (FedCollab's singleton) and asks again
+//! every round, joining its coalition once the coordinator answers.
+
+use super::NodeConfig;
+use super::behaviour::{Codec, Exchange};
+use super::coordinated::CoordinatedConfig;
+use super::coordinator::CoordCodec;
+use super::identity::Manifest;
+use super::metrics::Metrics;
+use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord_wire::{
+    COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
+    PairDistance,
+};
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::{Adam, ClientData, Learner, ModelSpec};
+use crate::sim::{DiscModel, FEDCOLLAB_FL_TAG, PairHalf};
+use libp2p::futures::StreamExt;
+use libp2p::futures::stream::FuturesUnordered;
+use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport, ResponseChannel};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+/// What [`super::coordinated::run`] hands over once it has checked the config, the key, the
+/// manifest and loaded the data.
+pub(super) struct Prelude {
+    pub(super) cfg: NodeConfig,
+    pub(super) cc: CoordinatedConfig,
+    pub(super) key: libp2p::identity::Keypair,
+    pub(super) manifest: Manifest,
+    pub(super) me: NodeId,
+    pub(super) coordinator: PeerId,
+    pub(super) coord_addrs: Vec<Multiaddr>,
+    pub(super) data: ClientData,
+    pub(super) spec: ModelSpec,
+}
+
+/// Trained models of the last rounds a silo keeps for its coalition's pulls.
+const KEEP_ROUNDS: usize = 8;
+
+type CoordReply = oneshot::Sender<Result<CoordResponse, String>>;
+type PeerReply = oneshot::Sender<Result<CollabResponse, String>>;
+
+/// What the node's tasks ask of the swarm task.
+enum Cmd {
+    Coord(CoordRequest, CoordReply),
+    Peer(usize, CollabRequest, PeerReply),
+    /// This silo's trained model of an FL round, for its coalition.
+    Publish(u64, Arc<Vec<f32>>),
+    /// How many peers have fetched this silo's model of a round.
+    Served(u64, oneshot::Sender<usize>),
+    /// Where the pair requests go once the discriminator is built.
+    DiscServer(std::sync::mpsc::Sender<DiscJob>),
+}
+
+/// A pair request for the discriminator thread.
+struct DiscJob {
+    from: usize,
+    req: CollabRequest,
+    reply: oneshot::Sender<CollabResponse>,
+}
+
+#[derive(NetworkBehaviour)]
+struct CollabBehaviour {
+    members: libp2p::swarm::behaviour::toggle::Toggle<
+        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
+    >,
+    coord: Exchange<CoordRequest, CoordResponse>,
+    collab: Exchange<CollabRequest, CollabResponse>,
+}
+
+type Answer =
+    Pin<Box<dyn Future<Output = (ResponseChannel<CollabResponse>, CollabResponse)> + Send>>;
+
+/// The swarm task: routes requests out and answers back, serves the coalition's model pulls
+/// (held until the round is trained) and hands pair requests to the discriminator thread.
+async fn swarm_task(
+    mut swarm: libp2p::Swarm<CollabBehaviour>,
+    coordinator: (PeerId, Vec<Multiaddr>),
+    peers: Vec<(PeerId, Vec<Multiaddr>)>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+) {
+    let mut to_coord: HashMap<OutboundRequestId, CoordReply> = HashMap::new();
+    let mut to_peer: HashMap<OutboundRequestId, PeerReply> = HashMap::new();
+    let mut published: VecDeque<(u64, Arc<Vec<f32>>)> = VecDeque::new();
+    let mut held: Vec<(u64, PeerId, ResponseChannel<CollabResponse>)> = Vec::new();
+    let mut served: HashMap<u64, HashSet<PeerId>> = HashMap::new();
+    let mut disc: Option<std::sync::mpsc::Sender<DiscJob>> = None;
+    let mut answers: FuturesUnordered<Answer> = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None => return,
+                Some(Cmd::Coord(req, reply)) => {
+                    for a in &coordinator.1 {
+                        swarm.add_peer_address(coordinator.0, a.clone());
+                    }
+                    let id = swarm.behaviour_mut().coord.send_request(&coordinator.0, req);
+                    to_coord.insert(id, reply);
+                }
+                Some(Cmd::Peer(i, req, reply)) => {
+                    let Some((peer, addrs)) = peers.get(i) else {
+                        let _ = reply.send(Err(format!("no silo {i}")));
+                        continue;
+                    };
+                    for a in addrs {
+                        swarm.add_peer_address(*peer, a.clone());
+                    }
+                    let id = swarm.behaviour_mut().collab.send_request(peer, req);
+                    to_peer.insert(id, reply);
+                }
+                Some(Cmd::Publish(round, params)) => {
+                    published.push_back((round, params.clone()));
+                    while published.len() > KEEP_ROUNDS {
+                        published.pop_front();
+                    }
+                    let mut keep = Vec::new();
+                    for (r, peer, channel) in held.drain(..) {
+                        if r == round {
+                            served.entry(r).or_default().insert(peer);
+                            let _ = swarm.behaviour_mut().collab.send_response(
+                                channel,
+                                CollabResponse::Model { round, params: params.clone() },
+                            );
+                        } else {
+                            keep.push((r, peer, channel));
+                        }
+                    }
+                    held = keep;
+                }
+                Some(Cmd::Served(round, reply)) => {
+                    let _ = reply.send(served.get(&round).map_or(0, HashSet::len));
+                }
+                Some(Cmd::DiscServer(tx)) => disc = Some(tx),
+            },
+            Some((channel, resp)) = answers.next(), if !answers.is_empty() => {
+                let _ = swarm.behaviour_mut().collab.send_response(channel, resp);
+            }
+            ev = swarm.select_next_some() => match ev {
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::Message {
+                    message: rr::Message::Response { request_id, response },
+                    ..
+                })) => {
+                    if let Some(r) = to_coord.remove(&request_id) {
+                        let _ = r.send(Ok(response));
+                    }
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::OutboundFailure {
+                    request_id, error, ..
+                })) => {
+                    if let Some(r) = to_coord.remove(&request_id) {
+                        let _ = r.send(Err(error.to_string()));
+                    }
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::Message {
+                    message: rr::Message::Request { channel, .. },
+                    ..
+                })) => {
+                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
+                        reason: "nodes serve no coordinator requests".into(),
+                    });
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::Message {
+                    message: rr::Message::Response { request_id, response },
+                    ..
+                })) => {
+                    if let Some(r) = to_peer.remove(&request_id) {
+                        let _ = r.send(Ok(response));
+                    }
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::OutboundFailure {
+                    request_id, error, ..
+                })) => {
+                    if let Some(r) = to_peer.remove(&request_id) {
+                        let _ = r.send(Err(error.to_string()));
+                    }
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::Message {
+                    peer,
+                    message: rr::Message::Request { request, channel, .. },
+                    ..
+                })) => {
+                    let Some(from) = peers.iter().position(|(p, _)| *p == peer) else {
+                        warn!(%peer, "a collab request from a member that is not a silo");
+                        let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
+                            reason: "not a silo of this run".into(),
+                        });
+                        continue;
+                    };
+                    match request {
+                        CollabRequest::Model { round } => {
+                            if let Some((_, p)) = published.iter().find(|(r, _)| *r == round) {
+                                served.entry(round).or_default().insert(peer);
+                                let _ = swarm.behaviour_mut().collab.send_response(
+                                    channel,
+                                    CollabResponse::Model { round, params: p.clone() },
+                                );
+                            } else if published.back().is_none_or(|(r, _)| round > *r) {
+                                held.push((round, peer, channel));
+                            } else {
+                                let latest = published.back().map(|(r, _)| *r);
+                                let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
+                                    reason: format!("round {round} is no longer kept (latest {latest:?})"),
+                                });
+                            }
+                        }
+                        req => match &disc {
+                            Some(tx) => {
+                                let (otx, orx) = oneshot::channel();
+                                if tx.send(DiscJob { from, req, reply: otx }).is_err() {
+                                    let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
+                                        reason: "this silo's pairs are over".into(),
+                                    });
+                                    continue;
+                                }
+                                answers.push(Box::pin(async move {
+                                    let resp = orx.await.unwrap_or(CollabResponse::Error {
+                                        reason: "this silo's pairs are over".into(),
+                                    });
+                                    (channel, resp)
+                                }));
+                            }
+                            None => {
+                                let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
+                                    reason: "not ready: no distance plan yet".into(),
+                                });
+                            }
+                        },
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The node's handle on the swarm task.
+#[derive(Clone)]
+struct Link(mpsc::UnboundedSender<Cmd>);
+
+impl Link {
+    async fn coord(&self, req: CoordRequest, limit: Duration) -> Result<CoordResponse, String> {
+        let (tx, rx) = oneshot::channel();
+        self.0
+            .send(Cmd::Coord(req, tx))
+            .map_err(|_| "swarm task ended".to_string())?;
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err("swarm task ended".into()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    async fn peer(
+        &self,
+        i: usize,
+        req: CollabRequest,
+        limit: Duration,
+    ) -> Result<CollabResponse, String> {
+        let (tx, rx) = oneshot::channel();
+        self.0
+            .send(Cmd::Peer(i, req, tx))
+            .map_err(|_| "swarm task ended".to_string())?;
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err("swarm task ended".into()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// A peer request retried (every 200 ms) on transport failures and "not ready" refusals
+    /// until `budget` has passed.
+    async fn peer_within(
+        &self,
+        i: usize,
+        req: CollabRequest,
+        budget: Duration,
+    ) -> Result<CollabResponse, String> {
+        let until = tokio::time::Instant::now() + budget;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let r = self.peer(i, req.clone(), left).await;
+            let again = match &r {
+                Err(_) => true,
+                Ok(CollabResponse::Error { reason }) => reason.starts_with("not ready"),
+                Ok(_) => false,
+            };
+            if again && tokio::time::Instant::now() + Duration::from_millis(200) < until {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            return r;
+        }
+    }
+
+    /// A coordinator request retried every 500 ms while the coordinator is unreachable, until
+    /// `budget` has passed; refusals are returned.
+    async fn coord_within(
+        &self,
+        req: &CoordRequest,
+        budget: Duration,
+    ) -> Result<CoordResponse, String> {
+        let until = tokio::time::Instant::now() + budget;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.coord(req.clone(), left).await {
+                Err(_) if tokio::time::Instant::now() + Duration::from_millis(500) < until => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// The node's state on disk (`<state_dir>/fedcollab.bin`).
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    peer_id: String,
+    /// The distances it reported (or has to report).
+    report: Option<Vec<PairDistance>>,
+    /// Its coalition and the members' sizes.
+    coalition: Option<(Vec<u32>, Vec<u64>)>,
+    /// FL rounds done.
+    round: u64,
+    params: Vec<f32>,
+    adam: Adam,
+}
+
+const MAGIC: &[u8; 8] = b"FEDCLND1";
+const VERSION: u32 = 1;
+
+/// One line of `rounds.jsonl`.
+#[derive(Serialize)]
+struct RoundLine {
+    node: u32,
+    round: u64,
+    /// The FL round this line closes (the coalition's round), once the coalition is known.
+    global_round: Option<u64>,
+    /// In a coalition (false: training alone while the structure is not known).
+    attached: bool,
+    trained: bool,
+    /// Every other member's model arrived in time.
+    update_acked: bool,
+    /// Members whose model went into the average, this silo included.
+    averaged: Vec<u32>,
+    seconds: f64,
+    at: f64,
+    eval: Option<crate::trace::EvalRecord>,
+}
+
+/// The final line.
+#[derive(Serialize)]
+struct FinalLine {
+    node: u32,
+    final_global_round: Option<u64>,
+    model_hash: String,
+    /// The coalition the model belongs to.
+    coalition: Option<Vec<u32>>,
+    eval: crate::trace::EvalRecord,
+}
+
+fn save(path: &std::path::Path, s: &Saved) -> anyhow::Result<()> {
+    let mut bytes = crate::store::header(MAGIC, VERSION);
+    bincode::serde::encode_into_std_write(s, &mut bytes, bincode::config::standard())?;
+    crate::store::write_atomic(path, &bytes)?;
+    Ok(())
+}
+
+/// Runs the FedCollab node until its rounds are done or `shutdown` resolves.
+pub(super) async fn run(
+    p: Prelude,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let Prelude {
+        cfg,
+        cc,
+        key,
+        manifest,
+        me,
+        coordinator,
+        coord_addrs,
+        data,
+        spec,
+    } = p;
+    let fc: FedCollabConfig = cc.fedcollab.clone();
+    fc.validate()
+        .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?;
+    let peer_id = key.public().to_peer_id();
+    let me_i = me.0 as usize;
+    let n_train = data.train.len() as u64;
+    let batch = cfg.train.batch_size;
+    let fetch = Duration::from_secs_f64(cc.fetch_s);
+    let structure_wait = Duration::from_secs_f64(cc.structure_s);
+    let learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    std::fs::create_dir_all(&cfg.state_dir)?;
+    let ckpt = cfg.state_dir.join("fedcollab.bin");
+    let saved: Option<Saved> = match std::fs::read(&ckpt) {
+        Ok(b) => {
+            let body =
+                crate::store::strip_header(&b, MAGIC, VERSION).map_err(|e| anyhow::anyhow!(e))?;
+            let (s, _): (Saved, usize) = crate::store::decode_bounded(body)
+                .map_err(|e| anyhow::anyhow!("checkpoint {}: undecodable ({e})", ckpt.display()))?;
+            if s.peer_id != peer_id.to_string() {
+                anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
+            }
+            Some(s)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    // Every coalition starts from silo 0's seeded initialisation (spec §5), as in `simulate`.
+    let init = || {
+        learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
+            cfg.seed,
+            NodeId(0),
+            Stream::Init,
+        )))
+    };
+    let mut state = match saved {
+        Some(s) => {
+            if s.params.len() != spec.num_params() || s.adam.num_params() != spec.num_params() {
+                anyhow::bail!(
+                    "checkpoint {}: a model of {} parameters, the config's has {}",
+                    ckpt.display(),
+                    s.params.len(),
+                    spec.num_params()
+                );
+            }
+            s
+        }
+        None => {
+            let params = init();
+            Saved {
+                peer_id: peer_id.to_string(),
+                report: None,
+                coalition: None,
+                round: 0,
+                adam: Adam::new(params.len(), cfg.train.lr as f32),
+                params,
+            }
+        }
+    };
+
+    // The swarm, in its own task.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let allowed: Option<Vec<PeerId>> =
+        (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
+    let max = cfg.max_message();
+    let mut swarm = SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )?
+        .with_quic()
+        .with_behaviour(|_| {
+            let members = allowed.map(|ids| {
+                let mut b =
+                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
+                for id in ids {
+                    b.allow_peer(id);
+                }
+                b
+            });
+            CollabBehaviour {
+                members: members.into(),
+                coord: Exchange::new(
+                    CoordCodec::new(max, metrics.clone()),
+                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+                    rr::Config::default().with_request_timeout(fetch.max(structure_wait)),
+                ),
+                collab: Exchange::new(
+                    Codec::new(max, metrics),
+                    [(StreamProtocol::new(COLLAB_PROTOCOL), ProtocolSupport::Full)],
+                    rr::Config::default()
+                        .with_request_timeout(fetch)
+                        .with_max_concurrent_streams(1024),
+                ),
+            }
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    for a in &cfg.listen {
+        let addr: Multiaddr = a.parse()?;
+        swarm.listen_on(addr)?;
+    }
+    // Silos are the manifest's members other than the coordinator, by index.
+    let peers: Vec<(PeerId, Vec<Multiaddr>)> = manifest
+        .members
+        .iter()
+        .filter(|m| m.peer_id != coordinator)
+        .map(|m| (m.peer_id, m.addrs.clone()))
+        .collect();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(swarm_task(swarm, (coordinator, coord_addrs), peers, rx));
+    let link = Link(tx);
+
+    let log_path = cfg.state_dir.join("rounds.jsonl");
+    let cut = crate::trace::trim_log(&log_path, state.round + 1).map_err(|e| anyhow::anyhow!(e))?;
+    if cut > 0 {
+        warn!(
+            lines = cut,
+            checkpoint_round = state.round,
+            "run log cut back to the checkpoint"
+        );
+    }
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    info!(node = %me, peer = %peer_id, round = state.round, "fedcollab node started");
+    tokio::pin!(shutdown);
+    let data = Arc::new(data);
+    let join = CoordRequest::Join { n_train };
+
+    let result: anyhow::Result<()> = async {
+        // Phases 0-2: join, the plan, the pairs (skipped once the distances are in hand).
+        if state.report.is_none() && state.coalition.is_none() {
+            let (target, nodes) = tokio::select! {
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                r = plan(&link, &join, fetch) => r?,
+            };
+            if me_i >= nodes {
+                anyhow::bail!("this silo has index {me_i}; the coordinator runs {nodes} silos");
+            }
+            let started = Instant::now();
+            let report = tokio::select! {
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                r = estimate(&link, &fc, &data, cfg.seed, me_i, nodes, target, fetch) => r?,
+            };
+            let failed = report.iter().filter(|p| p.distance.is_none()).count();
+            info!(
+                pairs = report.len(),
+                failed,
+                seconds = started.elapsed().as_secs_f64(),
+                distances = ?report.iter().map(|p| p.distance).collect::<Vec<_>>(),
+                "distances estimated"
+            );
+            state.report = Some(report);
+            save(&ckpt, &state)?;
+        }
+        // Phase 3: report, then the coalition (retried every round while unknown).
+        let until = tokio::time::Instant::now() + structure_wait;
+        let mut reported = false;
+        if state.coalition.is_none() {
+            tokio::select! {
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                r = attach(&link, &join, &mut state, &mut reported, until, me_i) => r,
+            }
+            save(&ckpt, &state)?;
+        }
+
+        // Phase 4: FedAvg inside the coalition.
+        let mut learner = learner;
+        let mut rng = StdRng::seed_from_u64(stream_seed(cfg.seed ^ FEDCOLLAB_FL_TAG, me, Stream::Batches));
+        while state.round < cfg.rounds {
+            let started = Instant::now();
+            if state.coalition.is_none() {
+                let until = tokio::time::Instant::now() + Duration::from_millis(500);
+                attach(&link, &join, &mut state, &mut reported, until, me_i).await;
+            }
+            let round = state.round;
+            let (l, mut p, mut opt, r, d) =
+                (learner, state.params.clone(), state.adam.clone(), rng, data.clone());
+            let (l, p, opt, r) = tokio::task::spawn_blocking(move || {
+                let (mut l, mut r) = (l, r);
+                l.train_epoch(&mut p, &mut opt, &d.train, &mut r)
+                    .map(|_| (l, p, opt, r))
+            })
+            .await?
+            .map_err(|e| anyhow::anyhow!("training: {e}"))?;
+            learner = l;
+            rng = r;
+            state.adam = opt;
+            let local = Arc::new(p);
+            let _ = link.0.send(Cmd::Publish(round, local.clone()));
+            let (members, sizes) = state
+                .coalition
+                .clone()
+                .unwrap_or_else(|| (vec![me.0], vec![n_train]));
+            let got = tokio::select! {
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                g = pull_models(&link, &members, me.0, round, local.clone(), fetch, local.len()) => g,
+            };
+            let heard: Vec<u32> = members
+                .iter()
+                .zip(&got)
+                .filter(|(_, g)| g.is_some())
+                .map(|(&m, _)| m)
+                .collect();
+            state.params = coalition_average(&got, &sizes);
+            state.round += 1;
+            let eval = if cfg.eval_every > 0 && state.round % cfg.eval_every == 0 && state.round < cfg.rounds {
+                let ev = learner.evaluate(&state.params, &data.test).map_err(|e| anyhow::anyhow!("{e}"))?;
+                Some(crate::trace::EvalRecord::from(ev))
+            } else {
+                None
+            };
+            let line = RoundLine {
+                node: me.0,
+                round: state.round,
+                global_round: state.coalition.as_ref().map(|_| round),
+                attached: state.coalition.is_some(),
+                trained: true,
+                update_acked: heard.len() == members.len(),
+                averaged: heard,
+                seconds: started.elapsed().as_secs_f64(),
+                at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+                eval,
+            };
+            writeln!(log, "{}", serde_json::to_string(&line)?)?;
+            log.flush()?;
+            save(&ckpt, &state)?;
+        }
+        // Let every other member fetch the last round's model before leaving.
+        if let Some((members, _)) = &state.coalition {
+            let others = members.len().saturating_sub(1);
+            let last = cfg.rounds.saturating_sub(1);
+            let until = Instant::now() + fetch;
+            while Instant::now() < until {
+                let (tx, rx) = oneshot::channel();
+                let _ = link.0.send(Cmd::Served(last, tx));
+                if rx.await.unwrap_or(0) >= others {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let ev = learner.evaluate(&state.params, &data.test).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let accuracy = ev.accuracy();
+        let line = FinalLine {
+            node: me.0,
+            final_global_round: state.coalition.as_ref().map(|_| cfg.rounds),
+            model_hash: super::coordinated::fnv(&state.params),
+            coalition: state.coalition.as_ref().map(|c| c.0.clone()),
+            eval: crate::trace::EvalRecord::from(ev),
+        };
+        writeln!(log, "{}", serde_json::to_string(&line)?)?;
+        log.flush()?;
+        info!(accuracy, coalition = ?state.coalition.as_ref().map(|c| &c.0), "fedcollab run done");
+        Ok(())
+    }
+    .await;
+    task.abort();
+    result
+}
+
+/// Joins and fetches the distance plan, retrying until the coordinator answers (it holds the
+/// plan until every silo joined): `(m_train target, silos)`.
+async fn plan(link: &Link, join: &CoordRequest, fetch: Duration) -> anyhow::Result<(f64, usize)> {
+    let mut joined = false;
+    loop {
+        if !joined {
+            match link.coord_within(join, fetch).await {
+                Ok(CoordResponse::Ack) => joined = true,
+                Ok(CoordResponse::Error { reason }) => {
+                    anyhow::bail!("the coordinator refused this silo: {reason}")
+                }
+                other => {
+                    warn!(?other, "could not join the coordinator; trying again");
+                    continue;
+                }
+            }
+        }
+        match link
+            .coord_within(&CoordRequest::Fetch { round: 0 }, fetch)
+            .await
+        {
+            Ok(CoordResponse::DiscPlan { target, nodes }) => {
+                if !(target.is_finite() && target >= 0.0) || nodes < 2 {
+                    anyhow::bail!(
+                        "the coordinator sent a bad plan (target {target}, {nodes} silos)"
+                    );
+                }
+                return Ok((target, nodes as usize));
+            }
+            Ok(CoordResponse::Error { reason }) => {
+                // Typically a restarted coordinator that lost the registration.
+                warn!(%reason, "plan refused; joining again");
+                joined = false;
+            }
+            other => warn!(?other, "no distance plan yet; asking again"),
+        }
+    }
+}
+
+/// Phase 3: sends the distances until acknowledged, then fetches the coalition, until
+/// `until`. Leaves `state.coalition` unset when the coordinator did not answer in time.
+async fn attach(
+    link: &Link,
+    join: &CoordRequest,
+    state: &mut Saved,
+    reported: &mut bool,
+    until: tokio::time::Instant,
+    me: usize,
+) {
+    let left = || until.saturating_duration_since(tokio::time::Instant::now());
+    while !left().is_zero() {
+        if !*reported {
+            let Some(pairs) = state.report.clone() else {
+                return;
+            };
+            match link
+                .coord_within(&CoordRequest::Distances { pairs }, left())
+                .await
+            {
+                Ok(CoordResponse::Ack) => *reported = true,
+                Ok(CoordResponse::Error { reason }) => {
+                    // A restarted coordinator without this silo's join: join again.
+                    warn!(%reason, "distances refused; joining again");
+                    let _ = link.coord_within(join, left()).await;
+                    tokio::time::sleep(Duration::from_millis(200).min(left())).await;
+                    continue;
+                }
+                other => {
+                    warn!(?other, "could not report the distances");
+                    continue;
+                }
+            }
+        }
+        match link
+            .coord_within(&CoordRequest::Fetch { round: 1 }, left())
+            .await
+        {
+            Ok(CoordResponse::Coalition { members, sizes }) => {
+                let ok = members.len() == sizes.len()
+                    && members.contains(&(me as u32))
+                    && members.windows(2).all(|w| w[0] < w[1])
+                    && sizes.iter().all(|&s| s > 0);
+                if ok {
+                    info!(?members, "coalition received");
+                    state.coalition = Some((members, sizes));
+                    return;
+                }
+                warn!(?members, ?sizes, "a malformed coalition; ignored");
+                return;
+            }
+            Ok(CoordResponse::Error { reason }) => {
+                warn!(%reason, "coalition refused; reporting again");
+                *reported = false;
+            }
+            other => {
+                if !left().is_zero() {
+                    warn!(?other, "no coalition yet");
+                }
+            }
+        }
+    }
+    warn!("no collaboration structure yet: training alone this round");
+}
+
+/// Phase 2: Algorithm 1 with every other silo. This silo drives the pairs with lower-index
+/// partners (its requests) and answers those with higher-index partners (its discriminator
+/// thread); returns one distance per partner, ascending.
+#[allow(clippy::too_many_arguments)]
+async fn estimate(
+    link: &Link,
+    fc: &FedCollabConfig,
+    data: &ClientData,
+    seed: u64,
+    me: usize,
+    nodes: usize,
+    target: f64,
+    fetch: Duration,
+) -> anyhow::Result<Vec<PairDistance>> {
+    let model = Arc::new(
+        DiscModel::new(&data.train, fc, seed).map_err(|e| anyhow::anyhow!("discriminator: {e}"))?,
+    );
+    let disc = Arc::new(
+        model
+            .silo_data(&data.train, me, seed, target)
+            .map_err(|e| anyhow::anyhow!("discriminator data: {e}"))?,
+    );
+    // The answering side, on its own thread.
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let server = {
+        let (model, disc, fc) = (model.clone(), disc.clone(), fc.clone());
+        let learner = Learner::new(&model.spec, fc.disc_batch_size)
+            .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
+        let idle = fetch * 3;
+        std::thread::spawn(move || {
+            answer_pairs(
+                me, nodes, &model, disc, &fc, seed, learner, jobs_rx, done_tx, idle,
+            )
+        })
+    };
+    link.0
+        .send(Cmd::DiscServer(jobs_tx))
+        .map_err(|_| anyhow::anyhow!("swarm task ended"))?;
+    // The driving side: one task per lower-index partner.
+    let mut drivers = Vec::new();
+    for partner in 0..me {
+        let learner = Learner::new(&model.spec, fc.disc_batch_size)
+            .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
+        let half = PairHalf::new(fc, &model, disc.clone(), me, partner, seed);
+        let link = link.clone();
+        drivers.push(tokio::spawn(async move {
+            let r = match half {
+                Ok(half) => drive_pair(&link, half, learner, partner, fetch).await,
+                Err(e) => Err(e),
+            };
+            (partner, r)
+        }));
+    }
+    let mut out: Vec<PairDistance> = Vec::with_capacity(nodes - 1);
+    for d in drivers {
+        let (partner, r) = d.await?;
+        out.push(match r {
+            Ok((d, rounds)) => PairDistance {
+                partner: partner as u32,
+                distance: d,
+                rounds,
+            },
+            Err(e) => {
+                warn!(partner, error = %e, "pair failed: its distance counts as 1");
+                PairDistance {
+                    partner: partner as u32,
+                    distance: None,
+                    rounds: 0,
+                }
+            }
+        });
+    }
+    for _ in me + 1..nodes {
+        match done_rx.recv().await {
+            Some(p) => out.push(p),
+            None => break,
+        }
+    }
+    let _ = server.join();
+    for partner in me + 1..nodes {
+        if !out.iter().any(|p| p.partner as usize == partner) {
+            out.push(PairDistance {
+                partner: partner as u32,
+                distance: None,
+                rounds: 0,
+            });
+        }
+    }
+    out.sort_by_key(|p| p.partner);
+    Ok(out)
+}
+
+/// Drives one pair as its higher-index silo: per round, the own step, the exchange, the
+/// average, and every evaluation's accuracies. `(estimate, rounds)`.
+async fn drive_pair(
+    link: &Link,
+    half: PairHalf,
+    learner: Learner,
+    partner: usize,
+    fetch: Duration,
+) -> Result<(Option<f64>, u32), String> {
+    let (mut half, mut learner) = (half, learner);
+    let mut acc_prev: Option<f64> = None;
+    let mut first = true;
+    loop {
+        let (h, l, own) = tokio::task::spawn_blocking(move || {
+            let own = half.step(&mut learner);
+            (half, learner, own)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        (half, learner) = (h, l);
+        let own = own.map_err(|e| e.to_string())?;
+        let round = half.rounds() as u32;
+        let req = CollabRequest::DiscStep {
+            round,
+            weights: Arc::new(own.clone()),
+            acc: acc_prev.take(),
+        };
+        // The partner may still be waiting for its plan: the first exchange waits longer.
+        let budget = if first { fetch * 3 } else { fetch };
+        first = false;
+        let (theirs, acc_lo) = match link.peer_within(partner, req, budget).await? {
+            CollabResponse::DiscStep { weights, acc } => (weights, acc),
+            other => return Err(format!("round {round}: {other:?}")),
+        };
+        let (h, l, r) = tokio::task::spawn_blocking(move || {
+            let r = (|| {
+                if !half.combine(&own, &theirs)? {
+                    return Ok(None);
+                }
+                let acc_hi = half.accuracy(&mut learner).map_err(|e| e.to_string())?;
+                let acc_lo = acc_lo.ok_or("the partner sent no accuracy for an evaluated round")?;
+                if !(acc_lo.is_finite() && (0.0..=1.0).contains(&acc_lo)) {
+                    return Err(format!("the partner's accuracy {acc_lo} is not a fraction"));
+                }
+                half.record(acc_lo, acc_hi);
+                Ok(Some(acc_hi))
+            })();
+            (half, learner, r)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        (half, learner) = (h, l);
+        acc_prev = r?;
+        if half.done() {
+            let rounds = half.rounds() as u32;
+            match link
+                .peer_within(
+                    partner,
+                    CollabRequest::DiscDone {
+                        rounds,
+                        acc: acc_prev,
+                    },
+                    fetch,
+                )
+                .await?
+            {
+                CollabResponse::Ack => return Ok((half.estimate(), rounds)),
+                other => return Err(format!("the partner did not confirm the stop: {other:?}")),
+            }
+        }
+    }
+}
+
+/// The answering side of this silo's pairs with higher-index partners, on its own thread:
+/// each `DiscStep` is the partner's weights of a round; this side takes its own step from the
+/// pair's average, averages, evaluates when due and answers with its weights (and accuracy).
+/// A retransmitted round is answered from the cache without stepping again. A partner silent
+/// for `idle` has its pair given up (distance `None`). Sends one result per partner.
+#[allow(clippy::too_many_arguments)]
+fn answer_pairs(
+    me: usize,
+    nodes: usize,
+    model: &DiscModel,
+    disc: Arc<crate::sim::DiscData>,
+    fc: &FedCollabConfig,
+    seed: u64,
+    mut learner: Learner,
+    jobs: std::sync::mpsc::Receiver<DiscJob>,
+    done: mpsc::UnboundedSender<PairDistance>,
+    idle: Duration,
+) {
+    struct Pair {
+        half: PairHalf,
+        /// This side's accuracy of the last evaluated average, until the partner's arrives.
+        pending: Option<f64>,
+        last: Option<(u32, CollabResponse)>,
+        seen: Instant,
+    }
+    let started = Instant::now();
+    let mut pairs: HashMap<usize, Pair> = HashMap::new();
+    let mut finished: HashSet<usize> = HashSet::new();
+    let params = model.init.len();
+    let finish = |finished: &mut HashSet<usize>, partner: usize, d: Option<f64>, rounds| {
+        if finished.insert(partner) {
+            let _ = done.send(PairDistance {
+                partner: partner as u32,
+                distance: d,
+                rounds,
+            });
+        }
+    };
+    while finished.len() < nodes.saturating_sub(me + 1) {
+        let job = match jobs.recv_timeout(Duration::from_millis(250)) {
+            Ok(j) => j,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                for partner in me + 1..nodes {
+                    let seen = pairs.get(&partner).map_or(started, |p| p.seen);
+                    if !finished.contains(&partner) && seen.elapsed() > idle {
+                        warn!(partner, "pair partner silent: pair given up");
+                        finish(&mut finished, partner, None, 0);
+                    }
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let DiscJob { from, req, reply } = job;
+        let refuse = |reason: String| CollabResponse::Error { reason };
+        if from <= me || from >= nodes {
+            let _ = reply.send(refuse(format!(
+                "silo {from} does not drive a pair with silo {me} (the higher index drives)"
+            )));
+            continue;
+        }
+        if finished.contains(&from) {
+            let _ = reply.send(refuse(format!("the pair ({me}, {from}) is over")));
+            continue;
+        }
+        if let Err(reason) = req.check(params) {
+            warn!(partner = from, %reason, "refused a pair request");
+            let _ = reply.send(refuse(reason));
+            continue;
+        }
+        if let std::collections::hash_map::Entry::Vacant(slot) = pairs.entry(from) {
+            match PairHalf::new(fc, model, disc.clone(), me, from, seed) {
+                Ok(half) => {
+                    slot.insert(Pair {
+                        half,
+                        pending: None,
+                        last: None,
+                        seen: Instant::now(),
+                    });
+                }
+                Err(reason) => {
+                    let _ = reply.send(refuse(reason));
+                    finish(&mut finished, from, None, 0);
+                    continue;
+                }
+            }
+        }
+        let pair = pairs.get_mut(&from).expect("inserted above");
+        pair.seen = Instant::now();
+        let answer = match req {
+            CollabRequest::DiscStep {
+                round,
+                weights,
+                acc,
+            } => {
+                if let Some((r, resp)) = &pair.last
+                    && *r == round
+                {
+                    // The partner did not get the answer: send it again.
+                    resp.clone()
+                } else if round as usize != pair.half.rounds() {
+                    refuse(format!(
+                        "round {round}; the pair ({me}, {from}) is at round {}",
+                        pair.half.rounds()
+                    ))
+                } else {
+                    let step = (|| -> Result<CollabResponse, String> {
+                        if let Some(acc_hi) = acc {
+                            let acc_lo = pair
+                                .pending
+                                .take()
+                                .ok_or("an accuracy for a round that was not evaluated")?;
+                            if pair.half.record(acc_lo, acc_hi) {
+                                return Err("the pair has stopped: expected its end".into());
+                            }
+                        }
+                        let own = pair.half.step(&mut learner).map_err(|e| e.to_string())?;
+                        let evaluated = pair.half.combine(&own, &weights)?;
+                        let acc = if evaluated {
+                            Some(
+                                pair.half
+                                    .accuracy(&mut learner)
+                                    .map_err(|e| e.to_string())?,
+                            )
+                        } else {
+                            None
+                        };
+                        pair.pending = acc;
+                        Ok(CollabResponse::DiscStep {
+                            weights: Arc::new(own),
+                            acc,
+                        })
+                    })();
+                    match step {
+                        Ok(resp) => {
+                            pair.last = Some((round, resp.clone()));
+                            resp
+                        }
+                        Err(reason) => {
+                            warn!(partner = from, %reason, "pair failed");
+                            finish(&mut finished, from, None, pair.half.rounds() as u32);
+                            refuse(reason)
+                        }
+                    }
+                }
+            }
+            CollabRequest::DiscDone { rounds, acc } => {
+                if let (Some(acc_hi), Some(acc_lo)) = (acc, pair.pending.take()) {
+                    pair.half.record(acc_lo, acc_hi);
+                }
+                let agree = rounds as usize == pair.half.rounds() && pair.half.done();
+                if agree {
+                    finish(&mut finished, from, pair.half.estimate(), rounds);
+                    CollabResponse::Ack
+                } else {
+                    warn!(
+                        partner = from,
+                        rounds,
+                        here = pair.half.rounds(),
+                        "the partner stopped where this side would not"
+                    );
+                    finish(&mut finished, from, None, rounds);
+                    refuse(format!(
+                        "stopped after {rounds} rounds; this side ran {} and would {}stop",
+                        pair.half.rounds(),
+                        if pair.half.done() { "" } else { "not " }
+                    ))
+                }
+            }
+            CollabRequest::Model { .. } => refuse("not a pair request".into()),
+        };
+        let _ = reply.send(answer);
+    }
+}
+
+/// Every coalition member's trained model of `round` (this silo's own included, at its
+/// position), pulled concurrently; `None` for a member that did not answer within `fetch`.
+async fn pull_models(
+    link: &Link,
+    members: &[u32],
+    me: u32,
+    round: u64,
+    own: Arc<Vec<f32>>,
+    fetch: Duration,
+    len: usize,
+) -> Vec<Option<Arc<Vec<f32>>>> {
+    let pulls = members.iter().map(|&m| {
+        let (link, own) = (link.clone(), own.clone());
+        async move {
+            if m == me {
+                return Some(own);
+            }
+            match link
+                .peer_within(m as usize, CollabRequest::Model { round }, fetch)
+                .await
+            {
+                Ok(resp @ CollabResponse::Model { round: r, .. }) if r == round => {
+                    match resp.check(len) {
+                        Ok(()) => match resp {
+                            CollabResponse::Model { params, .. } => Some(params),
+                            _ => None,
+                        },
+                        Err(reason) => {
+                            warn!(member = m, %reason, "refused a member's model");
+                            None
+                        }
+                    }
+                }
+                other => {
+                    warn!(
+                        member = m,
+                        round,
+                        ?other,
+                        "no model from a coalition member this round"
+                    );
+                    None
+                }
+            }
+        }
+    });
+    libp2p::futures::future::join_all(pulls).await
+}
+
+/// The m_j-weighted average of the models that arrived, summed in ascending member order in
+/// f64 as `simulate` sums it (weights renormalised over the arrivals).
+fn coalition_average(models: &[Option<Arc<Vec<f32>>>], sizes: &[u64]) -> Vec<f32> {
+    let total: f64 = models
+        .iter()
+        .zip(sizes)
+        .filter(|(m, _)| m.is_some())
+        .map(|(_, &s)| s as f64)
+        .sum();
+    let len = models.iter().flatten().next().map_or(0, |m| m.len());
+    let mut avg = vec![0f64; len];
+    for (m, &s) in models.iter().zip(sizes) {
+        if let Some(m) = m {
+            let w = s as f64 / total;
+            for (a, &x) in avg.iter_mut().zip(m.iter()) {
+                *a += w * x as f64;
+            }
+        }
+    }
+    avg.into_iter().map(|x| x as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_average_renormalises_over_the_models_that_arrived() {
+        let a = Some(Arc::new(vec![1.0f32, 2.0]));
+        let b = Some(Arc::new(vec![3.0f32, 6.0]));
+        assert_eq!(
+            coalition_average(&[a.clone(), b.clone()], &[1, 3]),
+            vec![2.5, 5.0]
+        );
+        assert_eq!(coalition_average(&[a, None], &[1, 3]), vec![1.0, 2.0]);
+    }
+}
