@@ -476,5 +476,48 @@ mod tests {
                 .check(Metric::Kl, 10, 4)
                 .is_ok()
         );
+        let dist = |d: Option<f64>| CoordRequest::Distances {
+            pairs: vec![PairDistance {
+                partner: 1,
+                distance: d,
+                rounds: 5,
+            }],
+        };
+        assert!(dist(Some(0.5)).check(Metric::Kl, 10, 4).is_ok());
+        assert!(dist(Some(-0.02)).check(Metric::Kl, 10, 4).is_ok());
+        assert!(dist(None).check(Metric::Kl, 10, 4).is_ok());
+        for bad in [f64::NAN, 1.5, -2.0, f64::INFINITY] {
+            assert!(dist(Some(bad)).check(Metric::Kl, 10, 4).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn collab_checks_refuse_bad_weights_and_accuracies() {
+        let step = |w: Vec<f32>, acc| CollabRequest::DiscStep {
+            round: 0,
+            weights: Arc::new(w),
+            acc,
+        };
+        assert!(step(vec![0.0; 3], Some(0.5)).check(3).is_ok());
+        assert!(step(vec![0.0; 3], None).check(3).is_ok());
+        assert!(step(vec![0.0; 2], None).check(3).is_err());
+        assert!(step(vec![0.0, f32::NAN, 0.0], None).check(3).is_err());
+        assert!(step(vec![0.0; 3], Some(1.5)).check(3).is_err());
+        assert!(step(vec![0.0; 3], Some(f64::NAN)).check(3).is_err());
+        assert!(
+            CollabRequest::DiscDone {
+                rounds: 3,
+                acc: Some(-0.1)
+            }
+            .check(3)
+            .is_err()
+        );
+        let model = |p: Vec<f32>| CollabResponse::Model {
+            round: 1,
+            params: Arc::new(p),
+        };
+        assert!(model(vec![1.0; 4]).check(4).is_ok());
+        assert!(model(vec![1.0; 5]).check(4).is_err());
+        assert!(model(vec![f32::INFINITY; 4]).check(4).is_err());
     }
 }

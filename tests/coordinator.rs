@@ -528,3 +528,210 @@ fn swarm_state_dirs(seed_dir: &Path) -> Vec<PathBuf> {
         .map(|i| seed_dir.join(format!("nodes/silo-{i}")))
         .collect()
 }
+
+/// The simulator's FedCollab record of a run: (raw distances, coalitions).
+fn sim_structure(seed_dir: &Path) -> (Vec<Vec<f64>>, Vec<Vec<usize>>) {
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(seed_dir.join("fedcollab.json")).unwrap())
+            .unwrap();
+    (
+        serde_json::from_value(rec["distances_raw"].clone()).unwrap(),
+        serde_json::from_value(rec["solution"]["best"]["coalitions"].clone()).unwrap(),
+    )
+}
+
+/// The coordinator's FedCollab record: (distances as reported, coalitions, mismatched pairs).
+fn coordinator_structure(
+    coord_dir: &Path,
+) -> (Vec<Vec<f64>>, Vec<Vec<usize>>, Vec<(usize, usize)>) {
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(coord_dir.join("fedcollab.json")).unwrap())
+            .unwrap();
+    (
+        serde_json::from_value(rec["distances"].clone()).unwrap(),
+        serde_json::from_value(rec["coalitions"].clone()).unwrap(),
+        serde_json::from_value(rec["mismatched"].clone()).unwrap(),
+    )
+}
+
+/// FedCollab over the network: eight silos estimate all 28 pairwise distances among
+/// themselves (the discriminator protocol, peer to peer), the coordinator solves the structure
+/// from the scalars, and each coalition runs FedAvg between its members. The distances, the
+/// coalitions and every silo's final accuracy are the simulator's, exactly.
+#[test]
+fn a_fedcollab_swarm_of_eight_silos_estimates_distances_peer_to_peer_and_matches_simulate() {
+    let _one_at_a_time = serial();
+    let over: Vec<String> = [
+        "rounds=20",
+        "eval_every=10",
+        "algorithms=[\"fedcollab\"]",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let swarm = launch::swarm(
+        &sc,
+        &SwarmOptions {
+            out: tmp.path().join("swarm"),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(60),
+            netns: false,
+        },
+    )
+    .expect("the swarm runs");
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (a, b) = (
+        &swarm.summary.runs[0].algorithms,
+        &sim.summary.runs[0].algorithms,
+    );
+    assert_eq!(a[0].algorithm, "fedcollab");
+    assert_eq!(a[0].per_client.len(), 8);
+    assert_eq!(a[0].per_client, b[0].per_client);
+    let (d_net, c_net, mismatched) =
+        coordinator_structure(&tmp.path().join("swarm/seed-1/coordinator"));
+    let (d_sim, c_sim) = sim_structure(&tmp.path().join("sim/seed-1"));
+    assert_eq!(
+        d_net, d_sim,
+        "both silos of every pair report the simulator's distance"
+    );
+    assert!(mismatched.is_empty(), "{mismatched:?}");
+    assert_eq!(c_net, c_sim);
+    // Disjoint label sets: the coalitions never mix the two label groups, and do group.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("sim/seed-1/partition.json")).unwrap(),
+    )
+    .unwrap();
+    let label_group: Vec<u64> = report["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["group"].as_u64().unwrap())
+        .collect();
+    assert!(c_net.len() < 8, "{c_net:?}");
+    for c in &c_net {
+        assert!(
+            c.iter().all(|&i| label_group[i] == label_group[c[0]]),
+            "{c:?} ({label_group:?})"
+        );
+    }
+    // Each silo heard every coalition member every round and ends with its coalition's model.
+    let mut hash_of = std::collections::HashMap::new();
+    for (i, d) in (0..8).zip(&swarm_state_dirs(&tmp.path().join("swarm/seed-1"))) {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), 20);
+        assert!(
+            per_round.iter().all(|l| l["update_acked"] == true),
+            "silo {i}"
+        );
+        let mine: Vec<usize> = serde_json::from_value(last["coalition"].clone()).unwrap();
+        assert!(
+            c_net.contains(&mine) && mine.contains(&i),
+            "silo {i}: {mine:?}"
+        );
+        let h = last["model_hash"].as_str().unwrap().to_string();
+        assert_eq!(hash_of.entry(mine[0]).or_insert_with(|| h.clone()), &h);
+    }
+}
+
+/// The FedCollab coordinator killed (SIGKILL) while the silos estimate their distances, and
+/// restarted 3 s later: the pairs run on without it (they are peer to peer), the silos retry
+/// their reports, the restarted coordinator resumes from its checkpoint (every join), solves,
+/// and the run ends exactly as the simulator's.
+#[test]
+fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
+    let _one_at_a_time = serial();
+    let started = Instant::now();
+    let over: Vec<String> = [
+        "split.clients=4",
+        "rounds=10",
+        "eval_every=5",
+        "algorithms=[\"fedcollab\"]",
+        "seeds=[1]",
+        // Every pair runs its 1500 rounds: long enough to kill the coordinator in between.
+        "fedcollab.disc_patience=0",
+        "fedcollab.disc_max_rounds=1500",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), &sc, 2.0, 5.0, Algorithm::Fedcollab);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    // Kill it once every silo joined (the plan is out) and before any distance arrived.
+    let coord_log = s.p.nodes_dir.join("coordinator.log");
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&coord_log)
+        .unwrap_or_default()
+        .matches("registered")
+        .count()
+        < 4
+    {
+        assert!(Instant::now() < until, "the silos never all joined");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    coord.kill().unwrap();
+    coord.wait().unwrap();
+    let before = std::fs::read_to_string(&coord_log).unwrap();
+    assert!(
+        !before.contains("distances received"),
+        "the pairs ended before the kill: make them longer\n{before}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let mut coord = start_coordinator(&s, "coordinator-restarted.log");
+    let until = Instant::now() + Duration::from_secs(90);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let restarted =
+        std::fs::read_to_string(s.p.nodes_dir.join("coordinator-restarted.log")).unwrap();
+    assert!(
+        restarted.contains("resuming from checkpoint"),
+        "{restarted}"
+    );
+    assert!(restarted.contains("structure solved"), "{restarted}");
+
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (d_net, c_net, mismatched) = coordinator_structure(&s.coord_dir);
+    let (d_sim, c_sim) = sim_structure(&tmp.path().join("sim/seed-1"));
+    assert_eq!(d_net, d_sim);
+    assert!(mismatched.is_empty());
+    assert_eq!(c_net, c_sim);
+    let sim_acc = &sim.summary.runs[0].algorithms[0].per_client;
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), 10);
+        assert!(per_round.iter().all(|l| l["attached"] == true));
+        assert_eq!(accuracy(&last), sim_acc[i], "silo {i}");
+    }
+    eprintln!(
+        "fedcollab coordinator killed while pairs ran: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -10,7 +10,9 @@
 //! `FEDERICO_FUZZ_CASES=100000 FEDERICO_FUZZ_SEED=7 cargo test --release --test wire_fuzz`
 //! (`FEDERICO_FUZZ_SEED=random` draws one; a failure prints the shrunk input).
 
-use federico::coord_wire::{CoordRequest, CoordResponse};
+use federico::coord_wire::{
+    CollabRequest, CollabResponse, CoordRequest, CoordResponse, PairDistance,
+};
 use federico::wire::{
     self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse,
 };
@@ -195,6 +197,61 @@ fn coord_request() -> impl Strategy<Value = CoordRequest> {
                 params: Arc::new(p),
                 subspace,
             }),
+        vec(
+            (
+                any::<u32>(),
+                proptest::option::of(any::<u64>().prop_map(f64::from_bits)),
+                any::<u32>()
+            ),
+            0..8
+        )
+        .prop_map(|v| CoordRequest::Distances {
+            pairs: v
+                .into_iter()
+                .map(|(partner, distance, rounds)| PairDistance {
+                    partner,
+                    distance,
+                    rounds,
+                })
+                .collect(),
+        }),
+    ]
+}
+
+fn maybe_acc() -> impl Strategy<Value = Option<f64>> {
+    proptest::option::of(any::<u64>().prop_map(f64::from_bits))
+}
+
+/// FedCollab's silo-to-silo messages: every silo decodes them from any member.
+fn collab_request() -> impl Strategy<Value = CollabRequest> {
+    prop_oneof![
+        (any::<u32>(), floats(), maybe_acc()).prop_map(|(round, w, acc)| {
+            CollabRequest::DiscStep {
+                round,
+                weights: Arc::new(w),
+                acc,
+            }
+        }),
+        (any::<u32>(), maybe_acc())
+            .prop_map(|(rounds, acc)| CollabRequest::DiscDone { rounds, acc }),
+        any::<u64>().prop_map(|round| CollabRequest::Model { round }),
+    ]
+}
+
+fn collab_response() -> impl Strategy<Value = CollabResponse> {
+    prop_oneof![
+        (floats(), maybe_acc()).prop_map(|(w, acc)| CollabResponse::DiscStep {
+            weights: Arc::new(w),
+            acc,
+        }),
+        (any::<u64>(), floats()).prop_map(|(round, p)| CollabResponse::Model {
+            round,
+            params: Arc::new(p),
+        }),
+        Just(CollabResponse::Ack),
+        vec(any::<char>(), 0..60).prop_map(|c| CollabResponse::Error {
+            reason: c.into_iter().collect()
+        }),
     ]
 }
 
@@ -220,6 +277,10 @@ fn coord_response() -> impl Strategy<Value = CoordResponse> {
         vec(any::<char>(), 0..60).prop_map(|c| CoordResponse::Error {
             reason: c.into_iter().collect()
         }),
+        (any::<u64>().prop_map(f64::from_bits), any::<u32>())
+            .prop_map(|(target, nodes)| CoordResponse::DiscPlan { target, nodes }),
+        (vec(any::<u32>(), 0..8), vec(any::<u64>(), 0..8))
+            .prop_map(|(members, sizes)| CoordResponse::Coalition { members, sizes }),
     ]
 }
 
@@ -344,6 +405,16 @@ fn coordinator_requests_survive_random_bytes_truncation_and_bit_flips() {
 #[test]
 fn coordinator_responses_survive_random_bytes_truncation_and_bit_flips() {
     check(coord_response());
+}
+
+#[test]
+fn fedcollab_requests_survive_random_bytes_truncation_and_bit_flips() {
+    check(collab_request());
+}
+
+#[test]
+fn fedcollab_responses_survive_random_bytes_truncation_and_bit_flips() {
+    check(collab_response());
 }
 
 #[test]
