@@ -540,10 +540,11 @@ fn sim_structure(seed_dir: &Path) -> (Vec<Vec<f64>>, Vec<Vec<usize>>) {
     )
 }
 
-/// The coordinator's FedCollab record: (distances as reported, coalitions, mismatched pairs).
-fn coordinator_structure(
-    coord_dir: &Path,
-) -> (Vec<Vec<f64>>, Vec<Vec<usize>>, Vec<(usize, usize)>) {
+/// Distances as reported, coalitions, mismatched pairs.
+type Record = (Vec<Vec<f64>>, Vec<Vec<usize>>, Vec<(usize, usize)>);
+
+/// The coordinator's FedCollab record.
+fn coordinator_structure(coord_dir: &Path) -> Record {
     let rec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(coord_dir.join("fedcollab.json")).unwrap())
             .unwrap();
