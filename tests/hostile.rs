@@ -12,9 +12,15 @@
 //!
 //! A second test turns the same hostile member on a live HCCT coordinator (issue 5): every bad
 //! coordinator request is refused with a reason, the coordinator stays up, and the honest
-//! silo beside it finishes its run.
+//! silo beside it finishes its run. A third makes it the third silo of a FedCollab federation:
+//! its bad pair messages are refused by the honest silo it drives a pair with, its bad distance
+//! reports by the coordinator; it can spoil only its own pairs, and the two honest silos finish
+//! with their own pair's distance intact.
 
-use federico::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
+use federico::coord_wire::{
+    COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
+    PairDistance,
+};
 use federico::launch::{self, coordinated};
 use federico::net::config::Deadlines;
 use federico::net::{Manifest, NodeConfig, load_key};
@@ -97,6 +103,8 @@ struct Hostile {
     gradient_v2: rr::Behaviour<Raw>,
     /// The coordinator protocol (requests only).
     coord: rr::Behaviour<Raw>,
+    /// FedCollab's silo-to-silo protocol (requests only).
+    collab: rr::Behaviour<Raw>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -105,6 +113,7 @@ enum Proto {
     Gradient,
     GradientV2,
     Coord,
+    Collab,
 }
 
 /// How a request of ours ended.
@@ -141,6 +150,7 @@ fn swarm(key: identity::Keypair) -> Swarm<Hostile> {
             gradient: rr(GRADIENT_PROTOCOL, ProtocolSupport::Full),
             gradient_v2: rr("/federico/gradient/2", ProtocolSupport::Outbound),
             coord: rr(COORD_PROTOCOL, ProtocolSupport::Outbound),
+            collab: rr(COLLAB_PROTOCOL, ProtocolSupport::Outbound),
         })
         .unwrap()
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(600)))
@@ -190,6 +200,7 @@ impl Client {
             SwarmEvent::Behaviour(HostileEvent::Gradient(e)) => (Proto::Gradient, e),
             SwarmEvent::Behaviour(HostileEvent::GradientV2(e)) => (Proto::GradientV2, e),
             SwarmEvent::Behaviour(HostileEvent::Coord(e)) => (Proto::Coord, e),
+            SwarmEvent::Behaviour(HostileEvent::Collab(e)) => (Proto::Collab, e),
             SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == self.node => {
                 panic!("the node closed the connection")
             }
@@ -233,6 +244,7 @@ impl Client {
             Proto::Gradient => b.gradient.send_request(&self.node, bytes),
             Proto::GradientV2 => b.gradient_v2.send_request(&self.node, bytes),
             Proto::Coord => b.coord.send_request(&self.node, bytes),
+            Proto::Collab => b.collab.send_request(&self.node, bytes),
         };
         loop {
             if let Some((done, outcome)) = self.step().await {
@@ -806,5 +818,249 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     );
     // Both processes were handled above.
     std::mem::forget(node);
+    std::mem::forget(coordinator);
+}
+
+/// A hostile third silo of a FedCollab federation (issue 5). It joins, then drives its pair
+/// with silo-0 badly: garbage, weights of the wrong size, NaN weights, an accuracy outside
+/// [0, 1], a round ahead of the pair, a stop the honest side would not make, and a step after
+/// that. Each is refused with a reason; the pair counts as failed. It never contacts silo-1,
+/// whose side of their pair gives up after 3·fetch_s. Its distance reports to the coordinator
+/// that miss a partner, name itself or hold a value outside [-1, 1] are refused. The honest
+/// silos' own pair is measured as usual, both finish, and the coordinator's record lists the
+/// hostile silo's two pairs as failed.
+#[tokio::test]
+async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = [
+        "split.clients=3",
+        "rounds=3",
+        "eval_every=1",
+        "algorithms=[\"fedcollab\"]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let deadlines = Deadlines {
+        start_s: 10.0,
+        ..Deadlines::default()
+    };
+    let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();
+    let setup =
+        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 3.0, 2.0, Algorithm::Fedcollab)
+            .unwrap();
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let mut coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let at = |m: &federico::net::Member| {
+        m.addrs[0]
+            .clone()
+            .with(libp2p::multiaddr::Protocol::P2p(m.peer_id))
+    };
+    let coord = manifest.members.last().unwrap();
+    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+    let hostile_id = key.public().to_peer_id().to_string();
+    let mut hc = Client {
+        swarm: swarm(key.clone()),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    hc.connect(at(coord)).await;
+    let mut nodes: Vec<KillOnDrop> = (0..2)
+        .map(|i| {
+            KillOnDrop(
+                launch::start_node(
+                    Path::new(EXE),
+                    &p.configs[i],
+                    &p.nodes_dir.join(format!("silo-{i}.log")),
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    let coord_ask = async |h: &mut Client, req: &CoordRequest| -> CoordResponse {
+        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+        }
+    };
+    assert!(matches!(
+        coord_ask(&mut hc, &CoordRequest::Join { n_train: 40 }).await,
+        CoordResponse::Ack
+    ));
+    // The plan is out once the honest silos joined too.
+    match coord_ask(&mut hc, &CoordRequest::Fetch { round: 0 }).await {
+        CoordResponse::DiscPlan { nodes: 3, .. } => {}
+        other => panic!("{other:?}"),
+    }
+
+    // Silo-2 drives its pair with silo-0 (the higher index drives).
+    let silo0 = &manifest.members[0];
+    let mut h0 = Client {
+        swarm: swarm(key),
+        node: silo0.peer_id,
+        inbound: Vec::new(),
+    };
+    h0.connect(at(silo0)).await;
+    // The discriminator of this federation: 40 features + 8 labels → 200 → 2.
+    let params = 200 + 48 * 200 + 2 + 200 * 2;
+    let mut pair = async |req: &CollabRequest| -> CollabResponse {
+        loop {
+            let r = match h0.send(Proto::Collab, wire::encode(req).unwrap()).await {
+                Outcome::Answer(b) => decode(&b),
+                Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+            };
+            match &r {
+                // Silo-0 may not have built its discriminator yet.
+                CollabResponse::Error { reason } if reason.starts_with("not ready") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ => return r,
+            }
+        }
+    };
+    let refused = |r: CollabResponse, what: &str| match r {
+        CollabResponse::Error { reason } => {
+            assert!(
+                reason.contains(what),
+                "refused, but for {reason:?}, not {what:?}"
+            );
+        }
+        other => panic!("{other:?} where a refusal naming {what:?} was due"),
+    };
+    let step = |round, w: Vec<f32>, acc| CollabRequest::DiscStep {
+        round,
+        weights: Arc::new(w),
+        acc,
+    };
+    refused(pair(&step(0, vec![0.0; 7], None)).await, "parameters");
+    let mut nan = vec![0.0; params];
+    nan[5] = f32::NAN;
+    refused(pair(&step(0, nan, None)).await, "");
+    refused(
+        pair(&step(0, vec![0.0; params], Some(1.5))).await,
+        "fraction",
+    );
+    refused(pair(&step(4, vec![0.0; params], None)).await, "round 4");
+    // One well-formed round: silo-0 steps and answers with its weights and accuracy (round 0
+    // is evaluated).
+    match pair(&step(0, vec![0.0; params], None)).await {
+        CollabResponse::DiscStep { weights, acc } => {
+            assert_eq!(weights.len(), params);
+            assert!(acc.is_some_and(|a| (0.0..=1.0).contains(&a)));
+        }
+        other => panic!("{other:?}"),
+    }
+    refused(
+        pair(&CollabRequest::DiscDone {
+            rounds: 3,
+            acc: None,
+        })
+        .await,
+        "would not stop",
+    );
+    refused(pair(&step(1, vec![0.0; params], None)).await, "is over");
+    let outcome = h0.send(Proto::Collab, frame(&[0xff; 64])).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed(_))
+            || matches!(&outcome, Outcome::Answer(b) if b.is_empty()),
+        "{outcome:?}"
+    );
+
+    // Its reports to the coordinator.
+    let report = |v: &[(u32, Option<f64>)]| CoordRequest::Distances {
+        pairs: v
+            .iter()
+            .map(|&(partner, distance)| PairDistance {
+                partner,
+                distance,
+                rounds: 1,
+            })
+            .collect(),
+    };
+    let coord_refused = |r: CoordResponse, what: &str| match r {
+        CoordResponse::Error { reason } => {
+            assert!(
+                reason.contains(what),
+                "refused, but for {reason:?}, not {what:?}"
+            );
+        }
+        other => panic!("{other:?} where a refusal naming {what:?} was due"),
+    };
+    coord_refused(coord_ask(&mut hc, &report(&[(0, None)])).await, "partners");
+    coord_refused(
+        coord_ask(&mut hc, &report(&[(0, None), (2, Some(0.0))])).await,
+        "not a partner",
+    );
+    coord_refused(
+        coord_ask(&mut hc, &report(&[(0, Some(2.0)), (1, None)])).await,
+        "[-1, 1]",
+    );
+    assert!(matches!(
+        coord_ask(&mut hc, &report(&[(0, None), (1, None)])).await,
+        CoordResponse::Ack
+    ));
+    // It hears its own coalition only.
+    match coord_ask(&mut hc, &CoordRequest::Fetch { round: 1 }).await {
+        CoordResponse::Coalition { members, sizes } => {
+            assert!(members.contains(&2));
+            assert_eq!(members.len(), sizes.len());
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // The honest silos finish (a coalition member that never answers is left out of each
+    // round's average after fetch_s).
+    let until = Instant::now() + Duration::from_secs(60);
+    for (i, n) in nodes.iter_mut().enumerate() {
+        let status = loop {
+            if let Some(s) = n.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < until, "silo-{i} did not finish");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(status.success(), "silo-{i} exited {status}");
+    }
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.state_dir.join("fedcollab.json")).unwrap(),
+    )
+    .unwrap();
+    let failed: Vec<(usize, usize)> = serde_json::from_value(record["failed"].clone()).unwrap();
+    assert_eq!(failed, vec![(0, 2), (1, 2)], "{record}");
+    let d: Vec<Vec<f64>> = serde_json::from_value(record["distances"].clone()).unwrap();
+    assert_eq!(d[0][1], d[1][0], "the honest pair agrees");
+    let mismatched: Vec<(usize, usize)> =
+        serde_json::from_value(record["mismatched"].clone()).unwrap();
+    assert!(mismatched.is_empty(), "{record}");
+    let log0 = std::fs::read_to_string(p.nodes_dir.join("silo-0.log")).unwrap();
+    assert_eq!(
+        log0.lines()
+            .filter(|l| l.contains("refused a pair request"))
+            .count(),
+        3,
+        "{log0}"
+    );
+    assert!(
+        log0.contains("the partner stopped where this side would not"),
+        "{log0}"
+    );
+    let log1 = std::fs::read_to_string(p.nodes_dir.join("silo-1.log")).unwrap();
+    assert!(log1.contains("pair partner silent"), "{log1}");
+    let clog = std::fs::read_to_string(&coord_log).unwrap();
+    assert_eq!(
+        clog.lines()
+            .filter(|l| l.contains("refused") && l.contains(&hostile_id))
+            .count(),
+        3,
+        "the coordinator logged each refusal with the member's ID:\n{clog}"
+    );
+    for n in nodes {
+        std::mem::forget(n);
+    }
+    let _ = coordinator.0.kill();
+    let _ = coordinator.0.wait();
     std::mem::forget(coordinator);
 }
