@@ -323,6 +323,11 @@ pub(crate) fn run_seed(
         }
     }
     let closed = lines(&setup.state_dir.join("coordinator.jsonl"));
+    // FedCollab has no coordinator rounds: its record is the structure.
+    let coalitions = std::fs::read_to_string(setup.state_dir.join("fedcollab.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|r| r["coalitions"].clone());
     let timed_out = closed
         .iter()
         .filter(|l| l["timed_out"].as_bool() == Some(true))
@@ -336,6 +341,7 @@ pub(crate) fn run_seed(
             "coordinator_rounds": closed.len(),
             "rounds_closed_at_deadline": timed_out,
             "same_final_model_everywhere": hashes.windows(2).all(|w| w[0] == w[1]),
+            "coalitions": coalitions,
         }),
     )?;
     Ok(CoordinatedSeed {

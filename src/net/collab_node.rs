@@ -31,7 +31,9 @@ use crate::learn::{Adam, ClientData, Learner, ModelSpec};
 use crate::sim::{DiscModel, FEDCOLLAB_FL_TAG, PairHalf};
 use libp2p::futures::StreamExt;
 use libp2p::futures::stream::FuturesUnordered;
-use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport, ResponseChannel};
+use libp2p::request_response::{
+    self as rr, InboundRequestId, OutboundRequestId, ProtocolSupport, ResponseChannel,
+};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux,
@@ -110,7 +112,10 @@ async fn swarm_task(
     let mut to_coord: HashMap<OutboundRequestId, CoordReply> = HashMap::new();
     let mut to_peer: HashMap<OutboundRequestId, PeerReply> = HashMap::new();
     let mut published: VecDeque<(u64, Arc<Vec<f32>>)> = VecDeque::new();
-    let mut held: Vec<(u64, PeerId, ResponseChannel<CollabResponse>)> = Vec::new();
+    let mut held: Vec<(u64, ResponseChannel<CollabResponse>)> = Vec::new();
+    // A model counts as served once its response went out (not when it was queued), so a
+    // silo does not leave while its last model is still on its way.
+    let mut model_reqs: HashMap<InboundRequestId, (u64, PeerId)> = HashMap::new();
     let mut served: HashMap<u64, HashSet<PeerId>> = HashMap::new();
     let mut disc: Option<std::sync::mpsc::Sender<DiscJob>> = None;
     let mut answers: FuturesUnordered<Answer> = FuturesUnordered::new();
@@ -142,15 +147,14 @@ async fn swarm_task(
                         published.pop_front();
                     }
                     let mut keep = Vec::new();
-                    for (r, peer, channel) in held.drain(..) {
+                    for (r, channel) in held.drain(..) {
                         if r == round {
-                            served.entry(r).or_default().insert(peer);
                             let _ = swarm.behaviour_mut().collab.send_response(
                                 channel,
                                 CollabResponse::Model { round, params: params.clone() },
                             );
                         } else {
-                            keep.push((r, peer, channel));
+                            keep.push((r, channel));
                         }
                     }
                     held = keep;
@@ -202,9 +206,21 @@ async fn swarm_task(
                         let _ = r.send(Err(error.to_string()));
                     }
                 }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::ResponseSent {
+                    request_id, ..
+                })) => {
+                    if let Some((round, peer)) = model_reqs.remove(&request_id) {
+                        served.entry(round).or_default().insert(peer);
+                    }
+                }
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::InboundFailure {
+                    request_id, ..
+                })) => {
+                    model_reqs.remove(&request_id);
+                }
                 SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::Message {
                     peer,
-                    message: rr::Message::Request { request, channel, .. },
+                    message: rr::Message::Request { request, channel, request_id },
                     ..
                 })) => {
                     let Some(from) = peers.iter().position(|(p, _)| *p == peer) else {
@@ -217,13 +233,14 @@ async fn swarm_task(
                     match request {
                         CollabRequest::Model { round } => {
                             if let Some((_, p)) = published.iter().find(|(r, _)| *r == round) {
-                                served.entry(round).or_default().insert(peer);
+                                model_reqs.insert(request_id, (round, peer));
                                 let _ = swarm.behaviour_mut().collab.send_response(
                                     channel,
                                     CollabResponse::Model { round, params: p.clone() },
                                 );
                             } else if published.back().is_none_or(|(r, _)| round > *r) {
-                                held.push((round, peer, channel));
+                                model_reqs.insert(request_id, (round, peer));
+                                held.push((round, channel));
                             } else {
                                 let latest = published.back().map(|(r, _)| *r);
                                 let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
@@ -411,8 +428,7 @@ pub(super) async fn run(
         spec,
     } = p;
     let fc: FedCollabConfig = cc.fedcollab.clone();
-    fc.validate()
-        .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?;
+    network_config(&fc).map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?;
     let peer_id = key.public().to_peer_id();
     let me_i = me.0 as usize;
     let n_train = data.train.len() as u64;
@@ -677,6 +693,20 @@ pub(super) async fn run(
     .await;
     task.abort();
     result
+}
+
+/// `[fedcollab]` as the network runs it: valid, and with the discriminator protocol (the
+/// label-histogram distance is a simulator debug mode that would reveal label histograms).
+pub(crate) fn network_config(fc: &FedCollabConfig) -> Result<(), String> {
+    fc.validate()?;
+    if fc.distance != crate::coord::fedcollab::Distance::Discriminator {
+        return Err(
+            "distance = \"label_tv\" is a simulator debug mode (it reveals label histograms); \
+             over the network FedCollab measures distances with the discriminator protocol"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Joins and fetches the distance plan, retrying until the coordinator answers (it holds the

@@ -338,9 +338,7 @@ pub async fn run(
             .fedsac
             .validate()
             .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
-        "fedcollab" => cc
-            .fedcollab
-            .validate()
+        "fedcollab" => super::collab_node::network_config(&cc.fedcollab)
             .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?,
         other => anyhow::bail!(
             "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""

@@ -148,8 +148,7 @@ impl CoordinatorConfig {
                 }
             }
             "fedcollab" => {
-                c.fedcollab
-                    .validate()
+                super::collab_node::network_config(&c.fedcollab)
                     .map_err(|e| anyhow::anyhow!("{}: fedcollab.{e}", path.display()))?;
                 if c.nodes < 2 {
                     anyhow::bail!(
