@@ -28,10 +28,10 @@ pub enum Command {
     Partition(PartitionArgs),
     /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
     Node(NodeArgs),
-    /// Run the thin FedDisco, HCCT or FedSaC coordinator as a peer of the federation.
+    /// Run the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a peer of the federation.
     Coordinator(NodeArgs),
     /// Run a scenario as N real node processes on 127.0.0.1 (FedeRiCo peer to peer, or FedDisco,
-    /// HCCT or FedSaC with a coordinator process) and report like simulate.
+    /// HCCT, FedSaC or FedCollab with a coordinator process) and report like simulate.
     Swarm(SwarmArgs),
 }
 

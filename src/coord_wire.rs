@@ -1,6 +1,7 @@
-//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode: FedDisco and
-//! HCCT and FedSaC): what a node and the thin coordinator say to each other, and the checks a received
-//! message must pass before it reaches the coordinator's state.
+//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode: FedDisco, HCCT,
+//! FedSaC and FedCollab): what a node and the thin coordinator say to each other, and the checks
+//! a received message must pass before it reaches the coordinator's state; and FedCollab's
+//! silo-to-silo protocol `/federico/collab/1` (pairwise discriminator rounds, coalition models).
 //! Owns: message types, the protocol name, and payload validation. Framing (8-byte length,
 //! bincode-2 body, bound checked before allocation) is [`crate::wire`]'s, so the same
 //! size-capped codec serves this protocol.
@@ -11,7 +12,9 @@
 //! its locally trained parameters once per round; and the model it starts the next round from
 //! back (FedDisco's global, or for HCCT its group's model); for FedSaC also the node's feature
 //! subspace (k directions of its penultimate layer, never the features themselves), and back
-//! its personalised model, regulariser direction and cohort membership.
+//! its personalised model, regulariser direction and cohort membership; for FedCollab only the
+//! sample count and one scalar distance per partner (back: the plan's m_train and the silo's own
+//! coalition), while discriminator weights and coalition models go silo to silo.
 //! The sender is the authenticated libp2p peer (Noise), so no message carries its sender's id.
 
 use crate::coord::feddisco::{DiscoReport, Metric};

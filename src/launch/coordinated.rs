@@ -1,4 +1,4 @@
-//! `federico swarm` for a coordinator algorithm (issue 5: FedDisco, HCCT or FedSaC): a
+//! `federico swarm` for a coordinator algorithm (issue 5: FedDisco, HCCT, FedSaC or FedCollab): a
 //! `federico coordinator` process beside the node processes, every node in coordinated mode,
 //! on 127.0.0.1.
 //!

@@ -1,5 +1,7 @@
-//! A node in coordinated mode (issue 5): `[coordinated] mode = "feddisco"` or `"hcct"` in its
-//! config runs that algorithm against the coordinator named there instead of FedeRiCo.
+//! A node in coordinated mode (issue 5): `[coordinated] mode = "feddisco"`, `"hcct"` or
+//! `"fedsac"` in its config runs that algorithm against the coordinator named there instead of
+//! FedeRiCo; `"fedcollab"` is handed to [`super::collab_node`] once config, key, manifest and
+//! data are checked.
 //! Owns: registering (FedDisco: `(N_k, δ_k)`, computed here from the node's own label counts —
 //! the histogram never leaves it; HCCT: the sample count only), the round loop (fetch the
 //! model the round starts from — FedDisco's global, HCCT's group model — train locally with

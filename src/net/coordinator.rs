@@ -1,18 +1,20 @@
-//! `federico coordinator --config FILE`: the thin FedDisco, HCCT or FedSaC coordinator as a libp2p
+//! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a libp2p
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), held fetches,
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
-//! Must not: decide weights, groups or models itself ([`crate::coord::feddisco_server`] and
-//! [`crate::coord::hcct_server`] and [`crate::coord::fedsac_server`] do; [`Server`] only
-//! dispatches to them).
+//! Must not: decide weights, groups, coalitions or models itself
+//! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
+//! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; [`Server`] only
+//! dispatches to them). FedCollab has no rounds here: the coordinator plans, takes the
+//! distances, solves and serves each silo its coalition (`fedcollab.json`) until stopped.
 //!
 //! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
 //! FedDisco and HCCT start (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured
 //! model), so the coordinator needs the model, the sample shape and the class count, not the
-//! data. HCCT's and FedSaC's silos are named by their index in the manifest, as in the
-//! simulator.
+//! data. HCCT's, FedSaC's and FedCollab's silos are named by their index in the manifest, as in
+//! the simulator.
 
 use super::behaviour::{Codec, Exchange};
 use super::identity::{self, Manifest};
@@ -796,6 +798,17 @@ mod tests {
             e.contains("allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""),
             "{e}"
         );
+        let fedcollab =
+            |t: String| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedcollab""#);
+        assert_eq!(load(fedcollab).unwrap().fedcollab.capacity, 10.0);
+        let e = load(|t| fedcollab(t).replace("max_passes = 100", r#"distance = "label_tv""#))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("label_tv") && e.contains("discriminator"), "{e}");
+        let e = load(|t| fedcollab(t).replace("nodes = 3 ", "nodes = 1 "))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 2"), "{e}");
         let e = load(|t| t.replace("nodes = 3 ", "nodes = 0 "))
             .unwrap_err()
             .to_string();
