@@ -736,3 +736,77 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// `fallback = "federico"`: the FedDisco coordinator killed for good after 3 rounds. After
+/// `fallback_after` = 2 rounds without it, every node switches to FedeRiCo with the other silos
+/// (the manifest without the coordinator) from its own model, runs the remaining rounds peer
+/// to peer, and ends with a final line naming the switch.
+#[test]
+fn nodes_configured_to_fall_back_to_federico_finish_without_the_coordinator() {
+    let _one_at_a_time = serial();
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds = 12;
+    let sc = scenario(rounds);
+    let s = setup(tmp.path(), &sc, 2.0, 2.0, Algorithm::Feddisco);
+    for c in &s.p.configs {
+        let mut cfg = federico::net::NodeConfig::load(c).unwrap();
+        let cc = cfg.coordinated.as_mut().unwrap();
+        cc.fallback = "federico".into();
+        cc.fallback_after = 2;
+        std::fs::write(c, toml::to_string(&cfg).unwrap()).unwrap();
+    }
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let clog = s.coord_dir.join("coordinator.jsonl");
+    let until = Instant::now() + Duration::from_secs(30);
+    while lines(&clog).len() < 3 {
+        assert!(
+            Instant::now() < until,
+            "the coordinator never reached round 3"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    coord.kill().unwrap();
+    coord.wait().unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let mut switched = Vec::new();
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        let at = last["fell_back_to_federico_at"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("silo {i} did not switch: {last}")) as usize;
+        assert_eq!(per_round.len(), at);
+        let att: Vec<bool> = per_round
+            .iter()
+            .map(|l| l["attached"].as_bool().unwrap())
+            .collect();
+        // Attached until the kill, then exactly `fallback_after` rounds without it.
+        assert!(att[..at - 2].iter().all(|a| *a), "silo {i}: {att:?}");
+        assert!(att[at - 2..].iter().all(|a| !*a), "silo {i}: {att:?}");
+        // The rest ran as FedeRiCo, with the other silos and never the coordinator.
+        let fed = lines(&d.join("federico/rounds.jsonl"));
+        let fed_rounds: Vec<&serde_json::Value> =
+            fed.iter().filter(|l| l.get("sampled").is_some()).collect();
+        assert_eq!(fed_rounds.len(), rounds - at, "silo {i}");
+        let heard: usize = fed_rounds
+            .iter()
+            .map(|l| l["answered"].as_array().unwrap().len())
+            .sum();
+        assert!(heard > 0, "silo {i} heard no peer in FedeRiCo");
+        for l in &fed_rounds {
+            for p in l["sampled"].as_array().unwrap() {
+                assert!(p.as_u64().unwrap() < 4, "sampled the coordinator: {l}");
+            }
+        }
+        assert!(last["eval"]["count"].as_u64().unwrap() > 0);
+        switched.push((at, heard));
+    }
+    eprintln!(
+        "fallback to FedeRiCo: (switched after round, peer models heard as FedeRiCo) per silo {switched:?}, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -83,6 +83,8 @@ pub fn add_coordinator(
             fedcollab: scenario.fedcollab.clone(),
             fetch_s,
             structure_s: 300.0,
+            fallback: "keep".into(),
+            fallback_after: 3,
         });
         std::fs::write(c, toml::to_string(&cfg)?)?;
     }

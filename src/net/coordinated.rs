@@ -73,6 +73,15 @@ pub struct CoordinatedConfig {
     /// training alone (asking again every round), in seconds.
     #[serde(default = "default_structure_s")]
     pub structure_s: f64,
+    /// What a node does while its coordinator is gone (FedDisco, HCCT, FedSaC): `"keep"`
+    /// trains on from the last model it has and reattaches when the coordinator answers;
+    /// `"federico"` switches, after `fallback_after` rounds in a row without it, to FedeRiCo
+    /// with the other silos for the rest of its rounds (for good: it does not reattach).
+    #[serde(default = "default_fallback")]
+    pub fallback: String,
+    /// Rounds in a row without the coordinator before `fallback = "federico"` switches.
+    #[serde(default = "default_fallback_after")]
+    pub fallback_after: u64,
 }
 
 fn default_fetch_s() -> f64 {
@@ -81,6 +90,14 @@ fn default_fetch_s() -> f64 {
 
 fn default_structure_s() -> f64 {
     300.0
+}
+
+fn default_fallback() -> String {
+    "keep".into()
+}
+
+fn default_fallback_after() -> u64 {
+    3
 }
 
 /// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
@@ -177,6 +194,11 @@ struct FinalLine {
     /// FNV-1a of the final model's bytes: equal on every node that holds the same global.
     model_hash: String,
     eval: crate::trace::EvalRecord,
+    /// `fallback = "federico"`: the coordinated rounds done before the switch (the rest ran as
+    /// FedeRiCo, logged in `<state_dir>/federico/rounds.jsonl`; `eval` is then FedeRiCo's
+    /// inference mixture on the last round).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fell_back_to_federico_at: Option<u64>,
 }
 
 /// The node's state on disk (`<state_dir>/coordinated.bin`).
@@ -379,6 +401,19 @@ pub async fn run(
     if !(cc.fetch_s.is_finite() && cc.fetch_s > 0.0) {
         anyhow::bail!("[coordinated] fetch_s must be > 0, got {}", cc.fetch_s);
     }
+    match cc.fallback.as_str() {
+        "keep" => {}
+        "federico" if cc.mode != "fedcollab" => {
+            if cc.fallback_after == 0 {
+                anyhow::bail!("[coordinated] fallback_after must be at least 1 round");
+            }
+        }
+        other => anyhow::bail!(
+            "[coordinated] fallback = {other:?}; allowed: \"keep\", and \"federico\" for \
+             feddisco, hcct and fedsac (FedCollab's silos need no coordinator once they hold \
+             their coalition)"
+        ),
+    }
     if !(cc.structure_s.is_finite() && cc.structure_s >= 0.0) {
         anyhow::bail!(
             "[coordinated] structure_s must be >= 0, got {}",
@@ -540,7 +575,15 @@ pub async fn run(
     tokio::pin!(shutdown);
     let data = Arc::new(data);
 
-    let result: anyhow::Result<()> = async {
+    // `fallback = "federico"`: the rounds after the switch run as FedeRiCo, from here.
+    let federico_dir = cfg.state_dir.join("federico");
+    let falls_back = cc.fallback == "federico";
+    let mut streak = 0u64;
+    let result: anyhow::Result<Option<u64>> = async {
+        if falls_back && federico_dir.join("checkpoint.bin").exists() {
+            // Switched before a restart: go on as FedeRiCo.
+            return Ok(Some(round));
+        }
         while round < cfg.rounds {
             let started = std::time::Instant::now();
             // One budget per round for registering and fetching: a coordinator that is not
@@ -548,14 +591,14 @@ pub async fn run(
             let until = tokio::time::Instant::now() + fetch;
             if !registered {
                 registered = tokio::select! {
-                    _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                    _ = &mut shutdown => { info!("stopped by a signal"); return Ok(None); }
                     r = register_within(&tx, &register, until) => r,
                 };
             }
             let want = last_global.map_or(0, |g| g + 1);
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             let got = tokio::select! {
-                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
+                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(None); }
                 r = fetch_within(&tx, want, left) => r,
             };
             let fits = |p: &[f32]| p.len() == model.len();
@@ -687,6 +730,19 @@ pub async fn run(
                 bincode::config::standard(),
             )?;
             crate::store::write_atomic(&ckpt, &bytes)?;
+            streak = if global_round.is_some() {
+                0
+            } else {
+                streak + 1
+            };
+            if falls_back && streak >= cc.fallback_after && round < cfg.rounds {
+                warn!(
+                    round,
+                    rounds_without = streak,
+                    "the coordinator is gone: switching to FedeRiCo with the other silos"
+                );
+                return Ok(Some(round));
+            }
         }
         // The final model: the coordinator's after its last round (or the own model when it
         // cannot be had). That round (`rounds`, shared with the coordinator's config) may lie
@@ -714,13 +770,65 @@ pub async fn run(
             final_global_round: final_round,
             model_hash: fnv(&model),
             eval: crate::trace::EvalRecord::from(ev),
+            fell_back_to_federico_at: None,
         };
         writeln!(log, "{}", serde_json::to_string(&line)?)?;
         log.flush()?;
         info!(accuracy, final_round, "coordinated run done");
-        Ok(())
+        Ok(None)
     }
     .await;
     task.abort();
-    result
+    // The swarm must be gone (its listen addresses free) before FedeRiCo's starts.
+    let _ = task.await;
+    let Some(at) = result? else {
+        return Ok(());
+    };
+    let dir = federico_dir;
+    std::fs::create_dir_all(&dir)?;
+    // The federation without its coordinator: the silos' FedeRiCo.
+    let mut silos = manifest.clone();
+    silos.members.retain(|m| m.peer_id != coordinator);
+    let manifest_path = dir.join("manifest.toml");
+    std::fs::write(&manifest_path, silos.to_toml())?;
+    let mut fed = cfg.clone();
+    fed.coordinated = None;
+    fed.rounds = cfg.rounds - at;
+    fed.state_dir = dir.clone();
+    fed.manifest = manifest_path;
+    info!(
+        after = at,
+        rounds = fed.rounds,
+        "running the remaining rounds as FedeRiCo"
+    );
+    let ending = super::node::run_from(fed, Some(model.clone()), &mut shutdown)
+        .await
+        .map_err(|e| anyhow::anyhow!("FedeRiCo after the coordinator: {e}"))?;
+    if ending == super::node::Ending::Interrupted {
+        return Ok(());
+    }
+    // The final line: FedeRiCo's last round (always evaluated) and the model it ended with.
+    let fed_log = std::fs::read_to_string(dir.join("rounds.jsonl"))?;
+    let last: crate::trace::NodeRound = fed_log
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<crate::trace::NodeRound>(l).ok())
+        .ok_or_else(|| anyhow::anyhow!("the FedeRiCo run logged no round"))?;
+    let eval = last
+        .eval
+        .ok_or_else(|| anyhow::anyhow!("FedeRiCo's last round was not evaluated"))?;
+    let ckpt = super::trainer::Checkpoint::read(&dir.join("checkpoint.bin"))
+        .map_err(|e| anyhow::anyhow!(e))?
+        .ok_or_else(|| anyhow::anyhow!("the FedeRiCo run left no checkpoint"))?;
+    let line = FinalLine {
+        node: me.0,
+        final_global_round: None,
+        model_hash: fnv(&ckpt.params),
+        eval,
+        fell_back_to_federico_at: Some(at),
+    };
+    writeln!(log, "{}", serde_json::to_string(&line)?)?;
+    log.flush()?;
+    info!(after = at, "coordinated run done (the rest as FedeRiCo)");
+    Ok(())
 }

@@ -201,6 +201,16 @@ pub async fn run(
     cfg: NodeConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Ending, NodeError> {
+    run_from(cfg, None, shutdown).await
+}
+
+/// [`run`], starting a run without a checkpoint from `start` instead of the seeded
+/// initialisation (a coordinated node falling back to FedeRiCo carries its model over).
+pub(crate) async fn run_from(
+    cfg: NodeConfig,
+    start: Option<Vec<f32>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Ending, NodeError> {
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -277,11 +287,20 @@ pub async fn run(
             (c.peer, c.params, c.adam, c.version, c.round)
         }
         None => {
-            let params = learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
-                cfg.seed,
-                me,
-                Stream::Init,
-            )));
+            let params = match start {
+                Some(p) if p.len() == num_params => p,
+                Some(p) => {
+                    return Err(fatal(format!(
+                        "a starting model of {} parameters, the configured model has {num_params}",
+                        p.len()
+                    )));
+                }
+                None => learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
+                    cfg.seed,
+                    me,
+                    Stream::Init,
+                ))),
+            };
             let peer = Peer::new(
                 me,
                 ids.iter().copied(),
