@@ -810,3 +810,86 @@ fn nodes_configured_to_fall_back_to_federico_finish_without_the_coordinator() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A FedCollab silo killed (SIGKILL) in the coalition phase and restarted: it resumes from its
+/// checkpoint (its distances and coalition kept, nothing estimated again), its coalition
+/// partners wait for its model of the round (held pulls, retried within `fetch_s`), and every
+/// silo finishes every round with every member heard.
+#[test]
+fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
+    let _one_at_a_time = serial();
+    let over: Vec<String> = [
+        "split.clients=4",
+        "rounds=400",
+        "eval_every=100",
+        "algorithms=[\"fedcollab\"]",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), &sc, 2.0, 10.0, Algorithm::Fedcollab);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let victim = 1;
+    let log = s.p.state_dirs[victim].join("rounds.jsonl");
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines(&log).len() < 50 {
+        assert!(
+            Instant::now() < until,
+            "silo {victim} never reached FL round 50"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nodes[victim].kill().unwrap();
+    nodes[victim].wait().unwrap();
+    let killed_at = lines(&log).len();
+    assert!(killed_at < 400, "the run ended before the kill");
+    std::thread::sleep(Duration::from_millis(500));
+    nodes[victim] = launch::start_node(
+        Path::new(EXE),
+        &s.p.configs[victim],
+        &s.p.nodes_dir
+            .join(format!("{}-restarted.log", s.p.names[victim])),
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(90);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let restarted = std::fs::read_to_string(
+        s.p.nodes_dir
+            .join(format!("{}-restarted.log", s.p.names[victim])),
+    )
+    .unwrap();
+    assert!(
+        !restarted.contains("distances estimated"),
+        "the restart kept its distances: {restarted}"
+    );
+    let (_, _, mismatched) = coordinator_structure(&s.coord_dir);
+    assert!(mismatched.is_empty());
+    let mut missed = 0;
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        let numbers: Vec<u64> = per_round
+            .iter()
+            .map(|l| l["round"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            numbers,
+            (1..=400).collect::<Vec<_>>(),
+            "silo {i}: one line per round"
+        );
+        missed += per_round
+            .iter()
+            .filter(|l| l["update_acked"] != true)
+            .count();
+        assert!(last["coalition"].as_array().is_some(), "silo {i}");
+    }
+    assert_eq!(missed, 0, "a member went unheard in some round");
+    eprintln!("fedcollab silo {victim} killed after {killed_at} rounds and resumed");
+}
