@@ -309,28 +309,7 @@ fn the_swarm_starts_a_coordinator_and_six_nodes_and_matches_simulate() {
     .collect();
     let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let swarm = launch::swarm(
-        &sc,
-        &SwarmOptions {
-            out: tmp.path().join("swarm"),
-            data_dir: None,
-            exe: PathBuf::from(EXE),
-            progress: false,
-            deadlines: Default::default(),
-            timeout: Duration::from_secs(60),
-            netns: false,
-        },
-    )
-    .expect("the swarm runs");
-    let sim = federico::sim::run(
-        &sc,
-        &federico::sim::Options {
-            out: tmp.path().join("sim"),
-            data_dir: None,
-            progress: false,
-        },
-    )
-    .unwrap();
+    let (swarm, sim) = swarm_and_simulate(&sc, tmp.path());
     let (a, b) = (
         &swarm.summary.runs[0].algorithms,
         &sim.summary.runs[0].algorithms,
@@ -367,28 +346,7 @@ fn an_hcct_swarm_of_eight_nodes_forms_groups_and_matches_simulate() {
     .collect();
     let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let swarm = launch::swarm(
-        &sc,
-        &SwarmOptions {
-            out: tmp.path().join("swarm"),
-            data_dir: None,
-            exe: PathBuf::from(EXE),
-            progress: false,
-            deadlines: Default::default(),
-            timeout: Duration::from_secs(60),
-            netns: false,
-        },
-    )
-    .expect("the swarm runs");
-    let sim = federico::sim::run(
-        &sc,
-        &federico::sim::Options {
-            out: tmp.path().join("sim"),
-            data_dir: None,
-            progress: false,
-        },
-    )
-    .unwrap();
+    let (swarm, sim) = swarm_and_simulate(&sc, tmp.path());
     let (a, b) = (
         &swarm.summary.runs[0].algorithms,
         &sim.summary.runs[0].algorithms,
@@ -457,28 +415,7 @@ fn a_fedsac_swarm_of_eight_nodes_with_cohorts_of_five_matches_simulate() {
     .collect();
     let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let swarm = launch::swarm(
-        &sc,
-        &SwarmOptions {
-            out: tmp.path().join("swarm"),
-            data_dir: None,
-            exe: PathBuf::from(EXE),
-            progress: false,
-            deadlines: Default::default(),
-            timeout: Duration::from_secs(60),
-            netns: false,
-        },
-    )
-    .expect("the swarm runs");
-    let sim = federico::sim::run(
-        &sc,
-        &federico::sim::Options {
-            out: tmp.path().join("sim"),
-            data_dir: None,
-            progress: false,
-        },
-    )
-    .unwrap();
+    let (swarm, sim) = swarm_and_simulate(&sc, tmp.path());
     let (a, b) = (
         &swarm.summary.runs[0].algorithms,
         &sim.summary.runs[0].algorithms,
@@ -520,6 +457,37 @@ fn a_fedsac_swarm_of_eight_nodes_with_cohorts_of_five_matches_simulate() {
         let want: Vec<usize> = (0..20).filter(|&g| in_cohort(g)).collect();
         assert_eq!(trained_in, want, "silo {i}");
     }
+}
+
+/// `federico swarm` (at most 60 s) and `simulate` of one scenario, into `dir/swarm` and
+/// `dir/sim`.
+fn swarm_and_simulate(
+    sc: &Scenario,
+    dir: &Path,
+) -> (federico::sim::Outcome, federico::sim::Outcome) {
+    let swarm = launch::swarm(
+        sc,
+        &SwarmOptions {
+            out: dir.join("swarm"),
+            data_dir: None,
+            exe: PathBuf::from(EXE),
+            progress: false,
+            deadlines: Default::default(),
+            timeout: Duration::from_secs(60),
+            netns: false,
+        },
+    )
+    .expect("the swarm runs");
+    let sim = federico::sim::run(
+        sc,
+        &federico::sim::Options {
+            out: dir.join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    (swarm, sim)
 }
 
 /// The nodes' state directories of a swarm seed, by silo.
@@ -573,28 +541,7 @@ fn a_fedcollab_swarm_of_eight_silos_estimates_distances_peer_to_peer_and_matches
     .collect();
     let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let swarm = launch::swarm(
-        &sc,
-        &SwarmOptions {
-            out: tmp.path().join("swarm"),
-            data_dir: None,
-            exe: PathBuf::from(EXE),
-            progress: false,
-            deadlines: Default::default(),
-            timeout: Duration::from_secs(60),
-            netns: false,
-        },
-    )
-    .expect("the swarm runs");
-    let sim = federico::sim::run(
-        &sc,
-        &federico::sim::Options {
-            out: tmp.path().join("sim"),
-            data_dir: None,
-            progress: false,
-        },
-    )
-    .unwrap();
+    let (swarm, sim) = swarm_and_simulate(&sc, tmp.path());
     let (a, b) = (
         &swarm.summary.runs[0].algorithms,
         &sim.summary.runs[0].algorithms,

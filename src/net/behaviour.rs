@@ -1,7 +1,9 @@
 //! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
 //! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
 //! Owns: how the protocols are framed and bounded, refusing (logging with the sender, counting)
-//! frames that are not messages, and how the behaviour is assembled.
+//! frames that are not messages, and how the behaviour is assembled; and the swarm of the
+//! coordinator-mode processes (a coordinator, a coordinated node), which carries their own
+//! behaviours over the same transports and allow list.
 //! Must not: interpret messages (that is the round driver) or train.
 
 use super::metrics::{Metrics, Reason};
@@ -25,6 +27,52 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tracing::warn;
+
+/// The manifest's allow list: members are admitted, anyone else is refused at connection; off
+/// (`None`) for an open federation.
+pub(crate) type Members = Toggle<allow_block_list::Behaviour<allow_block_list::AllowedPeers>>;
+
+/// The allow list of `allowed` (`None`: open).
+pub(crate) fn members(allowed: Option<Vec<PeerId>>) -> Members {
+    allowed
+        .map(|ids| {
+            let mut b = allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
+            for id in ids {
+                b.allow_peer(id);
+            }
+            b
+        })
+        .into()
+}
+
+/// A coordinator-mode process's swarm: TCP (Noise, Yamux) and QUIC as the nodes use,
+/// connections kept while idle (rounds may be far apart), listening on `listen`.
+pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
+    key: identity::Keypair,
+    listen: &[String],
+    behaviour: B,
+) -> anyhow::Result<libp2p::Swarm<B>> {
+    let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default().nodelay(true),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )?
+        .with_quic()
+        .with_behaviour(|_| behaviour)?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    for a in listen {
+        let addr: Multiaddr = a
+            .parse()
+            .map_err(|e| anyhow::anyhow!("listen address {a:?}: {e}"))?;
+        swarm
+            .listen_on(addr.clone())
+            .map_err(|e| anyhow::anyhow!("listen on {addr}: {e}"))?;
+    }
+    Ok(swarm)
+}
 
 /// Length-prefixed bincode-2 frames with a bound checked before allocation; counts the bytes,
 /// and logs and counts the frames it refuses.
@@ -306,7 +354,7 @@ impl<Req: Message, Resp: Message> NetworkBehaviour for Exchange<Req, Resp> {
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
     /// Only manifest members may connect (absent when the federation is open).
-    pub(crate) members: Toggle<allow_block_list::Behaviour<allow_block_list::AllowedPeers>>,
+    pub(crate) members: Members,
     /// Peers cut off on purpose (partition tests).
     pub(crate) blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     /// Pulls, notices and fetches → models and acks.
@@ -337,13 +385,7 @@ impl Behaviour {
         metrics: Metrics,
     ) -> io::Result<Self> {
         let peer_id = key.public().to_peer_id();
-        let members = cfg.allowed.map(|ids| {
-            let mut b = allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
-            for id in ids {
-                b.allow_peer(id);
-            }
-            b
-        });
+        let members = members(cfg.allowed);
         let rr_cfg = rr::Config::default()
             .with_request_timeout(cfg.request_timeout)
             .with_max_concurrent_streams(1024);
@@ -379,7 +421,7 @@ impl Behaviour {
             None
         };
         Ok(Self {
-            members: members.into(),
+            members,
             blocked: Default::default(),
             model,
             gradient,

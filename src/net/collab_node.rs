@@ -16,7 +16,7 @@
 //! every round, joining its coalition once the coordinator answers.
 
 use super::NodeConfig;
-use super::behaviour::{Codec, Exchange};
+use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
 use super::coordinated::CoordinatedConfig;
 use super::coordinator::CoordCodec;
 use super::identity::Manifest;
@@ -35,9 +35,7 @@ use libp2p::request_response::{
     self as rr, InboundRequestId, OutboundRequestId, ProtocolSupport, ResponseChannel,
 };
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{
-    Multiaddr, PeerId, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux,
-};
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -91,9 +89,7 @@ struct DiscJob {
 
 #[derive(NetworkBehaviour)]
 struct CollabBehaviour {
-    members: libp2p::swarm::behaviour::toggle::Toggle<
-        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
-    >,
+    members: Members,
     coord: Exchange<CoordRequest, CoordResponse>,
     collab: Exchange<CollabRequest, CollabResponse>,
 }
@@ -492,45 +488,22 @@ pub(super) async fn run(
     let allowed: Option<Vec<PeerId>> =
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message();
-    let mut swarm = SwarmBuilder::with_existing_identity(key)
-        .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )?
-        .with_quic()
-        .with_behaviour(|_| {
-            let members = allowed.map(|ids| {
-                let mut b =
-                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
-                for id in ids {
-                    b.allow_peer(id);
-                }
-                b
-            });
-            CollabBehaviour {
-                members: members.into(),
-                coord: Exchange::new(
-                    CoordCodec::new(max, metrics.clone()),
-                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
-                    rr::Config::default().with_request_timeout(fetch.max(structure_wait)),
-                ),
-                collab: Exchange::new(
-                    Codec::new(max, metrics),
-                    [(StreamProtocol::new(COLLAB_PROTOCOL), ProtocolSupport::Full)],
-                    rr::Config::default()
-                        .with_request_timeout(fetch)
-                        .with_max_concurrent_streams(1024),
-                ),
-            }
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
-        .build();
-    for a in &cfg.listen {
-        let addr: Multiaddr = a.parse()?;
-        swarm.listen_on(addr)?;
-    }
+    let behaviour = CollabBehaviour {
+        members: members(allowed),
+        coord: Exchange::new(
+            CoordCodec::new(max, metrics.clone()),
+            [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+            rr::Config::default().with_request_timeout(fetch.max(structure_wait)),
+        ),
+        collab: Exchange::new(
+            Codec::new(max, metrics),
+            [(StreamProtocol::new(COLLAB_PROTOCOL), ProtocolSupport::Full)],
+            rr::Config::default()
+                .with_request_timeout(fetch)
+                .with_max_concurrent_streams(1024),
+        ),
+    };
+    let swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
     // Silos are the manifest's members other than the coordinator, by index.
     let peers: Vec<(PeerId, Vec<Multiaddr>)> = manifest
         .members

@@ -13,7 +13,7 @@
 //! swarm runs in its own task and training on `spawn_blocking`.
 
 use super::NodeConfig;
-use super::behaviour::Exchange;
+use super::behaviour::{Exchange, Members, coordination_swarm, members};
 use super::coordinator::CoordCodec;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
@@ -28,9 +28,7 @@ use crate::sim::{BatchCursor, sgd_steps};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{
-    Multiaddr, PeerId, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux,
-};
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -215,9 +213,7 @@ const VERSION: u32 = 1;
 
 #[derive(NetworkBehaviour)]
 struct NodeBehaviour {
-    members: libp2p::swarm::behaviour::toggle::Toggle<
-        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
-    >,
+    members: Members,
     coord: Exchange<CoordRequest, CoordResponse>,
 }
 
@@ -520,38 +516,15 @@ pub async fn run(
     let allowed: Option<Vec<PeerId>> =
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message();
-    let mut swarm = SwarmBuilder::with_existing_identity(key)
-        .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )?
-        .with_quic()
-        .with_behaviour(|_| {
-            let members = allowed.map(|ids| {
-                let mut b =
-                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
-                for id in ids {
-                    b.allow_peer(id);
-                }
-                b
-            });
-            NodeBehaviour {
-                members: members.into(),
-                coord: Exchange::new(
-                    CoordCodec::new(max, metrics),
-                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
-                    rr::Config::default().with_request_timeout(fetch),
-                ),
-            }
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
-        .build();
-    for a in &cfg.listen {
-        let addr: Multiaddr = a.parse()?;
-        swarm.listen_on(addr)?;
-    }
+    let behaviour = NodeBehaviour {
+        members: members(allowed),
+        coord: Exchange::new(
+            CoordCodec::new(max, metrics),
+            [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+            rr::Config::default().with_request_timeout(fetch),
+        ),
+    };
+    let swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(swarm_task(swarm, coordinator, coord_addrs, rx));
 

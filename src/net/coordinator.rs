@@ -16,7 +16,7 @@
 //! data. HCCT's, FedSaC's and FedCollab's silos are named by their index in the manifest, as in
 //! the simulator.
 
-use super::behaviour::{Codec, Exchange};
+use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::fedcollab::FedCollabConfig;
@@ -30,10 +30,10 @@ use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
 use crate::scenario::{FeddiscoConfig, FedsacConfig, FedsacScore, ModelConfig};
+use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{Multiaddr, StreamProtocol, SwarmBuilder, allow_block_list, noise, tcp, yamux};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -206,9 +206,7 @@ impl CoordinatorConfig {
 
 #[derive(NetworkBehaviour)]
 struct CoordBehaviour {
-    members: libp2p::swarm::behaviour::toggle::Toggle<
-        allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
-    >,
+    members: Members,
     coord: Exchange<CoordRequest, CoordResponse>,
 }
 
@@ -550,41 +548,18 @@ pub async fn run(
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message_mib << 20;
     let deadline = Duration::from_secs_f64(cfg.update_deadline_s);
-    let mut swarm = SwarmBuilder::with_existing_identity(key)
-        .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )?
-        .with_quic()
-        .with_behaviour(|_| {
-            let members = allowed.map(|ids| {
-                let mut b =
-                    allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
-                for id in ids {
-                    b.allow_peer(id);
-                }
-                b
-            });
-            CoordBehaviour {
-                members: members.into(),
-                coord: Exchange::new(
-                    CoordCodec::new(max, metrics),
-                    [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
-                    // Fetches are held up to a whole round: bound the exchange by 3 τ.
-                    rr::Config::default()
-                        .with_request_timeout(deadline * 3)
-                        .with_max_concurrent_streams(1024),
-                ),
-            }
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
-        .build();
-    for a in &cfg.listen {
-        let addr: Multiaddr = a.parse()?;
-        swarm.listen_on(addr)?;
-    }
+    let behaviour = CoordBehaviour {
+        members: members(allowed),
+        coord: Exchange::new(
+            CoordCodec::new(max, metrics),
+            [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+            // Fetches are held up to a whole round: bound the exchange by 3 τ.
+            rr::Config::default()
+                .with_request_timeout(deadline * 3)
+                .with_max_concurrent_streams(1024),
+        ),
+    };
+    let mut swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
     let log_path = cfg.state_dir.join("coordinator.jsonl");
     let cut = crate::trace::trim_log(&log_path, state.round()).map_err(|e| anyhow::anyhow!(e))?;
     if cut > 0 {
