@@ -38,6 +38,7 @@ use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, StreamProtocol};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -149,6 +150,11 @@ async fn swarm_task(
                                 channel,
                                 CollabResponse::Model { round, params: params.clone() },
                             );
+                        } else if r < round && !published.iter().any(|(p, _)| *p == r) {
+                            // A round this silo will not publish: say so now.
+                            let _ = swarm.behaviour_mut().collab.send_response(channel, CollabResponse::Error {
+                                reason: format!("round {r} is not kept here (now at {round})"),
+                            });
                         } else {
                             keep.push((r, channel));
                         }
@@ -365,6 +371,9 @@ struct Saved {
     round: u64,
     params: Vec<f32>,
     adam: Adam,
+    /// This silo's own trained model of its last round, served to its coalition again after a
+    /// restart (a partner may still be waiting for it).
+    last_local: Option<(u64, Vec<f32>)>,
 }
 
 const MAGIC: &[u8; 8] = b"FEDCLND1";
@@ -477,6 +486,7 @@ pub(super) async fn run(
                 coalition: None,
                 round: 0,
                 adam: Adam::new(params.len(), cfg.train.lr as f32),
+                last_local: None,
                 params,
             }
         }
@@ -573,6 +583,17 @@ pub(super) async fn run(
         // Phase 4: FedAvg inside the coalition.
         let mut learner = learner;
         let mut rng = StdRng::seed_from_u64(stream_seed(cfg.seed ^ FEDCOLLAB_FL_TAG, me, Stream::Batches));
+        // A resumed silo replays its batch stream to its round: an epoch draws one shuffle of
+        // the training rows (`Learner::train_epoch`), so the stream is where an uninterrupted
+        // run's would be and the resumed rounds train exactly as they would have.
+        for _ in 0..state.round {
+            let mut order: Vec<usize> = (0..data.train.len()).collect();
+            order.shuffle(&mut rng);
+        }
+        // Resumed: the last round's own model may not have reached every member yet.
+        if let Some((r, p)) = &state.last_local {
+            let _ = link.0.send(Cmd::Publish(*r, Arc::new(p.clone())));
+        }
         while state.round < cfg.rounds {
             let started = Instant::now();
             if state.coalition.is_none() {
@@ -594,6 +615,7 @@ pub(super) async fn run(
             state.adam = opt;
             let local = Arc::new(p);
             let _ = link.0.send(Cmd::Publish(round, local.clone()));
+            state.last_local = Some((round, local.to_vec()));
             let (members, sizes) = state
                 .coalition
                 .clone()
