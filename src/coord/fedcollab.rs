@@ -800,8 +800,47 @@ pub fn distance_matrix(
     (d, missing)
 }
 
+/// FedAvg inside one coalition (spec §5; §6 phase 4): the m_j-weighted average of the
+/// members' trained models, `None` for a member whose model did not arrive (the weights are
+/// renormalised over the others, spec §6 "failure handling"). Summed in f64 in the given order
+/// (ascending member index), so every member computing it from the same models holds the same
+/// result bit for bit. Empty when no model arrived.
+pub fn coalition_average(models: &[Option<&[f32]>], sizes: &[u64]) -> Vec<f32> {
+    let total: f64 = models
+        .iter()
+        .zip(sizes)
+        .filter(|(m, _)| m.is_some())
+        .map(|(_, &s)| s as f64)
+        .sum();
+    let len = models.iter().flatten().next().map_or(0, |m| m.len());
+    let mut avg = vec![0f64; len];
+    for (m, &s) in models.iter().zip(sizes) {
+        if let Some(m) = m {
+            let w = s as f64 / total;
+            for (a, &x) in avg.iter_mut().zip(m.iter()) {
+                *a += w * x as f64;
+            }
+        }
+    }
+    avg.into_iter().map(|x| x as f32).collect()
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_coalition_average_renormalises_over_the_models_that_arrived() {
+        let (a, b) = ([1.0f32, 2.0], [3.0f32, 6.0]);
+        assert_eq!(
+            coalition_average(&[Some(&a[..]), Some(&b[..])], &[1, 3]),
+            vec![2.5, 5.0]
+        );
+        assert_eq!(
+            coalition_average(&[Some(&a[..]), None], &[1, 3]),
+            vec![1.0, 2.0]
+        );
+        assert!(coalition_average(&[None, None], &[1, 3]).is_empty());
+    }
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;

@@ -235,12 +235,13 @@ impl FedCollabServer {
             for p in report.iter().flatten() {
                 let j = p.partner as usize;
                 d[i][j] = p.distance.unwrap_or(1.0);
-                if p.distance.is_none() && !failed.contains(&(i.min(j), i.max(j))) {
+                if p.distance.is_none() {
                     failed.push((i.min(j), i.max(j)));
                 }
             }
         }
         failed.sort_unstable();
+        failed.dedup();
         let mismatched: Vec<(usize, usize)> = (0..n)
             .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
             .filter(|&(i, j)| d[i][j] != d[j][i])

@@ -17,11 +17,11 @@
 
 use super::NodeConfig;
 use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
-use super::coordinated::CoordinatedConfig;
+use super::coordinated::{CoordinatedConfig, Reply, route_coord_event};
 use super::coordinator::CoordCodec;
 use super::identity::Manifest;
 use super::metrics::Metrics;
-use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::fedcollab::{FedCollabConfig, coalition_average};
 use crate::coord_wire::{
     COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
     PairDistance,
@@ -66,12 +66,11 @@ pub(super) struct Prelude {
 /// Trained models of the last rounds a silo keeps for its coalition's pulls.
 const KEEP_ROUNDS: usize = 8;
 
-type CoordReply = oneshot::Sender<Result<CoordResponse, String>>;
 type PeerReply = oneshot::Sender<Result<CollabResponse, String>>;
 
 /// What the node's tasks ask of the swarm task.
 enum Cmd {
-    Coord(CoordRequest, CoordReply),
+    Coord(CoordRequest, Reply),
     Peer(usize, CollabRequest, PeerReply),
     /// This silo's trained model of an FL round, for its coalition.
     Publish(u64, Arc<Vec<f32>>),
@@ -106,7 +105,7 @@ async fn swarm_task(
     peers: Vec<(PeerId, Vec<Multiaddr>)>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
 ) {
-    let mut to_coord: HashMap<OutboundRequestId, CoordReply> = HashMap::new();
+    let mut to_coord: HashMap<OutboundRequestId, Reply> = HashMap::new();
     let mut to_peer: HashMap<OutboundRequestId, PeerReply> = HashMap::new();
     let mut published: VecDeque<(u64, Arc<Vec<f32>>)> = VecDeque::new();
     let mut held: Vec<(u64, ResponseChannel<CollabResponse>)> = Vec::new();
@@ -170,28 +169,8 @@ async fn swarm_task(
                 let _ = swarm.behaviour_mut().collab.send_response(channel, resp);
             }
             ev = swarm.select_next_some() => match ev {
-                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::Message {
-                    message: rr::Message::Response { request_id, response },
-                    ..
-                })) => {
-                    if let Some(r) = to_coord.remove(&request_id) {
-                        let _ = r.send(Ok(response));
-                    }
-                }
-                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::OutboundFailure {
-                    request_id, error, ..
-                })) => {
-                    if let Some(r) = to_coord.remove(&request_id) {
-                        let _ = r.send(Err(error.to_string()));
-                    }
-                }
-                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(rr::Event::Message {
-                    message: rr::Message::Request { channel, .. },
-                    ..
-                })) => {
-                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
-                        reason: "nodes serve no coordinator requests".into(),
-                    });
+                SwarmEvent::Behaviour(CollabBehaviourEvent::Coord(ev)) => {
+                    route_coord_event(ev, &mut to_coord, &mut swarm.behaviour_mut().coord);
                 }
                 SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::Message {
                     message: rr::Message::Response { request_id, response },
@@ -285,10 +264,15 @@ async fn swarm_task(
 struct Link(mpsc::UnboundedSender<Cmd>);
 
 impl Link {
-    async fn coord(&self, req: CoordRequest, limit: Duration) -> Result<CoordResponse, String> {
+    /// Hands the swarm task a request made by `cmd` and waits for its answer, at most `limit`.
+    async fn request<T>(
+        &self,
+        cmd: impl FnOnce(oneshot::Sender<Result<T, String>>) -> Cmd,
+        limit: Duration,
+    ) -> Result<T, String> {
         let (tx, rx) = oneshot::channel();
         self.0
-            .send(Cmd::Coord(req, tx))
+            .send(cmd(tx))
             .map_err(|_| "swarm task ended".to_string())?;
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(r)) => r,
@@ -297,21 +281,17 @@ impl Link {
         }
     }
 
+    async fn coord(&self, req: CoordRequest, limit: Duration) -> Result<CoordResponse, String> {
+        self.request(|tx| Cmd::Coord(req, tx), limit).await
+    }
+
     async fn peer(
         &self,
         i: usize,
         req: CollabRequest,
         limit: Duration,
     ) -> Result<CollabResponse, String> {
-        let (tx, rx) = oneshot::channel();
-        self.0
-            .send(Cmd::Peer(i, req, tx))
-            .map_err(|_| "swarm task ended".to_string())?;
-        match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err("swarm task ended".into()),
-            Err(_) => Err("timed out".into()),
-        }
+        self.request(|tx| Cmd::Peer(i, req, tx), limit).await
     }
 
     /// A peer request retried (every 200 ms) on transport failures and "not ready" refusals
@@ -630,7 +610,8 @@ pub(super) async fn run(
                 .filter(|(_, g)| g.is_some())
                 .map(|(&m, _)| m)
                 .collect();
-            state.params = coalition_average(&got, &sizes);
+            let arrived: Vec<Option<&[f32]>> = got.iter().map(|m| m.as_deref().map(|v| v.as_slice())).collect();
+            state.params = coalition_average(&arrived, &sizes);
             state.round += 1;
             let eval = if cfg.eval_every > 0 && state.round % cfg.eval_every == 0 && state.round < cfg.rounds {
                 let ev = learner.evaluate(&state.params, &data.test).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -1195,42 +1176,4 @@ async fn pull_models(
         }
     });
     libp2p::futures::future::join_all(pulls).await
-}
-
-/// The m_j-weighted average of the models that arrived, summed in ascending member order in
-/// f64 as `simulate` sums it (weights renormalised over the arrivals).
-fn coalition_average(models: &[Option<Arc<Vec<f32>>>], sizes: &[u64]) -> Vec<f32> {
-    let total: f64 = models
-        .iter()
-        .zip(sizes)
-        .filter(|(m, _)| m.is_some())
-        .map(|(_, &s)| s as f64)
-        .sum();
-    let len = models.iter().flatten().next().map_or(0, |m| m.len());
-    let mut avg = vec![0f64; len];
-    for (m, &s) in models.iter().zip(sizes) {
-        if let Some(m) = m {
-            let w = s as f64 / total;
-            for (a, &x) in avg.iter_mut().zip(m.iter()) {
-                *a += w * x as f64;
-            }
-        }
-    }
-    avg.into_iter().map(|x| x as f32).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_average_renormalises_over_the_models_that_arrived() {
-        let a = Some(Arc::new(vec![1.0f32, 2.0]));
-        let b = Some(Arc::new(vec![3.0f32, 6.0]));
-        assert_eq!(
-            coalition_average(&[a.clone(), b.clone()], &[1, 3]),
-            vec![2.5, 5.0]
-        );
-        assert_eq!(coalition_average(&[a, None], &[1, 3]), vec![1.0, 2.0]);
-    }
 }

@@ -217,7 +217,7 @@ struct NodeBehaviour {
     coord: Exchange<CoordRequest, CoordResponse>,
 }
 
-type Reply = oneshot::Sender<Result<CoordResponse, String>>;
+pub(super) type Reply = oneshot::Sender<Result<CoordResponse, String>>;
 
 /// The swarm task: sends requests to the coordinator and routes the answers back.
 async fn swarm_task(
@@ -237,33 +237,54 @@ async fn swarm_task(
                 let id = swarm.behaviour_mut().coord.send_request(&coordinator, req);
                 pending.insert(id, reply);
             }
-            ev = swarm.select_next_some() => match ev {
-                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::Message {
-                    message: rr::Message::Response { request_id, response },
-                    ..
-                })) => {
-                    if let Some(r) = pending.remove(&request_id) {
-                        let _ = r.send(Ok(response));
-                    }
+            ev = swarm.select_next_some() => {
+                if let SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(ev)) = ev {
+                    route_coord_event(ev, &mut pending, &mut swarm.behaviour_mut().coord);
                 }
-                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::OutboundFailure {
-                    request_id, error, ..
-                })) => {
-                    if let Some(r) = pending.remove(&request_id) {
-                        let _ = r.send(Err(error.to_string()));
-                    }
-                }
-                SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(rr::Event::Message {
-                    message: rr::Message::Request { channel, .. },
-                    ..
-                })) => {
-                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
-                        reason: "nodes serve no coordinator requests".into(),
-                    });
-                }
-                _ => {}
             }
         }
+    }
+}
+
+/// One event of a node's coordinator exchange: an answer or a failure goes to the request
+/// waiting for it; a request is refused (nodes serve none).
+pub(super) fn route_coord_event(
+    ev: rr::Event<CoordRequest, CoordResponse>,
+    pending: &mut HashMap<OutboundRequestId, Reply>,
+    exchange: &mut Exchange<CoordRequest, CoordResponse>,
+) {
+    match ev {
+        rr::Event::Message {
+            message:
+                rr::Message::Response {
+                    request_id,
+                    response,
+                },
+            ..
+        } => {
+            if let Some(r) = pending.remove(&request_id) {
+                let _ = r.send(Ok(response));
+            }
+        }
+        rr::Event::OutboundFailure {
+            request_id, error, ..
+        } => {
+            if let Some(r) = pending.remove(&request_id) {
+                let _ = r.send(Err(error.to_string()));
+            }
+        }
+        rr::Event::Message {
+            message: rr::Message::Request { channel, .. },
+            ..
+        } => {
+            let _ = exchange.send_response(
+                channel,
+                CoordResponse::Error {
+                    reason: "nodes serve no coordinator requests".into(),
+                },
+            );
+        }
+        _ => {}
     }
 }
 

@@ -17,8 +17,8 @@
 use super::coordinated::CoordinatedRun;
 use super::{BatchCursor, ClientEval, Ctx, SimError, score_each};
 use crate::coord::fedcollab::{
-    Distance, EarlyStop, FedCollabConfig, Problem, Solution, average_pair, disc_split,
-    disc_train_target, distance_matrix, label_branch_scale, label_tv,
+    Distance, EarlyStop, FedCollabConfig, Problem, Solution, average_pair, coalition_average,
+    disc_split, disc_train_target, distance_matrix, label_branch_scale, label_tv,
 };
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Dataset, Labels, Learner, ModelSpec};
@@ -26,6 +26,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Stream tags (mixed into the run seed) keeping FedCollab's random streams apart from every
 /// other algorithm's and from each other.
@@ -214,18 +215,15 @@ impl CoordinatedRun for FedCollabRun {
         });
         let locals = locals.into_iter().collect::<Result<Vec<_>, _>>()?;
         for (k, members) in plan.coalitions.iter().enumerate() {
-            let total: f64 = members
+            let models: Vec<Option<&[f32]>> = members
                 .iter()
-                .map(|&i| fed.clients[i].train.len() as f64)
-                .sum();
-            let mut avg = vec![0f64; plan.models[k].len()];
-            for &i in members {
-                let w = fed.clients[i].train.len() as f64 / total;
-                for (a, &x) in avg.iter_mut().zip(&locals[i]) {
-                    *a += w * x as f64;
-                }
-            }
-            plan.models[k] = avg.into_iter().map(|x| x as f32).collect();
+                .map(|&i| Some(locals[i].as_slice()))
+                .collect();
+            let sizes: Vec<u64> = members
+                .iter()
+                .map(|&i| fed.clients[i].train.len() as u64)
+                .collect();
+            plan.models[k] = coalition_average(&models, &sizes);
         }
         Ok(())
     }
@@ -360,10 +358,17 @@ fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estim
     let sizes: Vec<u64> = fed.clients.iter().map(|c| c.train.len() as u64).collect();
     let target = disc_train_target(&sizes);
     let model = DiscModel::new(&fed.clients[0].train, cfg, ctx.seed)?;
-    let data: Vec<DiscData> = (0..n)
-        .map(|i| model.silo_data(&fed.clients[i].train, i, ctx.seed, target))
+    let data: Vec<Arc<DiscData>> = (0..n)
+        .map(|i| {
+            Ok(Arc::new(model.silo_data(
+                &fed.clients[i].train,
+                i,
+                ctx.seed,
+                target,
+            )?))
+        })
         .collect::<Result<Vec<_>, SimError>>()?;
-    let (spec, init) = (&model.spec, &model.init);
+    let (spec, model) = (&model.spec, &model);
     let pairs: Vec<(usize, usize)> = (0..n)
         .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
         .collect();
@@ -377,7 +382,7 @@ fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estim
                     let learner = learner.as_mut().map_err(|e| {
                         SimError::Invariant(format!("fedcollab discriminator: {e}"))
                     })?;
-                    run_pair(learner, cfg, init, (i, &data[i]), (j, &data[j]), seed)
+                    run_pair(learner, cfg, model, (i, &data[i]), (j, &data[j]), seed)
                 },
             )
             .collect()
@@ -397,7 +402,7 @@ fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estim
         target: Some(target),
         train_sizes: data.iter().map(|d| d.train[0].len()).collect(),
         valid_sizes: data.iter().map(|d| d.valid[0].len()).collect(),
-        params: Some(init.len()),
+        params: Some(model.init.len()),
         pair_rounds,
         failed,
     })
@@ -471,49 +476,38 @@ fn disc_init(
     Ok(w)
 }
 
-/// Algorithm 1 for one pair (spec §3.2 step 4): per round each side takes `disc_local_steps`
-/// plain-SGD steps on its own mini-batch from the current average (a fresh optimiser: SGD has
-/// no state), the two results are averaged equally, and the schedule of [`EarlyStop`] decides
-/// when to evaluate and stop. Returns `(2·BalAcc_best − 1, rounds run)`, or `None` when a side
-/// has no discriminator-train or validation rows.
+/// Algorithm 1 for one pair (spec §3.2 step 4), both halves in this process: per round each
+/// side takes `disc_local_steps` plain-SGD steps on its own mini-batch from the current average
+/// (a fresh optimiser: SGD has no state), the two results are averaged equally, and the
+/// schedule of [`EarlyStop`] decides when to evaluate and stop. The two [`PairHalf`]s are the
+/// ones a networked pair runs, so `simulate` and the swarm estimate the same distance by
+/// construction. Returns `(2·BalAcc_best − 1, rounds run)`, or `None` when a side has no
+/// discriminator-train or validation rows.
 fn run_pair(
     learner: &mut Learner,
     cfg: &FedCollabConfig,
-    init: &[f32],
-    (i, di): (usize, &DiscData),
-    (j, dj): (usize, &DiscData),
+    model: &DiscModel,
+    (i, di): (usize, &Arc<DiscData>),
+    (j, dj): (usize, &Arc<DiscData>),
     seed: u64,
 ) -> Result<Option<(f64, usize)>, SimError> {
-    let (train_i, valid_i) = (&di.train[0], &di.valid[0]);
-    let (train_j, valid_j) = (&dj.train[1], &dj.valid[1]);
-    if [train_i, valid_i, train_j, valid_j]
-        .iter()
-        .any(|d| d.is_empty())
-    {
+    let (Ok(mut lo), Ok(mut hi)) = (
+        PairHalf::new(cfg, model, di.clone(), i, j, seed),
+        PairHalf::new(cfg, model, dj.clone(), j, i, seed),
+    ) else {
         return Ok(None);
-    }
-    let mut cur_i = disc_cursor(seed, i, j, train_i.len());
-    let mut cur_j = disc_cursor(seed, j, i, train_j.len());
-    let mut es = EarlyStop::new(cfg.disc_eval_every, cfg.disc_patience, cfg.disc_max_rounds);
-    let mut w = init.to_vec();
-    let mut rounds = 0;
-    for r in 0..es.max_rounds() {
-        let wi = sgd_steps(learner, cfg, &w, train_i, &mut cur_i)?;
-        let wj = sgd_steps(learner, cfg, &w, train_j, &mut cur_j)?;
-        w = average_pair(&wi, &wj);
-        rounds = r + 1;
-        if es.evaluates_after(r) {
-            let acc = |l: &mut Learner, d: &Dataset| -> Result<f64, SimError> {
-                let e = l.evaluate(&w, d)?;
-                Ok(e.correct as f64 / e.count as f64)
-            };
-            let metric = acc(learner, valid_i)? + acc(learner, valid_j)?;
-            if es.record(metric) {
-                break;
-            }
+    };
+    let invariant = |e: String| SimError::Invariant(format!("fedcollab pair ({i}, {j}): {e}"));
+    while !lo.done() {
+        let (w_lo, w_hi) = (lo.step(learner)?, hi.step(learner)?);
+        hi.combine(&w_hi, &w_lo).map_err(invariant)?;
+        if lo.combine(&w_lo, &w_hi).map_err(invariant)? {
+            let (acc_lo, acc_hi) = (lo.accuracy(learner)?, hi.accuracy(learner)?);
+            hi.record(acc_lo, acc_hi);
+            lo.record(acc_lo, acc_hi);
         }
     }
-    Ok(es.estimate().map(|d| (d, rounds)))
+    Ok(lo.estimate().map(|d| (d, lo.rounds())))
 }
 
 /// One silo's half of a pair's Algorithm 1 run over the network (spec §6 phase 2): the steps
@@ -521,11 +515,11 @@ fn run_pair(
 /// with the partner's, [`combine`](Self::combine); when that says so, evaluate with
 /// [`accuracy`](Self::accuracy), swap accuracies and [`record`](Self::record). Both halves
 /// hold the same average bit for bit (each averages `(lower, higher)` in that order) and apply
-/// the same early stop to the same metric, so they stop together with the same estimate, and
-/// the estimate equals `run_pair`'s on the same silos and seed.
+/// the same early stop to the same metric, so they stop together with the same estimate.
+/// [`run_pair`] drives both halves in one process.
 pub(crate) struct PairHalf {
     cfg: FedCollabConfig,
-    data: std::sync::Arc<DiscData>,
+    data: Arc<DiscData>,
     /// This silo is the pair's lower index (domain 0).
     lower: bool,
     w: Vec<f32>,
@@ -541,7 +535,7 @@ impl PairHalf {
     pub(crate) fn new(
         cfg: &FedCollabConfig,
         model: &DiscModel,
-        data: std::sync::Arc<DiscData>,
+        data: Arc<DiscData>,
         me: usize,
         partner: usize,
         seed: u64,
