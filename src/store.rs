@@ -97,6 +97,38 @@ pub fn decode_bounded<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T,
     }
 }
 
+/// Reads a file written by [`write_versioned`]: `None` when it does not exist; an error naming
+/// the file when it cannot be read, has another header or does not decode.
+pub fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+) -> Result<Option<T>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let body =
+        strip_header(&bytes, magic, version).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (value, _) =
+        decode_bounded(body).map_err(|e| format!("{}: undecodable ({e})", path.display()))?;
+    Ok(Some(value))
+}
+
+/// Writes `value` atomically behind the versioned header.
+pub fn write_versioned<T: serde::Serialize>(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    value: &T,
+) -> Result<(), String> {
+    let mut bytes = header(magic, version);
+    bincode::serde::encode_into_std_write(value, &mut bytes, bincode::config::standard())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    write_atomic(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -141,5 +173,22 @@ mod tests {
                 .unwrap_err()
                 .contains("truncated")
         );
+    }
+
+    #[test]
+    fn versioned_files_round_trip_and_refuse_other_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.bin");
+        assert_eq!(read_versioned::<Vec<u32>>(&path, b"TESTFIL1", 1), Ok(None));
+        write_versioned(&path, b"TESTFIL1", 1, &vec![3u32, 5]).unwrap();
+        assert_eq!(
+            read_versioned::<Vec<u32>>(&path, b"TESTFIL1", 1),
+            Ok(Some(vec![3, 5]))
+        );
+        assert!(read_versioned::<Vec<u32>>(&path, b"OTHERFL1", 1).is_err());
+        assert!(read_versioned::<Vec<u32>>(&path, b"TESTFIL1", 2).is_err());
+        std::fs::write(&path, b"garbage").unwrap();
+        let e = read_versioned::<Vec<u32>>(&path, b"TESTFIL1", 1).unwrap_err();
+        assert!(e.contains("state.bin"), "{e}");
     }
 }

@@ -390,10 +390,7 @@ struct FinalLine {
 }
 
 fn save(path: &std::path::Path, s: &Saved) -> anyhow::Result<()> {
-    let mut bytes = crate::store::header(MAGIC, VERSION);
-    bincode::serde::encode_into_std_write(s, &mut bytes, bincode::config::standard())?;
-    crate::store::write_atomic(path, &bytes)?;
-    Ok(())
+    crate::store::write_versioned(path, MAGIC, VERSION, s).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// Runs the FedCollab node until its rounds are done or `shutdown` resolves.
@@ -424,20 +421,14 @@ pub(super) async fn run(
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("fedcollab.bin");
-    let saved: Option<Saved> = match std::fs::read(&ckpt) {
-        Ok(b) => {
-            let body =
-                crate::store::strip_header(&b, MAGIC, VERSION).map_err(|e| anyhow::anyhow!(e))?;
-            let (s, _): (Saved, usize) = crate::store::decode_bounded(body)
-                .map_err(|e| anyhow::anyhow!("checkpoint {}: undecodable ({e})", ckpt.display()))?;
-            if s.peer_id != peer_id.to_string() {
-                anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
-            }
-            Some(s)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
+    let saved: Option<Saved> = crate::store::read_versioned(&ckpt, MAGIC, VERSION)
+        .map_err(|e| anyhow::anyhow!("checkpoint {e}"))?;
+    if saved
+        .as_ref()
+        .is_some_and(|s| s.peer_id != peer_id.to_string())
+    {
+        anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
+    }
     // Every coalition starts from silo 0's seeded initialisation (spec §5), as in `simulate`.
     let init = || {
         learner.init_params(&mut StdRng::seed_from_u64(stream_seed(

@@ -477,20 +477,14 @@ pub async fn run(
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinated.bin");
-    let saved = match std::fs::read(&ckpt) {
-        Ok(b) => {
-            let body =
-                crate::store::strip_header(&b, MAGIC, VERSION).map_err(|e| anyhow::anyhow!(e))?;
-            let (s, _): (Saved, usize) = crate::store::decode_bounded(body)
-                .map_err(|e| anyhow::anyhow!("checkpoint {}: undecodable ({e})", ckpt.display()))?;
-            if s.peer_id != peer_id.to_string() {
-                anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
-            }
-            Some(s)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
+    let saved: Option<Saved> = crate::store::read_versioned(&ckpt, MAGIC, VERSION)
+        .map_err(|e| anyhow::anyhow!("checkpoint {e}"))?;
+    if saved
+        .as_ref()
+        .is_some_and(|s| s.peer_id != peer_id.to_string())
+    {
+        anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
+    }
     let (mut round, mut last_global, mut model) = match saved {
         Some(s) => (s.round, s.last_global, s.params),
         None => (
@@ -712,18 +706,18 @@ pub async fn run(
             };
             writeln!(log, "{}", serde_json::to_string(&line)?)?;
             log.flush()?;
-            let mut bytes = crate::store::header(MAGIC, VERSION);
-            bincode::serde::encode_into_std_write(
+            crate::store::write_versioned(
+                &ckpt,
+                MAGIC,
+                VERSION,
                 &Saved {
                     peer_id: peer_id.to_string(),
                     round,
                     last_global,
                     params: model.clone(),
                 },
-                &mut bytes,
-                bincode::config::standard(),
-            )?;
-            crate::store::write_atomic(&ckpt, &bytes)?;
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
             streak = if global_round.is_some() {
                 0
             } else {
