@@ -239,6 +239,9 @@ pub struct Problem {
     asymmetric: Vec<(usize, usize)>,
 }
 
+/// The stream tag (mixed into the run seed) of Algorithm 2's restarts.
+pub const SOLVE_TAG: u64 = 0xFC01_0005;
+
 /// Gap above which `d_ij` and `d_ji` count as different reports.
 const ASYMMETRY: f64 = 1e-9;
 
@@ -424,6 +427,19 @@ impl Problem {
             restarts: cfg.restarts,
             hits,
         })
+    }
+
+    /// [`solve`](Self::solve) with the run's restarts stream: the RNG seeded from the run
+    /// seed and [`SOLVE_TAG`], so `simulate` and the networked coordinator find the same
+    /// structure from the same distances.
+    pub fn solve_for_run(&self, cfg: &SolverConfig, seed: u64) -> Result<Solution, FedCollabError> {
+        let mut rng =
+            <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(crate::ids::stream_seed(
+                seed ^ SOLVE_TAG,
+                crate::ids::NodeId(u32::MAX),
+                crate::ids::Stream::Sampling,
+            ));
+        self.solve(cfg, &mut rng)
     }
 
     /// Where a newcomer goes (spec §5, "recommended exact procedure" step 3): `self` covers the

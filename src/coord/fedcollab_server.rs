@@ -15,16 +15,10 @@ use super::fedcollab::{
     FedCollabConfig, Problem, Solution, coalitions_of, disc_train_target, labels_of,
 };
 use crate::coord_wire::PairDistance;
-use crate::ids::{NodeId, Stream, stream_seed};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"FEDCOLB1";
 const VERSION: u32 = 1;
-
-/// The simulator's tag of Algorithm 2's restarts stream (`sim::fedcollab`).
-pub const SOLVE_TAG: u64 = 0xFC01_0005;
 
 /// The answer to a fetch.
 #[derive(Clone, Debug, PartialEq)]
@@ -247,13 +241,8 @@ impl FedCollabServer {
             .filter(|&(i, j)| d[i][j] != d[j][i])
             .collect();
         let problem = Problem::new(&sizes, &d, self.cfg.capacity).map_err(|e| e.to_string())?;
-        let mut rng = StdRng::seed_from_u64(stream_seed(
-            self.seed ^ SOLVE_TAG,
-            NodeId(u32::MAX),
-            Stream::Sampling,
-        ));
         let Solution { best, hits, .. } = problem
-            .solve(&self.cfg.solver(), &mut rng)
+            .solve_for_run(&self.cfg.solver(), self.seed)
             .map_err(|e| e.to_string())?;
         self.solved = Some(Solved {
             coalitions: best.coalitions,

@@ -37,8 +37,6 @@ const TAG_DISC_SPLIT: u64 = 0xFC01_0002;
 const TAG_DISC_INIT: u64 = 0xFC01_0003;
 /// A silo's mini-batch order inside one pair (the partner's index is mixed in too).
 const TAG_DISC_BATCHES: u64 = 0xFC01_0004;
-/// Algorithm 2's restarts.
-const TAG_SOLVE: u64 = 0xFC01_0005;
 
 /// The C grid logged with every structure (spec §8 item 7).
 const SWEEP: [f64; 9] = [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0];
@@ -139,12 +137,8 @@ impl FedCollabRun {
         };
         let problem = Problem::new(&sizes, &est.raw, self.cfg.capacity).map_err(invariant)?;
         let solve = |p: &Problem| {
-            let mut rng = StdRng::seed_from_u64(stream_seed(
-                ctx.seed ^ TAG_SOLVE,
-                NodeId(u32::MAX),
-                Stream::Sampling,
-            ));
-            p.solve(&self.cfg.solver(), &mut rng).map_err(invariant)
+            p.solve_for_run(&self.cfg.solver(), ctx.seed)
+                .map_err(invariant)
         };
         let solution = solve(&problem)?;
         let sweep = SWEEP
