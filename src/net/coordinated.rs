@@ -21,7 +21,7 @@ use crate::coord::feddisco;
 use crate::coord::hcct::HcctConfig;
 use crate::coord::hcct_server::HcctServer;
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
-use crate::ids::{Stream, stream_seed};
+use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Learner, Sgd, Shard};
 use crate::scenario::{FeddiscoConfig, FedsacConfig};
 use crate::sim::{BatchCursor, sgd_steps};
@@ -563,12 +563,12 @@ pub async fn run(
     tokio::pin!(shutdown);
     let data = Arc::new(data);
 
-    // `fallback = "federico"`: the rounds after the switch run as FedeRiCo, from here.
-    let federico_dir = cfg.state_dir.join("federico");
+    // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
+    // (`run_rest_as_federico`).
     let falls_back = cc.fallback == "federico";
     let mut streak = 0u64;
     let result: anyhow::Result<Option<u64>> = async {
-        if falls_back && federico_dir.join("checkpoint.bin").exists() {
+        if falls_back && cfg.state_dir.join("federico/checkpoint.bin").exists() {
             // Switched before a restart: go on as FedeRiCo.
             return Ok(Some(round));
         }
@@ -772,7 +772,30 @@ pub async fn run(
     let Some(at) = result? else {
         return Ok(());
     };
-    let dir = federico_dir;
+    let Some(line) =
+        run_rest_as_federico(&cfg, &manifest, me, coordinator, model, at, &mut shutdown).await?
+    else {
+        return Ok(());
+    };
+    writeln!(log, "{}", serde_json::to_string(&line)?)?;
+    log.flush()?;
+    info!(after = at, "coordinated run done (the rest as FedeRiCo)");
+    Ok(())
+}
+
+/// `fallback = "federico"`: the rounds after the first `at` as a FedeRiCo node in
+/// `<state_dir>/federico/` (resumed from its checkpoint there, else started from `model`), with
+/// the manifest minus the coordinator. Returns the final line (`None` when stopped by a signal).
+async fn run_rest_as_federico(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+    me: NodeId,
+    coordinator: PeerId,
+    model: Vec<f32>,
+    at: u64,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Option<FinalLine>> {
+    let dir = cfg.state_dir.join("federico");
     std::fs::create_dir_all(&dir)?;
     // The federation without its coordinator: the silos' FedeRiCo.
     let mut silos = manifest.clone();
@@ -789,11 +812,11 @@ pub async fn run(
         rounds = fed.rounds,
         "running the remaining rounds as FedeRiCo"
     );
-    let ending = super::node::run_from(fed, Some(model.clone()), &mut shutdown)
+    let ending = super::node::run_from(fed, Some(model), shutdown)
         .await
         .map_err(|e| anyhow::anyhow!("FedeRiCo after the coordinator: {e}"))?;
     if ending == super::node::Ending::Interrupted {
-        return Ok(());
+        return Ok(None);
     }
     // The final line: FedeRiCo's last round (always evaluated) and the model it ended with.
     let fed_log = std::fs::read_to_string(dir.join("rounds.jsonl"))?;
@@ -808,15 +831,11 @@ pub async fn run(
     let ckpt = super::trainer::Checkpoint::read(&dir.join("checkpoint.bin"))
         .map_err(|e| anyhow::anyhow!(e))?
         .ok_or_else(|| anyhow::anyhow!("the FedeRiCo run left no checkpoint"))?;
-    let line = FinalLine {
+    Ok(Some(FinalLine {
         node: me.0,
         final_global_round: None,
         model_hash: fnv(&ckpt.params),
         eval,
         fell_back_to_federico_at: Some(at),
-    };
-    writeln!(log, "{}", serde_json::to_string(&line)?)?;
-    log.flush()?;
-    info!(after = at, "coordinated run done (the rest as FedeRiCo)");
-    Ok(())
+    }))
 }
