@@ -274,7 +274,7 @@ fn a_peer_outside_the_manifest_gets_nothing() {
     let scenario = quickstart(&[
         "split.clients=2",
         "split.groups=1",
-        "rounds=300",
+        "rounds=2000",
         "federico.neighbours=1",
     ]);
     let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
@@ -304,14 +304,15 @@ fn a_peer_outside_the_manifest_gets_nothing() {
     cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
     cfg.state_dir = out_dir.join("state");
     cfg.rounds = 3;
-    cfg.deadlines.start_s = 2.0;
+    // It never sees a member run FedeRiCo (its connection is refused), so it starts alone.
+    cfg.deadlines.start_s = 0.5;
     cfg.deadlines.model_s = 1.0;
     cfg.deadlines.gradient_s = 1.0;
     let cfg_path = out_dir.join("outsider.toml");
     std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
 
     let mut nodes = start_all(&p);
-    // The members are up and running (they run 300 rounds, seconds) before the outsider knocks.
+    // The members are up and running (they run 2000 rounds, seconds) before the outsider knocks.
     let until = Instant::now() + Duration::from_secs(60);
     while run_log(&p.state_dirs[0]).is_empty() {
         assert!(Instant::now() < until, "silo-0 made no progress");
@@ -565,4 +566,85 @@ fn metrics_are_served_and_sigterm_stops_a_node_cleanly() {
         .max()
         .unwrap();
     assert!(ckpt.round >= logged);
+}
+
+/// A libp2p program holding `key` on `addr` that accepts connections and speaks none of
+/// FedeRiCo's protocols: what a silo's coordinated node looks like to a silo that already fell
+/// back to FedeRiCo. It runs until the returned runtime is dropped.
+fn stand_in(rt: &tokio::runtime::Runtime, key: &Path, addr: &str) {
+    use libp2p::futures::StreamExt;
+    let key = federico::net::identity::load_key(key).unwrap();
+    let addr: libp2p::Multiaddr = addr.parse().unwrap();
+    rt.spawn(async move {
+        let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_tcp(
+                libp2p::tcp::Config::default(),
+                libp2p::noise::Config::new,
+                libp2p::yamux::Config::default,
+            )
+            .unwrap()
+            .with_behaviour(|_| libp2p::swarm::dummy::Behaviour)
+            .unwrap()
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+            .build();
+        swarm.listen_on(addr).unwrap();
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+}
+
+/// Silo 0 starts while every other member's address is held by a program of the same key that
+/// speaks none of FedeRiCo's protocols (their coordinated nodes, not yet fallen back). Silo 0
+/// connects to them, but must not count them as present: it waits in its start phase until the
+/// real nodes run (they start 1 s after the stand-ins are gone), then every round of every silo
+/// hears every peer it sampled. It once ran all its rounds alone in milliseconds instead.
+#[test]
+fn a_member_speaking_something_else_is_not_counted_as_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=4", "rounds=20"]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let manifest = Manifest::load(&dir.path().join("manifest.toml")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for c in &p.configs[1..] {
+        let cfg = NodeConfig::load(c).unwrap();
+        let (_, m) = manifest.by_name(&cfg.name).unwrap();
+        stand_in(&rt, &cfg.key, &m.addrs[0].to_string());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut first = launch::start_node(
+        Path::new(EXE),
+        &p.configs[0],
+        &p.nodes_dir.join("silo-0.log"),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The stand-ins go (their connections close); the real nodes come a second later.
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut nodes: Vec<Child> = p.names[1..]
+        .iter()
+        .zip(&p.configs[1..])
+        .map(|(n, c)| {
+            launch::start_node(Path::new(EXE), c, &p.nodes_dir.join(format!("{n}.log"))).unwrap()
+        })
+        .collect();
+    assert!(wait(&mut first, Duration::from_secs(120)).success());
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(120)).success());
+    }
+    let silo0 = std::fs::read_to_string(p.nodes_dir.join("silo-0.log")).unwrap();
+    for (i, s) in p.state_dirs.iter().enumerate() {
+        let log = run_log(s);
+        assert_eq!(log.len(), 20, "silo {i}");
+        for r in &log {
+            assert!(!r.sampled.is_empty());
+            assert_eq!(
+                r.answered, r.sampled,
+                "silo {i} round {}: a sampled peer went unheard; silo-0's log:\n{silo0}",
+                r.round
+            );
+        }
+    }
 }

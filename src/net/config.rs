@@ -42,7 +42,8 @@ pub struct Deadlines {
     /// τ_grad: how long an owner waits, once its own gradient is in, for the gradients and
     /// round notices of the others before stepping with what arrived.
     pub gradient_s: f64,
-    /// How long to wait at start for the manifest's members to connect before round 1.
+    /// How long to wait at start for the manifest's members to connect, and show they run
+    /// FedeRiCo (identify lists its protocol), before round 1.
     pub start_s: f64,
     /// After the last round: how long to keep serving the final model to peers still
     /// evaluating, at most (it leaves earlier once every live peer said it is done).

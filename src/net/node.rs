@@ -10,6 +10,9 @@
 //!
 //! # A round, as this driver runs it
 //!
+//! Round 1 waits (at most `start_s`) until every member is connected *and* runs FedeRiCo: a
+//! connection alone can be to another program holding the member's key and address.
+//!
 //! Round r (the node has completed r − 1 rounds and holds version v):
 //! 1. `peer.sample()`; a `Pull{r}` goes to each sampled peer and a `Notice{r}` to every other
 //!    connected peer, so every owner learns who will (not) pull from it this round.
@@ -145,6 +148,11 @@ struct Driver {
     peer_ids: Vec<PeerId>,
     nodes: HashMap<PeerId, NodeId>,
     connected: BTreeSet<NodeId>,
+    /// Connected peers known to run FedeRiCo: identify listed the model protocol, or they sent
+    /// a FedeRiCo request. A member's address can be held by another program of the same silo
+    /// (the coordinated node it falls back from), which accepts the connection and speaks none
+    /// of our protocols: round 1 waits for members in this set, not merely connected.
+    speaking: BTreeSet<NodeId>,
     /// The latest round each peer said it is in (pull or notice).
     seen_round: BTreeMap<NodeId, u64>,
     /// Peers that finished their last round.
@@ -456,6 +464,7 @@ pub(crate) async fn run_from(
         peer_ids,
         nodes,
         connected: BTreeSet::new(),
+        speaking: BTreeSet::new(),
         seen_round: BTreeMap::new(),
         done_peers: BTreeSet::new(),
         fingerprint,
@@ -652,13 +661,15 @@ impl Driver {
         loop {
             match &self.phase {
                 Phase::Starting { until } => {
-                    let all = self.connected.len() + 1 >= self.manifest.members.len();
+                    let ready = self.connected.intersection(&self.speaking).count();
+                    let all = ready + 1 >= self.manifest.members.len();
                     if !(all || Instant::now() >= *until) {
                         return Ok(false);
                     }
                     if !all {
                         warn!(
                             connected = self.connected.len(),
+                            running_federico = ready,
                             members = self.manifest.members.len(),
                             "starting without every member"
                         );
@@ -824,6 +835,7 @@ impl Driver {
         self.phase = Phase::Lingering {
             until: Instant::now() + Duration::from_secs_f64(self.cfg.deadlines.linger_s),
         };
+        self.serve_held();
     }
 
     fn handle_timeout(&mut self) -> Result<(), NodeError> {
@@ -1032,14 +1044,18 @@ impl Driver {
         }
     }
 
-    /// Serves held requests that can be answered now.
+    /// Serves held requests that can be answered now. Lingering, the model is final: every
+    /// request is answered with it (a peer that ran more rounds asks for versions this node
+    /// will never reach, e.g. silos that fell back to FedeRiCo at different rounds).
     fn serve_held(&mut self) {
         let held = std::mem::take(&mut self.held);
+        let last = matches!(self.phase, Phase::Lingering { .. });
         for h in held {
-            let ready = match h.pull_round {
-                Some(round) => round <= self.current_round(),
-                None => self.version >= h.version,
-            };
+            let ready = last
+                || match h.pull_round {
+                    Some(round) => round <= self.current_round(),
+                    None => self.version >= h.version,
+                };
             if ready {
                 self.serve(h.from, h.channel, h.pull_round.is_some());
             } else {
@@ -1162,6 +1178,7 @@ impl Driver {
             } => {
                 if let Some(&n) = self.nodes.get(&peer_id) {
                     self.connected.remove(&n);
+                    self.speaking.remove(&n);
                     debug!(peer = %n, "disconnected");
                     self.metrics
                         .connected_peers
@@ -1187,6 +1204,14 @@ impl Driver {
             SwarmEvent::Behaviour(BehaviourEvent::Identify(
                 libp2p::identify::Event::Received { peer_id, info, .. },
             )) => {
+                if let Some(&n) = self.nodes.get(&peer_id)
+                    && info
+                        .protocols
+                        .iter()
+                        .any(|p| p.as_ref() == wire::MODEL_PROTOCOL)
+                {
+                    self.speaking.insert(n);
+                }
                 for a in info.listen_addrs {
                     self.swarm.behaviour_mut().kad.add_address(&peer_id, a);
                 }
@@ -1223,6 +1248,7 @@ impl Driver {
                     warn!(%peer, reason = %Reason::NotAMember, "refused a model request from outside the manifest");
                     return Ok(());
                 };
+                self.speaking.insert(from);
                 match request {
                     ModelRequest::Pull { round } => {
                         let s = self.seen_round.entry(from).or_default();
@@ -1262,7 +1288,10 @@ impl Driver {
                     ModelRequest::Fetch { version } => {
                         // Far-future versions are answered at once: never wait on a peer that
                         // is more than a step ahead.
-                        if self.version >= version || version > self.version + 1 {
+                        if self.version >= version
+                            || version > self.version + 1
+                            || matches!(self.phase, Phase::Lingering { .. })
+                        {
                             self.serve(from, channel, false);
                         } else {
                             self.held.push(Held {
