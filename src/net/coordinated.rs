@@ -123,6 +123,34 @@ enum LocalRecipe {
 }
 
 impl LocalRecipe {
+    /// FedDisco's steps per round: `local_epochs` epochs' worth of batches.
+    fn feddisco_steps(cfg: &FeddiscoConfig, rows: usize, batch: usize) -> usize {
+        cfg.local_epochs * (rows / batch).max(1)
+    }
+
+    /// Advances the random streams past `trainings` rounds of [`LocalRecipe::train`] on
+    /// `rows` rows without training: the draws depend only on the row count, so a resumed
+    /// node trains on the batches an uninterrupted run would.
+    fn skip(&mut self, trainings: u64, rows: usize, batch: usize) {
+        for _ in 0..trainings {
+            match self {
+                LocalRecipe::Feddisco { cfg, cursor } => {
+                    crate::sim::skip_steps(cursor, batch, Self::feddisco_steps(cfg, rows, batch))
+                }
+                LocalRecipe::Fedsac {
+                    cfg,
+                    cursor,
+                    features,
+                } => crate::sim::fedsac_skip_silo(cursor, features, rows, batch, cfg),
+                LocalRecipe::Hcct { cfg, rng } => {
+                    for _ in 0..cfg.epochs {
+                        crate::sim::hcct_skip_epoch(rows, rng);
+                    }
+                }
+            }
+        }
+    }
+
     /// Trains `p` on `data` for the round that started from the coordinator's round `round`
     /// (FedSaC: regularised towards `direction`); FedSaC's feature subspace rows, if any.
     fn train(
@@ -136,7 +164,7 @@ impl LocalRecipe {
     ) -> Result<Option<Vec<Vec<f64>>>, String> {
         match self {
             LocalRecipe::Feddisco { cfg, cursor } => {
-                let steps = cfg.local_epochs * (data.len() / batch).max(1);
+                let steps = Self::feddisco_steps(cfg, data.len(), batch);
                 let mut opt = Sgd::new(
                     p.len(),
                     cfg.lr as f32,
@@ -182,6 +210,11 @@ struct RoundLine {
     seconds: f64,
     at: f64,
     eval: Option<crate::trace::EvalRecord>,
+    /// Rebuilt on restart from the last-update marker ([`Sent`]): the node was killed after
+    /// making this round's update and before its checkpoint, and the coordinator closed the
+    /// round meanwhile (whether with this update is not known here: `update_acked` is false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    recovered: bool,
 }
 
 /// The final line.
@@ -206,10 +239,68 @@ struct Saved {
     round: u64,
     last_global: Option<u64>,
     params: Vec<f32>,
+    /// Local trainings done: a resumed node replays its random streams past them
+    /// ([`LocalRecipe::skip`]), so it trains on the batches an uninterrupted run would.
+    trained: u64,
+}
+
+/// Version 1: [`Saved`] without `trained` (written before restarts replayed the batches).
+#[derive(Deserialize)]
+struct SavedV1 {
+    peer_id: String,
+    round: u64,
+    last_global: Option<u64>,
+    params: Vec<f32>,
 }
 
 const MAGIC: &[u8; 8] = b"FEDCNOD1";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+
+/// Written after training, before the update goes (`<state_dir>/coordinated.sent`): the
+/// coordinator round the update is for, the trainings done with it and the trained model. A
+/// node killed after sending but before its checkpoint finds the coordinator past that round
+/// on restart: it takes the round as done (this model, its log line rebuilt) and skips that
+/// training's draws instead of training again (see [`catch_up`]).
+#[derive(Serialize, Deserialize)]
+struct Sent {
+    round: u64,
+    trained: u64,
+    params: Vec<f32>,
+}
+
+const SENT_MAGIC: &[u8; 8] = b"FEDCSNT1";
+
+/// A resumed node's first global: when its last update went out but its checkpoint missed the
+/// round (`sent` past the checkpoint's rounds) and the coordinator has closed that round, the
+/// training behind the update counts: the streams move past it. When the round is still open,
+/// the node trains it again on the same batches (the same update, which the coordinator takes
+/// again). The trainings to skip.
+fn catch_up(sent: Option<&Sent>, want: u64, got: u64, trained: u64) -> u64 {
+    match sent {
+        Some(s) if s.round >= want && got > s.round => s.trained.saturating_sub(trained),
+        _ => 0,
+    }
+}
+
+/// The node's checkpoint, if any; one of version 1 is read without its training count.
+fn read_saved(path: &std::path::Path) -> anyhow::Result<Option<(Saved, bool)>> {
+    match crate::store::read_versioned::<Saved>(path, MAGIC, VERSION) {
+        Ok(s) => Ok(s.map(|s| (s, true))),
+        Err(e) => match crate::store::read_versioned::<SavedV1>(path, MAGIC, 1) {
+            Ok(Some(v1)) => Ok(Some((
+                Saved {
+                    peer_id: v1.peer_id,
+                    round: v1.round,
+                    last_global: v1.last_global,
+                    params: v1.params,
+                    trained: 0,
+                },
+                false,
+            ))),
+            _ => Err(anyhow::anyhow!("checkpoint {e}")),
+        },
+    }
+}
 
 #[derive(NetworkBehaviour)]
 struct NodeBehaviour {
@@ -477,16 +568,26 @@ pub async fn run(
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinated.bin");
-    let saved: Option<Saved> = crate::store::read_versioned(&ckpt, MAGIC, VERSION)
-        .map_err(|e| anyhow::anyhow!("checkpoint {e}"))?;
+    let saved = read_saved(&ckpt)?;
     if saved
         .as_ref()
-        .is_some_and(|s| s.peer_id != peer_id.to_string())
+        .is_some_and(|(s, _)| s.peer_id != peer_id.to_string())
     {
         anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
     }
+    let replay = match &saved {
+        Some((s, true)) => s.trained,
+        Some((s, false)) => {
+            warn!(
+                round = s.round,
+                "checkpoint from an older federico: resuming without replaying the batch order"
+            );
+            0
+        }
+        None => 0,
+    };
     let (mut round, mut last_global, mut model) = match saved {
-        Some(s) => (s.round, s.last_global, s.params),
+        Some((s, _)) => (s.round, s.last_global, s.params),
         None => (
             0,
             None,
@@ -523,6 +624,15 @@ pub async fn run(
             ),
         },
     };
+    // Resumed: the streams go where an uninterrupted run's are after its trainings.
+    recipe.skip(replay, data.train.len(), batch);
+    let mut trained = replay;
+    let sent_path = cfg.state_dir.join("coordinated.sent");
+    let mut sent: Option<Sent> = crate::store::read_versioned(&sent_path, SENT_MAGIC, 1)
+        .unwrap_or_else(|e| {
+            warn!(error = %e, "ignoring the last-update marker");
+            None
+        });
 
     // The swarm, in its own task.
     let mut registry = prometheus_client::registry::Registry::default();
@@ -566,6 +676,14 @@ pub async fn run(
     // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
     // (`run_rest_as_federico`).
     let falls_back = cc.fallback == "federico";
+    // Rounds evaluated on the way (the last is evaluated in the final line).
+    let due = |round: u64| cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    };
     let mut streak = 0u64;
     let result: anyhow::Result<Option<u64>> = async {
         if falls_back && cfg.state_dir.join("federico/checkpoint.bin").exists() {
@@ -621,6 +739,43 @@ pub async fn run(
             if global_round.is_some_and(|g| g >= cfg.rounds) {
                 break;
             }
+            if let Some(g) = global_round
+                && let Some(s) = sent.take()
+            {
+                let skip = catch_up(Some(&s), want, g, trained);
+                if skip > 0 {
+                    info!(
+                        round = s.round,
+                        "the last update went out before the kill: not training it again"
+                    );
+                    recipe.skip(skip, data.train.len(), batch);
+                    trained += skip;
+                    // The round after the checkpoint, as it ended before the kill.
+                    round += 1;
+                    let eval = if due(round) {
+                        let ev = learner
+                            .evaluate(&s.params, &data.test)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                        Some(crate::trace::EvalRecord::from(ev))
+                    } else {
+                        None
+                    };
+                    let line = RoundLine {
+                        node: me.0,
+                        round,
+                        global_round: Some(s.round),
+                        attached: true,
+                        trained: true,
+                        update_acked: false,
+                        seconds: 0.0,
+                        at: now(),
+                        eval,
+                        recovered: true,
+                    };
+                    writeln!(log, "{}", serde_json::to_string(&line)?)?;
+                    log.flush()?;
+                }
+            }
             // Local training off the event loop, with the simulator's recipe. Detached, the
             // round's schedule (HCCT's η_t) follows the node's own round. A FedSaC silo outside
             // the round's cohort does not train.
@@ -644,12 +799,20 @@ pub async fn run(
                 .map_err(|e| anyhow::anyhow!("training: {e}"))?;
                 learner = l;
                 recipe = r;
+                trained += 1;
                 (p, q)
             } else {
                 (model.clone(), None)
             };
             let mut acked = false;
             if let Some(g) = global_round.filter(|_| train) {
+                let mark = Sent {
+                    round: g,
+                    trained,
+                    params: local.clone(),
+                };
+                crate::store::write_versioned(&sent_path, SENT_MAGIC, 1, &mark)
+                    .map_err(|e| anyhow::anyhow!(e))?;
                 let up = if contributes {
                     CoordRequest::Contribute {
                         round: g,
@@ -682,7 +845,7 @@ pub async fn run(
             // Detached: the own model carries on; attached: the next global replaces it.
             model = local;
             round += 1;
-            let eval = if cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds {
+            let eval = if due(round) {
                 let ev = learner
                     .evaluate(&model, &data.test)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -698,11 +861,9 @@ pub async fn run(
                 trained: train,
                 update_acked: acked,
                 seconds: started.elapsed().as_secs_f64(),
-                at: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(0.0),
+                at: now(),
                 eval,
+                recovered: false,
             };
             writeln!(log, "{}", serde_json::to_string(&line)?)?;
             log.flush()?;
@@ -715,6 +876,7 @@ pub async fn run(
                     round,
                     last_global,
                     params: model.clone(),
+                    trained,
                 },
             )
             .map_err(|e| anyhow::anyhow!(e))?;
@@ -838,4 +1000,113 @@ async fn run_rest_as_federico(
         eval,
         fell_back_to_federico_at: Some(at),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::{Labels, ModelSpec};
+    use rand::RngExt;
+
+    fn data(n: usize) -> Dataset {
+        let mut rng = StdRng::seed_from_u64(5);
+        let x: Vec<f32> = (0..n * 6).map(|_| rng.random::<f32>() - 0.5).collect();
+        let ids = (0..n).map(|_| rng.random_range(0..3u32)).collect();
+        Dataset::new(
+            x,
+            vec![6],
+            Labels::Class {
+                ids,
+                num_classes: 3,
+            },
+        )
+        .unwrap()
+    }
+
+    fn recipes() -> Vec<LocalRecipe> {
+        let rng = |t: u64| StdRng::seed_from_u64(t);
+        let fedsac = FedsacConfig {
+            local_steps: 7,
+            feature_samples: 20,
+            ..FedsacConfig::default()
+        };
+        vec![
+            LocalRecipe::Feddisco {
+                cfg: FeddiscoConfig::default(),
+                cursor: BatchCursor::new(50, rng(1)),
+            },
+            LocalRecipe::Hcct {
+                cfg: HcctConfig {
+                    epochs: 2,
+                    ..HcctConfig::default()
+                },
+                rng: rng(2),
+            },
+            LocalRecipe::Fedsac {
+                cfg: Box::new(fedsac),
+                cursor: BatchCursor::new(50, rng(3)),
+                features: rng(4),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_training_whose_update_went_out_is_skipped_only_once_its_round_closed() {
+        let sent = Sent {
+            round: 7,
+            trained: 8,
+            params: vec![],
+        };
+        // Checkpoint after global 6 (7 trainings), the coordinator closed round 7: skip one.
+        assert_eq!(catch_up(Some(&sent), 7, 8, 7), 1);
+        // Round 7 still open: train it again, on the same batches.
+        assert_eq!(catch_up(Some(&sent), 7, 7, 7), 0);
+        // The checkpoint already covers round 7 (the marker is old news).
+        assert_eq!(catch_up(Some(&sent), 8, 9, 8), 0);
+        assert_eq!(catch_up(None, 7, 8, 7), 0);
+    }
+
+    /// A resumed node's replay: `skip` makes exactly the draws of `train`, so after three
+    /// trainings on one side and three skips on the other, the next round trains identically.
+    #[test]
+    fn skipping_trainings_leaves_the_streams_where_training_does() {
+        let spec = ModelSpec::Mlp {
+            inputs: 6,
+            hidden: vec![5],
+            classes: 3,
+        };
+        let d = data(50);
+        let batch = 8;
+        for (mut trained, mut skipped) in recipes().into_iter().zip(recipes()) {
+            let mut learner = Learner::new(&spec, batch).unwrap();
+            let start = learner.init_params(&mut StdRng::seed_from_u64(9));
+            let mut p = start.clone();
+            for r in 0..3 {
+                trained
+                    .train(&mut learner, &mut p, &d, batch, r, None)
+                    .unwrap();
+            }
+            skipped.skip(3, d.len(), batch);
+            let (mut a, mut b) = (start.clone(), start.clone());
+            let qa = trained
+                .train(&mut learner, &mut a, &d, batch, 3, None)
+                .unwrap();
+            let qb = skipped
+                .train(&mut learner, &mut b, &d, batch, 3, None)
+                .unwrap();
+            assert_eq!(a, b);
+            assert_eq!(qa, qb);
+            // And differently from a stream that was not advanced (the check can fail).
+            let mut fresh = recipes().remove(match trained {
+                LocalRecipe::Feddisco { .. } => 0,
+                LocalRecipe::Hcct { .. } => 1,
+                LocalRecipe::Fedsac { .. } => 2,
+            });
+            let mut c = start.clone();
+            fresh
+                .train(&mut learner, &mut c, &d, batch, 3, None)
+                .unwrap();
+            assert_ne!(a, c);
+        }
+    }
 }

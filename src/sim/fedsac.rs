@@ -192,6 +192,20 @@ impl CoordinatedRun for FedsacRun {
     }
 }
 
+/// The draws of one [`train_silo`] on `rows` rows, without training: its batches and its
+/// feature sample (a resumed silo replays its streams).
+pub(crate) fn skip_silo(
+    cursor: &mut BatchCursor,
+    frng: &mut StdRng,
+    rows: usize,
+    batch: usize,
+    cfg: &FedsacConfig,
+) {
+    super::skip_steps(cursor, batch, cfg.local_steps);
+    let m = cfg.feature_samples.min(rows);
+    let _ = rand::seq::index::sample(frng, rows, m);
+}
+
 /// One FedSaC silo's round (spec §4 step 1, §2.1): local SGD with momentum from `p` (a fresh
 /// optimiser, `local_steps` mini-batches from the recycled order `cursor`, plus the cosine
 /// regulariser towards `dir` when the silo has one), then its feature subspace from the

@@ -294,6 +294,13 @@ impl CoordinatedRun for HcctRun {
     }
 }
 
+/// The draws of one [`sgd_epoch`] over `rows` rows, without training (a resumed silo replays
+/// its batch stream).
+pub(crate) fn skip_epoch(rows: usize, rng: &mut StdRng) {
+    let mut order: Vec<usize> = (0..rows).collect();
+    order.shuffle(rng);
+}
+
 /// One epoch of plain mini-batch SGD (§3 step 3: momentum 0, no weight decay): shuffle with
 /// `rng`, then per batch `p −= lr · (mean gradient of the batch)`; the last batch may be short.
 pub(crate) fn sgd_epoch(

@@ -19,9 +19,11 @@ mod fedsac;
 mod hcct;
 pub(crate) use fedsac::{
     FEATURE_TAG as FEDSAC_FEATURE_TAG, STREAM_TAG as FEDSAC_STREAM_TAG,
-    train_silo as fedsac_train_silo,
+    skip_silo as fedsac_skip_silo, train_silo as fedsac_train_silo,
 };
-pub(crate) use hcct::{BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch};
+pub(crate) use hcct::{
+    BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch, skip_epoch as hcct_skip_epoch,
+};
 
 use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -172,6 +174,14 @@ impl BatchCursor {
         let rows = self.order[self.pos..self.pos + batch].to_vec();
         self.pos += batch;
         rows
+    }
+}
+
+/// Advances `cursor` past the batches of `steps` steps of [`sgd_steps`] without training: a
+/// resumed silo replays its batch stream (the draws depend only on the row count).
+pub(crate) fn skip_steps(cursor: &mut BatchCursor, batch: usize, steps: usize) {
+    for _ in 0..steps {
+        cursor.next(batch);
     }
 }
 
