@@ -1051,6 +1051,51 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_checkpoint_resumes_without_its_training_count() {
+        #[derive(Serialize)]
+        struct V1 {
+            peer_id: String,
+            round: u64,
+            last_global: Option<u64>,
+            params: Vec<f32>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coordinated.bin");
+        let v1 = V1 {
+            peer_id: "p".into(),
+            round: 4,
+            last_global: Some(3),
+            params: vec![1.0, 2.0],
+        };
+        crate::store::write_versioned(&path, MAGIC, 1, &v1).unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap();
+        assert!(!current);
+        assert_eq!(
+            (s.round, s.last_global, s.params),
+            (4, Some(3), vec![1.0, 2.0])
+        );
+        let now = Saved {
+            peer_id: "p".into(),
+            round: 5,
+            last_global: Some(4),
+            params: vec![3.0],
+            trained: 5,
+        };
+        crate::store::write_versioned(&path, MAGIC, VERSION, &now).unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap();
+        assert!(current);
+        assert_eq!((s.round, s.trained), (5, 5));
+        // Neither version: the error names the file.
+        std::fs::write(&path, b"garbage").unwrap();
+        let Err(e) = read_saved(&path) else {
+            panic!("garbage read as a checkpoint")
+        };
+        let e = e.to_string();
+        assert!(e.contains("coordinated.bin"), "{e}");
+        assert!(read_saved(&dir.path().join("none.bin")).unwrap().is_none());
+    }
+
+    #[test]
     fn a_training_whose_update_went_out_is_skipped_only_once_its_round_closed() {
         let sent = Sent {
             round: 7,
