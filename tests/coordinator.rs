@@ -85,6 +85,43 @@ fn start_nodes(p: &Prepared) -> Vec<Child> {
         .collect()
 }
 
+/// SIGKILLs node `victim` once its run log has `after` lines (of `rounds`), restarts it
+/// `pause` later (its log in `<name>-restarted.log`) and waits for every node to finish.
+/// Returns the lines logged at the kill and the restarted node's log.
+fn kill_and_restart(
+    s: &Setup,
+    nodes: &mut [Child],
+    victim: usize,
+    after: usize,
+    rounds: usize,
+    pause: Duration,
+) -> (usize, String) {
+    let log = s.p.state_dirs[victim].join("rounds.jsonl");
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines(&log).len() < after {
+        assert!(
+            Instant::now() < until,
+            "silo {victim} never logged {after} rounds"
+        );
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    nodes[victim].kill().unwrap();
+    nodes[victim].wait().unwrap();
+    let killed_at = lines(&log).len();
+    assert!(killed_at < rounds, "the run ended before the kill");
+    std::thread::sleep(pause);
+    let restarted_log =
+        s.p.nodes_dir
+            .join(format!("{}-restarted.log", s.p.names[victim]));
+    nodes[victim] =
+        launch::start_node(Path::new(EXE), &s.p.configs[victim], &restarted_log).unwrap();
+    let until = Instant::now() + Duration::from_secs(90);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    (killed_at, std::fs::read_to_string(&restarted_log).unwrap())
+}
+
 fn wait(child: &mut Child, until: Instant, what: &str) -> std::process::ExitStatus {
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -811,39 +848,10 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
     let s = setup(tmp.path(), &sc, 2.0, 10.0, Algorithm::Fedcollab);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
-    let victim = 1;
-    let log = s.p.state_dirs[victim].join("rounds.jsonl");
-    let until = Instant::now() + Duration::from_secs(60);
-    while lines(&log).len() < 50 {
-        assert!(
-            Instant::now() < until,
-            "silo {victim} never reached FL round 50"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    nodes[victim].kill().unwrap();
-    nodes[victim].wait().unwrap();
-    let killed_at = lines(&log).len();
-    assert!(killed_at < 400, "the run ended before the kill");
-    std::thread::sleep(Duration::from_millis(500));
-    nodes[victim] = launch::start_node(
-        Path::new(EXE),
-        &s.p.configs[victim],
-        &s.p.nodes_dir
-            .join(format!("{}-restarted.log", s.p.names[victim])),
-    )
-    .unwrap();
-    let until = Instant::now() + Duration::from_secs(90);
-    for (n, c) in nodes.iter_mut().enumerate() {
-        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
-    }
+    let (killed_at, restarted) =
+        kill_and_restart(&s, &mut nodes, 1, 50, 400, Duration::from_millis(500));
     let _ = coord.kill();
     let _ = coord.wait();
-    let restarted = std::fs::read_to_string(
-        s.p.nodes_dir
-            .join(format!("{}-restarted.log", s.p.names[victim])),
-    )
-    .unwrap();
     assert!(
         !restarted.contains("distances estimated"),
         "the restart kept its distances: {restarted}"
@@ -898,7 +906,7 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
     for (i, d) in s.p.state_dirs.iter().enumerate() {
         assert_eq!(accuracy(&node_log(d).1), sim_acc[i], "silo {i}");
     }
-    eprintln!("fedcollab silo {victim} killed after {killed_at} rounds and resumed");
+    eprintln!("fedcollab silo 1 killed after {killed_at} rounds and resumed");
 }
 
 /// A FedDisco silo SIGKILLed mid-run and restarted: it resumes from its checkpoint, replays its
@@ -929,30 +937,9 @@ fn a_feddisco_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
     let s = setup(tmp.path(), &sc, 10.0, 20.0, Algorithm::Feddisco);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
-    let victim = 2;
-    let log = s.p.state_dirs[victim].join("rounds.jsonl");
-    let until = Instant::now() + Duration::from_secs(60);
-    while lines(&log).len() < 20 {
-        assert!(
-            Instant::now() < until,
-            "silo {victim} never reached round 20"
-        );
-        std::thread::sleep(Duration::from_millis(3));
-    }
-    nodes[victim].kill().unwrap();
-    nodes[victim].wait().unwrap();
-    let killed_at = lines(&log).len();
-    assert!(killed_at < rounds, "the run ended before the kill");
-    std::thread::sleep(Duration::from_millis(300));
-    let restarted_log =
-        s.p.nodes_dir
-            .join(format!("{}-restarted.log", s.p.names[victim]));
-    nodes[victim] =
-        launch::start_node(Path::new(EXE), &s.p.configs[victim], &restarted_log).unwrap();
-    let until = Instant::now() + Duration::from_secs(90);
-    for (n, c) in nodes.iter_mut().enumerate() {
-        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
-    }
+    let (killed_at, restarted) =
+        kill_and_restart(&s, &mut nodes, 2, 20, rounds, Duration::from_millis(300));
+    let until = Instant::now() + Duration::from_secs(30);
     assert!(wait(&mut coord, until, "coordinator").success());
     let clog = lines(&s.coord_dir.join("coordinator.jsonl"));
     assert_eq!(clog.len(), rounds);
@@ -962,7 +949,6 @@ fn a_feddisco_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
             "a round closed without a silo: {l}"
         );
     }
-    let restarted = std::fs::read_to_string(&restarted_log).unwrap();
     let caught_up = restarted.contains("not training it again");
     let sim = federico::sim::run(
         &sc,

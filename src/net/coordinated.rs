@@ -676,8 +676,18 @@ pub async fn run(
     // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
     // (`run_rest_as_federico`).
     let falls_back = cc.fallback == "federico";
-    // Rounds evaluated on the way (the last is evaluated in the final line).
-    let due = |round: u64| cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds;
+    // The evaluation of a round's model on the rounds evaluated on the way (the last is
+    // evaluated in the final line).
+    let eval_at = |learner: &mut Learner, params: &[f32], round: u64| {
+        if cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds {
+            let ev = learner
+                .evaluate(params, &data.test)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            anyhow::Ok(Some(crate::trace::EvalRecord::from(ev)))
+        } else {
+            Ok(None)
+        }
+    };
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -752,14 +762,7 @@ pub async fn run(
                     trained += skip;
                     // The round after the checkpoint, as it ended before the kill.
                     round += 1;
-                    let eval = if due(round) {
-                        let ev = learner
-                            .evaluate(&s.params, &data.test)
-                            .map_err(|e| anyhow::anyhow!("{e}"))?;
-                        Some(crate::trace::EvalRecord::from(ev))
-                    } else {
-                        None
-                    };
+                    let eval = eval_at(&mut learner, &s.params, round)?;
                     let line = RoundLine {
                         node: me.0,
                         round,
@@ -845,14 +848,7 @@ pub async fn run(
             // Detached: the own model carries on; attached: the next global replaces it.
             model = local;
             round += 1;
-            let eval = if due(round) {
-                let ev = learner
-                    .evaluate(&model, &data.test)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                Some(crate::trace::EvalRecord::from(ev))
-            } else {
-                None
-            };
+            let eval = eval_at(&mut learner, &model, round)?;
             let line = RoundLine {
                 node: me.0,
                 round,
