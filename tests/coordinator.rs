@@ -916,25 +916,55 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
 /// exactly as in `simulate`: the restart changed nothing.
 #[test]
 fn a_feddisco_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
+    kill_a_silo_mid_run(
+        Algorithm::Feddisco,
+        &["feddisco.local_epochs=2", "feddisco.lr=0.05"],
+    );
+}
+
+/// The same with HCCT (α = 20, so the quick start's silos merge into groups): the restarted
+/// silo replays its epochs' shuffles.
+#[test]
+fn an_hcct_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
+    kill_a_silo_mid_run(
+        Algorithm::Hcct,
+        &["hcct.alpha=20", "hcct.lr=0.5", "hcct.epochs=2"],
+    );
+}
+
+/// The same with FedSaC, every silo in every round's cohort: the restarted silo replays its
+/// batches and its feature samples.
+#[test]
+fn a_fedsac_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
+    kill_a_silo_mid_run(
+        Algorithm::Fedsac,
+        &[
+            "fedsac.local_steps=10",
+            "fedsac.cohort_size=0",
+            "fedsac.feature_samples=20",
+        ],
+    );
+}
+
+fn kill_a_silo_mid_run(algorithm: Algorithm, extra: &[&str]) {
     let _one_at_a_time = serial();
     let started = Instant::now();
     let rounds = 60;
-    let over: Vec<String> = [
+    let mut over: Vec<String> = [
         "split.clients=4".to_string(),
         format!("rounds={rounds}"),
         "eval_every=20".into(),
-        "feddisco.local_epochs=2".into(),
-        "feddisco.lr=0.05".into(),
         // Batches smaller than a silo's 40 rows: their order matters (full batches would not
         // notice a restart that reshuffles).
         "train.batch_size=8".into(),
-        "algorithms=[\"feddisco\"]".into(),
+        format!("algorithms=[\"{}\"]", algorithm.name()),
         "seeds=[1]".into(),
     ]
     .to_vec();
+    over.extend(extra.iter().map(|s| s.to_string()));
     let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let s = setup(tmp.path(), &sc, 10.0, 20.0, Algorithm::Feddisco);
+    let s = setup(tmp.path(), &sc, 10.0, 20.0, algorithm);
     let mut coord = start_coordinator(&s, "coordinator.log");
     let mut nodes = start_nodes(&s.p);
     let (killed_at, restarted) =
@@ -960,8 +990,21 @@ fn a_feddisco_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
     )
     .unwrap();
     let sim_acc = &sim.summary.runs[0].algorithms[0].per_client;
+    // Finer than accuracy (200 test points): each silo's final mean test loss.
+    let sim_last = lines(&tmp.path().join("sim/seed-1/rounds.jsonl"))
+        .pop()
+        .unwrap();
+    let sim_loss: Vec<f64> =
+        serde_json::from_value(sim_last["algorithms"][0]["per_client_loss"].clone()).unwrap();
     for (i, d) in s.p.state_dirs.iter().enumerate() {
         let (per_round, last) = node_log(d);
+        let loss =
+            last["eval"]["loss_sum"].as_f64().unwrap() / last["eval"]["count"].as_f64().unwrap();
+        assert!(
+            (loss - sim_loss[i]).abs() <= 1e-9 * sim_loss[i].abs().max(1.0),
+            "silo {i}: final loss {loss} where simulate has {}\n{restarted}",
+            sim_loss[i]
+        );
         let numbers: Vec<u64> = per_round
             .iter()
             .map(|l| l["round"].as_u64().unwrap())
@@ -974,8 +1017,9 @@ fn a_feddisco_silo_killed_mid_run_resumes_and_the_run_is_unchanged() {
         assert_eq!(accuracy(&last), sim_acc[i], "silo {i}\n{restarted}");
     }
     eprintln!(
-        "FedDisco silo killed after round {killed_at} of {rounds} (last update already out: \
+        "{} silo killed after round {killed_at} of {rounds} (last update already out: \
          {caught_up}); every silo equals simulate; {:.1} s",
+        algorithm.name(),
         started.elapsed().as_secs_f64()
     );
 }
