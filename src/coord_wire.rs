@@ -121,13 +121,17 @@ pub enum CoordResponse {
         /// Why, in words.
         reason: String,
     },
-    /// FedCollab (fetch 0): every silo joined; the discriminator-train target m_train each
-    /// silo cuts its split to (spec §3.2 step 1).
+    /// FedCollab (fetch 0): the plan is out (every silo joined, or the coordinator's join
+    /// deadline passed); the discriminator-train target m_train each planned silo cuts its
+    /// split to (spec §3.2 step 1), and who estimates distances with whom.
     DiscPlan {
-        /// min_i m_i / 2.
+        /// min_i m_i / 2 over the planned silos.
         target: f64,
         /// Silos in the run: manifest members `0..nodes`.
         nodes: u32,
+        /// The planned silos, ascending: every pair among them is estimated. A silo not
+        /// listed joined too late and trains alone.
+        members: Vec<u32>,
     },
     /// FedCollab (fetch 1): the silo's own coalition (ascending manifest indices, itself
     /// included) and the members' sample counts, the FedAvg weights m_j/M_k (spec §6 phase 3,
@@ -378,6 +382,7 @@ mod tests {
         roundtrip(CoordResponse::DiscPlan {
             target: 7.5,
             nodes: 4,
+            members: vec![0, 1, 3],
         });
         roundtrip(CoordResponse::Coalition {
             members: vec![0, 2],

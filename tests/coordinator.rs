@@ -721,6 +721,125 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
     );
 }
 
+/// A FedCollab silo that is not there: with `join_s = 2` the coordinator sends the distance
+/// plan to the three silos that joined once 2 s have passed, instead of waiting for the
+/// fourth forever. The three estimate only their three pairs (none fails waiting for the
+/// absent one, and each distance is the one `simulate` measures for that pair: same data and,
+/// with the largest silo left out, the same m_train), the structure is theirs, and they finish
+/// every round in it. The fourth, started after they are done, is told it joined too late and
+/// finishes training alone.
+#[test]
+fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_when_it_does() {
+    let _one_at_a_time = serial();
+    let started = Instant::now();
+    let over: Vec<String> = [
+        "split.clients=4",
+        "rounds=10",
+        "eval_every=5",
+        "algorithms=[\"fedcollab\"]",
+        "seeds=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), &sc, 2.0, 5.0, Algorithm::Fedcollab);
+    let sizes: Vec<usize> =
+        s.p.federation
+            .clients
+            .iter()
+            .map(|c| c.train.len())
+            .collect();
+    let out = (0..4).max_by_key(|&i| (sizes[i], i)).unwrap();
+    let planned: Vec<usize> = (0..4).filter(|&i| i != out).collect();
+    let mut cc = federico::net::coordinator::CoordinatorConfig::load(&s.coord.config).unwrap();
+    cc.join_s = Some(2.0);
+    std::fs::write(&s.coord.config, toml::to_string(&cc).unwrap()).unwrap();
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let start = |i: usize, log: &str| {
+        launch::start_node(Path::new(EXE), &s.p.configs[i], &s.p.nodes_dir.join(log)).unwrap()
+    };
+    let mut nodes: Vec<Child> = planned
+        .iter()
+        .map(|&i| start(i, &format!("{}.log", s.p.names[i])))
+        .collect();
+    let until = Instant::now() + Duration::from_secs(90);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let coord_log = std::fs::read_to_string(s.p.nodes_dir.join("coordinator.log")).unwrap();
+    assert!(coord_log.contains("join deadline passed"), "{coord_log}");
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.coord_dir.join("fedcollab.json")).unwrap())
+            .unwrap();
+    let participants: Vec<usize> = serde_json::from_value(rec["participants"].clone()).unwrap();
+    assert_eq!(participants, planned, "{rec}");
+    let failed: Vec<(usize, usize)> = serde_json::from_value(rec["failed"].clone()).unwrap();
+    assert!(
+        failed.is_empty(),
+        "no pair waited for the absent silo: {rec}"
+    );
+    let (d_net, coalitions, mismatched) = coordinator_structure(&s.coord_dir);
+    assert!(mismatched.is_empty());
+    let mut covered: Vec<usize> = coalitions.iter().flatten().copied().collect();
+    covered.sort_unstable();
+    assert_eq!(covered, planned);
+
+    // The late silo: told it is out of the plan, it trains alone to the end.
+    let mut late = start(out, "late.log");
+    assert!(
+        wait(
+            &mut late,
+            Instant::now() + Duration::from_secs(60),
+            "the late silo"
+        )
+        .success()
+    );
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let text = std::fs::read_to_string(s.p.nodes_dir.join("late.log")).unwrap();
+    assert!(
+        text.contains("joined after the distance plan went out"),
+        "{text}"
+    );
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), 10, "silo {i}");
+        let coalition: Vec<usize> = serde_json::from_value(last["coalition"].clone()).unwrap();
+        if i == out {
+            assert_eq!(coalition, vec![out]);
+        } else {
+            assert!(coalitions.contains(&coalition), "silo {i}: {coalition:?}");
+            assert!(
+                per_round.iter().all(|l| l["update_acked"] == true),
+                "silo {i}"
+            );
+        }
+    }
+
+    // Each planned pair measured what `simulate` measures for it in the four-silo run.
+    let sim = tmp.path().join("sim");
+    federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: sim.clone(),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (d_sim, _) = sim_structure(&sim.join("seed-1"));
+    for (a, &i) in planned.iter().enumerate() {
+        let row: Vec<f64> = planned.iter().map(|&j| d_sim[i][j]).collect();
+        assert_eq!(d_net[a], row, "silo {i}");
+    }
+    eprintln!(
+        "fedcollab without silo {out} (sizes {sizes:?}) for 2 s: coalitions {coalitions:?}, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// `fallback = "federico"`: the FedDisco coordinator killed for good after 3 rounds. After
 /// `fallback_after` rounds without it, every node switches to FedeRiCo with the other silos
 /// (the manifest without the coordinator) from its own model, runs the remaining rounds peer
@@ -736,8 +855,6 @@ fn nodes_configured_to_fall_back_to_federico_finish_without_the_coordinator() {
     let started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let rounds = 12;
-    eprintln!("DEBUGDIR {}", tmp.path().display());
-    let tmp = Box::leak(Box::new(tmp));
     let sc = scenario(rounds);
     let s = setup(tmp.path(), &sc, 2.0, 2.0, Algorithm::Feddisco);
     let after = |i: usize| if i == 0 { 1 } else { 2 };

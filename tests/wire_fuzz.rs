@@ -277,8 +277,16 @@ fn coord_response() -> impl Strategy<Value = CoordResponse> {
         vec(any::<char>(), 0..60).prop_map(|c| CoordResponse::Error {
             reason: c.into_iter().collect()
         }),
-        (any::<u64>().prop_map(f64::from_bits), any::<u32>())
-            .prop_map(|(target, nodes)| CoordResponse::DiscPlan { target, nodes }),
+        (
+            any::<u64>().prop_map(f64::from_bits),
+            any::<u32>(),
+            vec(any::<u32>(), 0..8)
+        )
+            .prop_map(|(target, nodes, members)| CoordResponse::DiscPlan {
+                target,
+                nodes,
+                members
+            }),
         (vec(any::<u32>(), 0..8), vec(any::<u64>(), 0..8))
             .prop_map(|(members, sizes)| CoordResponse::Coalition { members, sizes }),
     ]

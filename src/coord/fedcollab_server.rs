@@ -1,13 +1,16 @@
 //! FedCollab's thin coordinator state (issue 5 over libp2p; spec §6): who joined with how many
 //! samples, the distance plan, the silos' distance reports, and the collaboration structure
 //! solved from them.
-//! Owns: the phases (joining → estimating → solved), the check that a silo's report covers
-//! every other silo exactly once, the agreement check between the two reports of a pair, the
+//! Owns: the phases (joining → estimating → solved), who is in the plan (every silo, or —
+//! when the driver closes joining early — those that had joined; a silo that joins after the
+//! plan went out trains alone, FedCollab's singleton), the check that a silo's report covers
+//! every other planned silo exactly once, the agreement check between the two reports of a pair, the
 //! solve (Algorithm 2 with the simulator's seed stream, so a swarm forms the coalitions
 //! `simulate` forms), each silo's answer (the plan, then its own coalition only — minimum
 //! disclosure, spec §6 phase 3), and the checkpoint.
 //! Must not: see data, discriminator weights or models (the silos estimate distances among
-//! themselves and run FedAvg inside their coalitions peer to peer), or know about transports.
+//! themselves and run FedAvg inside their coalitions peer to peer), or know about transports
+//! or clocks (the driver decides when joining closes).
 //!
 //! Silos are named by their index in the federation's manifest, as in the simulator.
 
@@ -18,19 +21,22 @@ use crate::coord_wire::PairDistance;
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"FEDCOLB1";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The answer to a fetch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchAnswer {
     /// Not yet: hold the fetch.
     Hold,
-    /// Round 0: every silo joined.
+    /// Round 0: the plan is out (every silo joined, or joining was closed).
     Plan {
-        /// The discriminator-train target m_train.
+        /// The discriminator-train target m_train, from the planned silos' sizes.
         target: f64,
-        /// Silos in the run.
+        /// Silos in the run (the manifest's first `nodes`).
         nodes: u32,
+        /// The silos in the plan, ascending: they estimate distances among themselves. A silo
+        /// not listed joined too late and trains alone.
+        members: Vec<u32>,
     },
     /// Round 1: the silo's coalition.
     Coalition {
@@ -44,18 +50,21 @@ pub enum FetchAnswer {
 /// The structure and how it was reached (the coordinator's log line).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Solved {
-    /// Canonical coalitions.
+    /// Canonical coalitions of the planned silos (manifest indices).
     pub coalitions: Vec<Vec<usize>>,
     /// L of the structure.
     pub objective: f64,
-    /// m_i.
+    /// m_i (0 for a silo that never joined).
     pub sizes: Vec<u64>,
-    /// The raw reports, `d[i][j]` as silo i reported it (1 where it had none).
+    /// The planned silos, ascending: every silo unless joining was closed early.
+    pub participants: Vec<usize>,
+    /// The raw reports among the planned silos, in `participants` order: `distances[a][b]`
+    /// is what `participants[a]` reported for `participants[b]` (1 where it had none).
     pub distances: Vec<Vec<f64>>,
     /// Pairs whose two reports differ (both sides run the same protocol on the same numbers,
-    /// so a difference means a failed pair or a misbehaving silo), `i < j`.
+    /// so a difference means a failed pair or a misbehaving silo), `i < j`, manifest indices.
     pub mismatched: Vec<(usize, usize)>,
-    /// Pairs one side could not run (their distance counts as 1), `i < j`.
+    /// Pairs one side could not run (their distance counts as 1), `i < j`, manifest indices.
     pub failed: Vec<(usize, usize)>,
     /// Restarts that reached the best objective.
     pub hits: usize,
@@ -64,6 +73,7 @@ pub struct Solved {
 #[derive(Serialize, Deserialize)]
 struct Saved {
     sizes: Vec<Option<u64>>,
+    participants: Option<Vec<usize>>,
     reports: Vec<Option<Vec<PairDistance>>>,
     solved: Option<Solved>,
 }
@@ -73,6 +83,8 @@ pub struct FedCollabServer {
     cfg: FedCollabConfig,
     seed: u64,
     sizes: Vec<Option<u64>>,
+    /// The planned silos, once the plan is out.
+    participants: Option<Vec<usize>>,
     reports: Vec<Option<Vec<PairDistance>>>,
     solved: Option<Solved>,
 }
@@ -88,6 +100,7 @@ impl FedCollabServer {
             cfg,
             seed,
             sizes: vec![None; nodes],
+            participants: None,
             reports: vec![None; nodes],
             solved: None,
         })
@@ -103,9 +116,47 @@ impl FedCollabServer {
         self.sizes.iter().flatten().count()
     }
 
-    /// Every silo joined: the plan is out.
+    /// The plan is out: every silo joined, or joining was closed.
     pub fn ready(&self) -> bool {
-        self.sizes.iter().all(Option::is_some)
+        self.participants.is_some()
+    }
+
+    /// Silos that have not joined, ascending.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.nodes())
+            .filter(|&i| self.sizes[i].is_none())
+            .collect()
+    }
+
+    /// The planned silos, once the plan is out.
+    pub fn participants(&self) -> Option<&[usize]> {
+        self.participants.as_deref()
+    }
+
+    /// Sends the plan out to the silos that have joined, without waiting for the rest (the
+    /// driver's join deadline passed). Returns the silos left out; each trains alone if it
+    /// joins later. Refused with fewer than 2 joined (no pair to estimate) or once the plan is
+    /// out.
+    pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
+        if self.ready() {
+            return Err("the plan is already out".into());
+        }
+        let joined: Vec<usize> = (0..self.nodes())
+            .filter(|&i| self.sizes[i].is_some())
+            .collect();
+        if joined.len() < 2 {
+            return Err(format!(
+                "{} of {} silos joined; a plan needs at least 2",
+                joined.len(),
+                self.nodes()
+            ));
+        }
+        self.participants = Some(joined);
+        Ok(self.missing())
+    }
+
+    fn planned(&self, i: usize) -> bool {
+        self.participants.as_ref().is_some_and(|p| p.contains(&i))
     }
 
     /// The structure, once solved.
@@ -113,13 +164,15 @@ impl FedCollabServer {
         self.solved.as_ref()
     }
 
-    /// Silo `i` joins with `n_train` samples. Rejoining with the same count is fine (a
-    /// restarted silo); a changed count once the plan is out is refused, since every silo's
-    /// discriminator split was cut from the sizes it was given.
+    /// Silo `i` joins with `n_train` samples; the last silo to join sends the plan out.
+    /// Rejoining with the same count is fine (a restarted silo); a planned silo's changed count
+    /// once the plan is out is refused, since every silo's discriminator split was cut from the
+    /// sizes it was given. A silo joining after the plan went out is accepted: it is told to
+    /// train alone.
     pub fn register(&mut self, i: usize, n_train: u64) -> Result<(), String> {
         let n = self.nodes();
-        let plan_out = self.ready();
-        let solved = self.solved.is_some();
+        let plan_out = self.planned(i);
+        let solved = plan_out && self.solved.is_some();
         let slot = self
             .sizes
             .get_mut(i)
@@ -135,12 +188,16 @@ impl FedCollabServer {
             )),
             _ => {
                 *slot = Some(n_train);
+                if self.participants.is_none() && self.sizes.iter().all(Option::is_some) {
+                    self.participants = Some((0..n).collect());
+                }
                 Ok(())
             }
         }
     }
 
-    /// Round 0 is the distance plan, round 1 the silo's coalition.
+    /// Round 0 is the distance plan, round 1 the silo's coalition (its own singleton for a
+    /// silo outside the plan).
     pub fn fetch(&self, i: usize, round: u64) -> Result<FetchAnswer, String> {
         if i >= self.nodes() {
             return Err(format!(
@@ -148,16 +205,24 @@ impl FedCollabServer {
                 self.nodes()
             ));
         }
-        match round {
-            0 if !self.ready() => Ok(FetchAnswer::Hold),
-            0 => {
-                let sizes: Vec<u64> = self.sizes.iter().flatten().copied().collect();
+        match (round, &self.participants) {
+            (0, None) => Ok(FetchAnswer::Hold),
+            (0, Some(planned)) => {
+                let sizes: Vec<u64> = planned.iter().filter_map(|&j| self.sizes[j]).collect();
                 Ok(FetchAnswer::Plan {
                     target: disc_train_target(&sizes),
                     nodes: self.nodes() as u32,
+                    members: planned.iter().map(|&j| j as u32).collect(),
                 })
             }
-            1 => Ok(match &self.solved {
+            (1, Some(_)) if !self.planned(i) => match self.sizes[i] {
+                Some(m) => Ok(FetchAnswer::Coalition {
+                    members: vec![i as u32],
+                    sizes: vec![m],
+                }),
+                None => Err(format!("silo {i} has not joined")),
+            },
+            (1, _) => Ok(match &self.solved {
                 None => FetchAnswer::Hold,
                 Some(s) => {
                     let mine = s
@@ -171,22 +236,28 @@ impl FedCollabServer {
                     }
                 }
             }),
-            r => Err(format!(
+            (r, _) => Err(format!(
                 "fedcollab has two fetches: 0 (the distance plan) and 1 (the coalition), not {r}"
             )),
         }
     }
 
-    /// Silo `i`'s distances to every other silo. True when this was the last report missing
-    /// and the structure was solved. A report must name every other silo exactly once; a silo
-    /// may resend (the same or a corrected report) until the structure is solved.
+    /// Silo `i`'s distances to every other planned silo. True when this was the last report
+    /// missing and the structure was solved. A report must name every other planned silo
+    /// exactly once; a silo may resend (the same or a corrected report) until the structure is
+    /// solved.
     pub fn report(&mut self, i: usize, pairs: Vec<PairDistance>) -> Result<bool, String> {
         let n = self.nodes();
         if i >= n {
             return Err(format!("silo {i} is not one of the run's {n} silos"));
         }
-        if !self.ready() {
-            return Err("distances before every silo joined (no plan was issued)".into());
+        let Some(planned) = self.participants.clone() else {
+            return Err("distances before the plan went out".into());
+        };
+        if !planned.contains(&i) {
+            return Err(format!(
+                "silo {i} joined after the plan went out: it is in no pair and trains alone"
+            ));
         }
         if self.solved.is_some() {
             // The structure is fixed before FL (spec §5): a late resend changes nothing.
@@ -195,7 +266,7 @@ impl FedCollabServer {
         let mut seen = vec![false; n];
         for p in &pairs {
             let j = p.partner as usize;
-            if j >= n || j == i {
+            if j == i || !planned.contains(&j) {
                 return Err(format!(
                     "a distance to silo {j}, which is not a partner of {i}"
                 ));
@@ -204,31 +275,39 @@ impl FedCollabServer {
                 return Err(format!("two distances to silo {j}"));
             }
         }
-        if seen.iter().filter(|&&s| s).count() != n - 1 {
+        if seen.iter().filter(|&&s| s).count() != planned.len() - 1 {
             return Err(format!(
                 "{} distances; silo {i} has {} partners",
                 pairs.len(),
-                n - 1
+                planned.len() - 1
             ));
         }
         self.reports[i] = Some(pairs);
-        if self.reports.iter().all(Option::is_some) {
+        if planned.iter().all(|&j| self.reports[j].is_some()) {
             self.solve()?;
             return Ok(true);
         }
         Ok(false)
     }
 
-    /// Algorithm 2 on the reports (spec §6 phase 3), seeded as the simulator seeds it.
+    /// Algorithm 2 on the planned silos' reports (spec §6 phase 3), seeded as the simulator
+    /// seeds it. With every silo planned this is exactly the simulator's problem; otherwise the
+    /// problem is the planned silos alone, solved in their ascending order.
     fn solve(&mut self) -> Result<(), String> {
-        let n = self.nodes();
+        let planned = self.participants.clone().ok_or("no plan")?;
+        let n = planned.len();
         let sizes: Vec<u64> = self.sizes.iter().map(|s| s.unwrap_or(0)).collect();
+        let planned_sizes: Vec<u64> = planned.iter().map(|&i| sizes[i]).collect();
         let mut d = vec![vec![0.0; n]; n];
         let mut failed = Vec::new();
-        for (i, report) in self.reports.iter().enumerate() {
-            for p in report.iter().flatten() {
+        for (a, &i) in planned.iter().enumerate() {
+            for p in self.reports[i].iter().flatten() {
                 let j = p.partner as usize;
-                d[i][j] = p.distance.unwrap_or(1.0);
+                let b = planned
+                    .iter()
+                    .position(|&x| x == j)
+                    .ok_or_else(|| format!("silo {i} reported unplanned silo {j}"))?;
+                d[a][b] = p.distance.unwrap_or(1.0);
                 if p.distance.is_none() {
                     failed.push((i.min(j), i.max(j)));
                 }
@@ -237,17 +316,26 @@ impl FedCollabServer {
         failed.sort_unstable();
         failed.dedup();
         let mismatched: Vec<(usize, usize)> = (0..n)
-            .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
-            .filter(|&(i, j)| d[i][j] != d[j][i])
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| d[a][b] != d[b][a])
+            .map(|(a, b)| (planned[a], planned[b]))
             .collect();
-        let problem = Problem::new(&sizes, &d, self.cfg.capacity).map_err(|e| e.to_string())?;
+        let problem =
+            Problem::new(&planned_sizes, &d, self.cfg.capacity).map_err(|e| e.to_string())?;
         let Solution { best, hits, .. } = problem
             .solve_for_run(&self.cfg.solver(), self.seed)
             .map_err(|e| e.to_string())?;
+        // `planned` is ascending, so mapping back keeps the coalitions canonical.
+        let coalitions = best
+            .coalitions
+            .iter()
+            .map(|c| c.iter().map(|&a| planned[a]).collect())
+            .collect();
         self.solved = Some(Solved {
-            coalitions: best.coalitions,
+            coalitions,
             objective: best.objective,
             sizes,
+            participants: planned,
             distances: d,
             mismatched,
             failed,
@@ -261,6 +349,7 @@ impl FedCollabServer {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
             sizes: self.sizes.clone(),
+            participants: self.participants.clone(),
             reports: self.reports.clone(),
             solved: self.solved.clone(),
         };
@@ -269,32 +358,103 @@ impl FedCollabServer {
         Ok(out)
     }
 
-    /// Restores a checkpoint for this run's settings.
+    /// Restores a checkpoint for this run's settings (version 1, written before joining could
+    /// close early, is read as a plan of every silo once all had joined).
     pub fn decode(cfg: FedCollabConfig, seed: u64, bytes: &[u8]) -> Result<Self, String> {
-        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
-        let (s, used): (Saved, usize) =
-            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
-        if used != body.len() {
-            return Err("trailing bytes".into());
+        let s = match crate::store::strip_header(bytes, MAGIC, VERSION) {
+            Ok(body) => decode_exact::<Saved>(body)?,
+            Err(e) => match crate::store::strip_header(bytes, MAGIC, 1) {
+                Ok(body) => decode_exact::<SavedV1>(body)?.into(),
+                Err(_) => return Err(e),
+            },
+        };
+        let n = s.sizes.len();
+        let mut out = Self::new(cfg, n, seed)?;
+        if s.reports.len() != n {
+            return Err(format!("{} reports for {n} silos", s.reports.len()));
         }
-        let mut out = Self::new(cfg, s.sizes.len(), seed)?;
-        if s.reports.len() != s.sizes.len() {
-            return Err(format!(
-                "{} reports for {} silos",
-                s.reports.len(),
-                s.sizes.len()
-            ));
+        if let Some(p) = &s.participants {
+            let ascending = p.windows(2).all(|w| w[0] < w[1]);
+            if p.len() < 2 || !ascending || p.iter().any(|&i| i >= n || s.sizes[i].is_none()) {
+                return Err(format!("planned silos {p:?} are not joined silos of {n}"));
+            }
         }
         if let Some(solved) = &s.solved {
-            let labels = labels_of(s.sizes.len(), &solved.coalitions).map_err(|e| e.to_string())?;
-            if coalitions_of(&labels) != solved.coalitions {
+            let planned = s
+                .participants
+                .as_ref()
+                .filter(|p| **p == solved.participants)
+                .ok_or("a saved structure of other silos than the plan's")?;
+            let local: Vec<Vec<usize>> = solved
+                .coalitions
+                .iter()
+                .map(|c| {
+                    c.iter()
+                        .map(|i| planned.iter().position(|p| p == i))
+                        .collect::<Option<Vec<usize>>>()
+                })
+                .collect::<Option<_>>()
+                .ok_or("a saved coalition with a silo outside the plan")?;
+            let labels = labels_of(planned.len(), &local).map_err(|e| e.to_string())?;
+            if coalitions_of(&labels) != local {
                 return Err("a saved structure that is not a canonical partition".into());
             }
         }
         out.sizes = s.sizes;
+        out.participants = s.participants;
         out.reports = s.reports;
         out.solved = s.solved;
         Ok(out)
+    }
+}
+
+fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let (s, used): (T, usize) =
+        crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+    if used != body.len() {
+        return Err("trailing bytes".into());
+    }
+    Ok(s)
+}
+
+/// The checkpoint before joining could close early: the plan went out once every silo joined.
+#[derive(Serialize, Deserialize)]
+struct SavedV1 {
+    sizes: Vec<Option<u64>>,
+    reports: Vec<Option<Vec<PairDistance>>>,
+    solved: Option<SolvedV1>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SolvedV1 {
+    coalitions: Vec<Vec<usize>>,
+    objective: f64,
+    sizes: Vec<u64>,
+    distances: Vec<Vec<f64>>,
+    mismatched: Vec<(usize, usize)>,
+    failed: Vec<(usize, usize)>,
+    hits: usize,
+}
+
+impl From<SavedV1> for Saved {
+    fn from(v: SavedV1) -> Self {
+        let all: Vec<usize> = (0..v.sizes.len()).collect();
+        let participants = v.sizes.iter().all(Option::is_some).then(|| all.clone());
+        Saved {
+            sizes: v.sizes,
+            participants,
+            reports: v.reports,
+            solved: v.solved.map(|s| Solved {
+                coalitions: s.coalitions,
+                objective: s.objective,
+                sizes: s.sizes,
+                participants: all,
+                distances: s.distances,
+                mismatched: s.mismatched,
+                failed: s.failed,
+                hits: s.hits,
+            }),
+        }
     }
 }
 
@@ -333,7 +493,8 @@ mod tests {
             s.fetch(2, 0).unwrap(),
             FetchAnswer::Plan {
                 target: 30.0,
-                nodes: 4
+                nodes: 4,
+                members: vec![0, 1, 2, 3],
             }
         );
         assert!(s.register(3, 61).is_err(), "the plan was cut from 60");
@@ -401,5 +562,115 @@ mod tests {
         assert_eq!(solved.failed, vec![(0, 2)]);
         assert_eq!(solved.mismatched, vec![(0, 1), (0, 2)]);
         assert_eq!(solved.distances[0][2], 1.0);
+    }
+
+    /// Joining closed with silo 2 absent: the plan is silos 0, 1 and 3 (their target), their
+    /// reports name only each other, the structure is theirs in manifest indices, and silo 2,
+    /// joining late, hears it trains alone and cannot report. The checkpoint keeps all of it.
+    #[test]
+    fn a_plan_without_an_absent_silo() {
+        let mut s = FedCollabServer::new(cfg(), 4, 7).unwrap();
+        s.register(0, 100).unwrap();
+        assert!(s.close_joining().is_err(), "one silo cannot pair");
+        assert!(!s.ready());
+        s.register(1, 80).unwrap();
+        s.register(3, 60).unwrap();
+        assert_eq!(s.missing(), vec![2]);
+        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+        assert_eq!(s.close_joining().unwrap(), vec![2]);
+        assert!(s.close_joining().is_err(), "already out");
+        let plan = FetchAnswer::Plan {
+            target: 30.0,
+            nodes: 4,
+            members: vec![0, 1, 3],
+        };
+        assert_eq!(s.fetch(3, 0).unwrap(), plan);
+        assert!(s.fetch(2, 1).is_err(), "silo 2 has not joined");
+        s.register(2, 10).unwrap();
+        assert_eq!(s.fetch(2, 0).unwrap(), plan, "the plan does not grow");
+        assert_eq!(
+            s.fetch(2, 1).unwrap(),
+            FetchAnswer::Coalition {
+                members: vec![2],
+                sizes: vec![10]
+            }
+        );
+        assert!(
+            s.report(2, vec![pd(0, 0.0)]).is_err(),
+            "silo 2 is in no pair"
+        );
+        assert!(
+            s.report(0, vec![pd(1, 0.0), pd(2, 0.0), pd(3, 1.0)])
+                .is_err(),
+            "2 is not a partner"
+        );
+        assert!(s.report(0, vec![pd(1, 0.0)]).is_err(), "3 is missing");
+        assert!(!s.report(0, vec![pd(1, 0.0), pd(3, 1.0)]).unwrap());
+        assert!(!s.report(1, vec![pd(0, 0.0), pd(3, 1.0)]).unwrap());
+        assert_eq!(s.fetch(0, 1).unwrap(), FetchAnswer::Hold);
+        assert!(s.report(3, vec![pd(0, 1.0), pd(1, 1.0)]).unwrap());
+        let solved = s.solved().unwrap().clone();
+        assert_eq!(solved.participants, vec![0, 1, 3]);
+        assert_eq!(solved.coalitions, vec![vec![0, 1], vec![3]]);
+        assert_eq!(solved.distances.len(), 3);
+        assert_eq!(solved.sizes, vec![100, 80, 10, 60]);
+        assert_eq!(
+            s.fetch(1, 1).unwrap(),
+            FetchAnswer::Coalition {
+                members: vec![0, 1],
+                sizes: vec![100, 80]
+            }
+        );
+        // The same as solving the three silos on their own.
+        let mut alone = FedCollabServer::new(cfg(), 3, 7).unwrap();
+        for (i, m) in [100, 80, 60].into_iter().enumerate() {
+            alone.register(i, m).unwrap();
+        }
+        alone.report(0, vec![pd(1, 0.0), pd(2, 1.0)]).unwrap();
+        alone.report(1, vec![pd(0, 0.0), pd(2, 1.0)]).unwrap();
+        alone.report(2, vec![pd(0, 1.0), pd(1, 1.0)]).unwrap();
+        assert_eq!(alone.solved().unwrap().objective, solved.objective);
+        assert_eq!(alone.solved().unwrap().distances, solved.distances);
+
+        let back = FedCollabServer::decode(cfg(), 7, &s.encode().unwrap()).unwrap();
+        assert_eq!(back.solved(), Some(&solved));
+        assert_eq!(back.participants(), Some(&[0, 1, 3][..]));
+        assert_eq!(back.fetch(2, 1).unwrap(), s.fetch(2, 1).unwrap());
+    }
+
+    /// A version 1 checkpoint (every silo planned, no participant list) still resumes; a
+    /// checkpoint that is neither version is refused with the reason.
+    #[test]
+    fn a_version_1_checkpoint_resumes() {
+        let v1 = SavedV1 {
+            sizes: vec![Some(50), Some(40)],
+            reports: vec![Some(vec![pd(1, 0.2)]), Some(vec![pd(0, 0.2)])],
+            solved: Some(SolvedV1 {
+                coalitions: vec![vec![0, 1]],
+                objective: 0.5,
+                sizes: vec![50, 40],
+                distances: vec![vec![0.0, 0.2], vec![0.2, 0.0]],
+                mismatched: vec![],
+                failed: vec![],
+                hits: 3,
+            }),
+        };
+        let mut bytes = crate::store::header(MAGIC, 1);
+        bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode::config::standard())
+            .unwrap();
+        let s = FedCollabServer::decode(cfg(), 7, &bytes).unwrap();
+        assert!(s.ready());
+        assert_eq!(s.solved().unwrap().participants, vec![0, 1]);
+        assert_eq!(
+            s.fetch(1, 1).unwrap(),
+            FetchAnswer::Coalition {
+                members: vec![0, 1],
+                sizes: vec![50, 40]
+            }
+        );
+        let mut other = crate::store::header(MAGIC, 9);
+        other.extend([0; 8]);
+        let e = FedCollabServer::decode(cfg(), 7, &other).err().unwrap();
+        assert!(e.contains("format version 9"), "{e}");
     }
 }

@@ -111,6 +111,7 @@ pub fn add_coordinator(
             .with_context(|| format!("{} needs a classification task", algorithm.name()))?,
         nodes: p.configs.len(),
         max_message_mib: 256,
+        join_s: None,
     };
     let config = dir.join("coordinator.toml");
     std::fs::write(&config, toml::to_string(&cfg)?)?;

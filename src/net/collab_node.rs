@@ -13,7 +13,9 @@
 //!
 //! A node whose coordinator is gone keeps what it has: pairs and FL run without it; with no
 //! structure yet after `structure_s`, it trains alone (FedCollab's singleton) and asks again
-//! every round, joining its coalition once the coordinator answers.
+//! every round, joining its coalition once the coordinator answers. A node that is not in the
+//! plan (it joined after the coordinator's `join_s` closed joining) runs no pair and trains
+//! alone for the whole run.
 
 use super::NodeConfig;
 use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
@@ -517,17 +519,26 @@ pub(super) async fn run(
     let result: anyhow::Result<()> = async {
         // Phases 0-2: join, the plan, the pairs (skipped once the distances are in hand).
         if state.report.is_none() && state.coalition.is_none() {
-            let (target, nodes) = tokio::select! {
+            let (target, nodes, planned) = tokio::select! {
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
                 r = plan(&link, &join, fetch) => r?,
             };
             if me_i >= nodes {
                 anyhow::bail!("this silo has index {me_i}; the coordinator runs {nodes} silos");
             }
+            if !planned.contains(&me_i) {
+                warn!(
+                    ?planned,
+                    "this silo joined after the distance plan went out: it is in no pair and \
+                     trains alone (FedCollab's singleton)"
+                );
+                state.coalition = Some((vec![me.0], vec![n_train]));
+                save(&ckpt, &state)?;
+            } else {
             let started = Instant::now();
             let report = tokio::select! {
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
-                r = estimate(&link, &fc, &data, cfg.seed, me_i, nodes, target, fetch) => r?,
+                r = estimate(&link, &fc, &data, cfg.seed, me_i, &planned, target, fetch) => r?,
             };
             let failed = report.iter().filter(|p| p.distance.is_none()).count();
             info!(
@@ -539,6 +550,7 @@ pub(super) async fn run(
             );
             state.report = Some(report);
             save(&ckpt, &state)?;
+            }
         }
         // Phase 3: report, then the coalition (retried every round while unknown).
         let until = tokio::time::Instant::now() + structure_wait;
@@ -678,7 +690,11 @@ pub(crate) fn network_config(fc: &FedCollabConfig) -> Result<(), String> {
 
 /// Joins and fetches the distance plan, retrying until the coordinator answers (it holds the
 /// plan until every silo joined): `(m_train target, silos)`.
-async fn plan(link: &Link, join: &CoordRequest, fetch: Duration) -> anyhow::Result<(f64, usize)> {
+async fn plan(
+    link: &Link,
+    join: &CoordRequest,
+    fetch: Duration,
+) -> anyhow::Result<(f64, usize, Vec<usize>)> {
     let mut joined = false;
     loop {
         if !joined {
@@ -697,13 +713,25 @@ async fn plan(link: &Link, join: &CoordRequest, fetch: Duration) -> anyhow::Resu
             .coord_within(&CoordRequest::Fetch { round: 0 }, fetch)
             .await
         {
-            Ok(CoordResponse::DiscPlan { target, nodes }) => {
-                if !(target.is_finite() && target >= 0.0) || nodes < 2 {
+            Ok(CoordResponse::DiscPlan {
+                target,
+                nodes,
+                members,
+            }) => {
+                let ascending = members.windows(2).all(|w| w[0] < w[1]);
+                if !(target.is_finite() && target >= 0.0)
+                    || nodes < 2
+                    || members.len() < 2
+                    || !ascending
+                    || members.iter().any(|&m| m >= nodes)
+                {
                     anyhow::bail!(
-                        "the coordinator sent a bad plan (target {target}, {nodes} silos)"
+                        "the coordinator sent a bad plan (target {target}, {nodes} silos, \
+                         planned {members:?})"
                     );
                 }
-                return Ok((target, nodes as usize));
+                let members = members.into_iter().map(|m| m as usize).collect();
+                return Ok((target, nodes as usize, members));
             }
             Ok(CoordResponse::Error { reason }) => {
                 // Typically a restarted coordinator that lost the registration.
@@ -780,9 +808,9 @@ async fn attach(
     warn!("no collaboration structure yet: training alone this round");
 }
 
-/// Phase 2: Algorithm 1 with every other silo. This silo drives the pairs with lower-index
-/// partners (its requests) and answers those with higher-index partners (its discriminator
-/// thread); returns one distance per partner, ascending.
+/// Phase 2: Algorithm 1 with every other planned silo. This silo drives the pairs with
+/// lower-index partners (its requests) and answers those with higher-index partners (its
+/// discriminator thread); returns one distance per partner, ascending.
 #[allow(clippy::too_many_arguments)]
 async fn estimate(
     link: &Link,
@@ -790,7 +818,7 @@ async fn estimate(
     data: &ClientData,
     seed: u64,
     me: usize,
-    nodes: usize,
+    planned: &[usize],
     target: f64,
     fetch: Duration,
 ) -> anyhow::Result<Vec<PairDistance>> {
@@ -802,6 +830,8 @@ async fn estimate(
             .silo_data(&data.train, me, seed, target)
             .map_err(|e| anyhow::anyhow!("discriminator data: {e}"))?,
     );
+    let lower: Vec<usize> = planned.iter().copied().filter(|&p| p < me).collect();
+    let higher: Vec<usize> = planned.iter().copied().filter(|&p| p > me).collect();
     // The answering side, on its own thread.
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
@@ -810,9 +840,10 @@ async fn estimate(
         let learner = Learner::new(&model.spec, fc.disc_batch_size)
             .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
         let idle = fetch * 3;
+        let higher = higher.clone();
         std::thread::spawn(move || {
             answer_pairs(
-                me, nodes, &model, disc, &fc, seed, learner, jobs_rx, done_tx, idle,
+                me, &higher, &model, disc, &fc, seed, learner, jobs_rx, done_tx, idle,
             )
         })
     };
@@ -821,7 +852,7 @@ async fn estimate(
         .map_err(|_| anyhow::anyhow!("swarm task ended"))?;
     // The driving side: one task per lower-index partner.
     let mut drivers = Vec::new();
-    for partner in 0..me {
+    for partner in lower {
         let learner = Learner::new(&model.spec, fc.disc_batch_size)
             .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
         let half = PairHalf::new(fc, &model, disc.clone(), me, partner, seed);
@@ -834,7 +865,7 @@ async fn estimate(
             (partner, r)
         }));
     }
-    let mut out: Vec<PairDistance> = Vec::with_capacity(nodes - 1);
+    let mut out: Vec<PairDistance> = Vec::with_capacity(planned.len() - 1);
     for d in drivers {
         let (partner, r) = d.await?;
         out.push(match r {
@@ -853,14 +884,14 @@ async fn estimate(
             }
         });
     }
-    for _ in me + 1..nodes {
+    for _ in 0..higher.len() {
         match done_rx.recv().await {
             Some(p) => out.push(p),
             None => break,
         }
     }
     let _ = server.join();
-    for partner in me + 1..nodes {
+    for &partner in &higher {
         if !out.iter().any(|p| p.partner as usize == partner) {
             out.push(PairDistance {
                 partner: partner as u32,
@@ -954,7 +985,7 @@ async fn drive_pair(
 #[allow(clippy::too_many_arguments)]
 fn answer_pairs(
     me: usize,
-    nodes: usize,
+    higher: &[usize],
     model: &DiscModel,
     disc: Arc<crate::sim::DiscData>,
     fc: &FedCollabConfig,
@@ -984,11 +1015,11 @@ fn answer_pairs(
             });
         }
     };
-    while finished.len() < nodes.saturating_sub(me + 1) {
+    while finished.len() < higher.len() {
         let job = match jobs.recv_timeout(Duration::from_millis(250)) {
             Ok(j) => j,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                for partner in me + 1..nodes {
+                for &partner in higher {
                     let seen = pairs.get(&partner).map_or(started, |p| p.seen);
                     if !finished.contains(&partner) && seen.elapsed() > idle {
                         warn!(partner, "pair partner silent: pair given up");
@@ -1001,9 +1032,10 @@ fn answer_pairs(
         };
         let DiscJob { from, req, reply } = job;
         let refuse = |reason: String| CollabResponse::Error { reason };
-        if from <= me || from >= nodes {
+        if !higher.contains(&from) {
             let _ = reply.send(refuse(format!(
-                "silo {from} does not drive a pair with silo {me} (the higher index drives)"
+                "silo {from} does not drive a pair with silo {me} (the higher index of two \
+                 planned silos drives)"
             )));
             continue;
         }

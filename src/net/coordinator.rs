@@ -2,7 +2,8 @@
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
-//! clock (close when every registered node sent, or at the update deadline τ), held fetches,
+//! clock (close when every registered node sent, or at the update deadline τ), FedCollab's
+//! join deadline (`join_s`: when it passes, joining is closed on the silos that came), held fetches,
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
 //! Must not: decide weights, groups, coalitions or models itself
 //! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
@@ -101,6 +102,12 @@ pub struct CoordinatorConfig {
     /// Largest message accepted, MiB.
     #[serde(default = "default_max_mib")]
     pub max_message_mib: u64,
+    /// FedCollab: how long the distance plan waits for every silo, in seconds from the first
+    /// join. Once it has passed and at least 2 silos joined, the plan goes out to those that
+    /// did; a silo that joins later trains alone (FedCollab's singleton). Unset: the plan
+    /// waits for every silo (the paper's setting, and the one `simulate` reproduces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_s: Option<f64>,
 }
 
 fn feddisco_name() -> String {
@@ -163,6 +170,18 @@ impl CoordinatorConfig {
                 "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\"",
                 path.display()
             ),
+        }
+        if let Some(j) = c.join_s {
+            if c.algorithm != "fedcollab" {
+                anyhow::bail!(
+                    "{}: join_s is for algorithm = \"fedcollab\" only; HCCT and FedSaC wait \
+                     for every silo",
+                    path.display()
+                );
+            }
+            if !(j.is_finite() && j > 0.0) {
+                anyhow::bail!("{}: join_s must be > 0 seconds, got {j}", path.display());
+            }
         }
         if !(c.update_deadline_s.is_finite() && c.update_deadline_s > 0.0) {
             anyhow::bail!("{}: update_deadline_s must be > 0", path.display());
@@ -255,6 +274,14 @@ impl Server {
             Server::Hcct(s) => s.ready(),
             Server::Fedsac(s) => s.ready(),
             Server::Collab(_) => false,
+        }
+    }
+
+    /// FedCollab's plan is out (other algorithms have none).
+    fn plan_out(&self) -> bool {
+        match self {
+            Server::Collab(s) => s.ready(),
+            _ => true,
         }
     }
 
@@ -378,9 +405,15 @@ impl Server {
             }),
             Server::Collab(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
                 fedcollab_server::FetchAnswer::Hold => None,
-                fedcollab_server::FetchAnswer::Plan { target, nodes } => {
-                    Some(CoordResponse::DiscPlan { target, nodes })
-                }
+                fedcollab_server::FetchAnswer::Plan {
+                    target,
+                    nodes,
+                    members,
+                } => Some(CoordResponse::DiscPlan {
+                    target,
+                    nodes,
+                    members,
+                }),
                 fedcollab_server::FetchAnswer::Coalition { members, sizes } => {
                     Some(CoordResponse::Coalition { members, sizes })
                 }
@@ -579,8 +612,33 @@ pub async fn run(
     let mut opened = Instant::now();
     let mut round_deadline: Option<Instant> = None;
     let mut linger: Option<Instant> = None;
+    // FedCollab's join deadline: armed by the first join (or a resumed one), it closes
+    // joining once at least 2 silos are in; `join_due` once it passed with fewer.
+    let mut join_deadline: Option<Instant> = None;
+    let mut join_due = false;
     tokio::pin!(shutdown);
     loop {
+        if let (Some(j), Server::Collab(s)) = (cfg.join_s, &mut state)
+            && !s.ready()
+            && s.registered() > 0
+        {
+            let at =
+                *join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
+            if (join_due || Instant::now() >= at) && s.registered() >= 2 {
+                let absent = s.close_joining().map_err(|e| anyhow::anyhow!(e))?;
+                warn!(
+                    ?absent,
+                    join_s = j,
+                    "join deadline passed: the distance plan goes out without these silos; they will train alone"
+                );
+                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
+                serve_held(&mut swarm, &state, &mut held);
+                continue;
+            }
+            if Instant::now() >= at {
+                join_due = true;
+            }
+        }
         // The round clock runs whenever a round is open and someone registered, so a round
         // whose updates were lost (a restart) still closes, keeping the global.
         if round_deadline.is_none() && state.round() < cfg.rounds && state.clock_may_run() {
@@ -594,7 +652,9 @@ pub async fn run(
         let wake = match (round_deadline, linger) {
             (_, Some(l)) => l,
             (Some(d), None) => d,
-            (None, None) => Instant::now() + Duration::from_secs(3600),
+            (None, None) => join_deadline
+                .filter(|_| !join_due && !state.plan_out())
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
         };
         tokio::select! {
             _ = &mut shutdown => {
@@ -605,6 +665,8 @@ pub async fn run(
                 if linger.is_some() {
                     return Ok(());
                 }
+                // (Without a round open, this was FedCollab's join deadline: the top of the
+                // loop handles it.)
                 if round_deadline.is_some() {
                     close(&mut state, true, &mut log, opened, &ckpt)?;
                     round_deadline = None;
@@ -636,7 +698,11 @@ pub async fn run(
                     CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
                         let answer = match state.register(&who, index, &request) {
                             Ok(()) => {
-                                info!(peer = %who, ?index, ?request, "registered");
+                                let waiting_for = match &state {
+                                    Server::Collab(s) if !s.ready() => s.missing(),
+                                    _ => Vec::new(),
+                                };
+                                info!(peer = %who, ?index, ?request, ?waiting_for, "registered");
                                 state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
                                 // HCCT: the last registration opens round 0.
                                 serve_held(&mut swarm, &state, &mut held);
@@ -796,5 +862,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("alpha"), "{e}");
+        let c = load(|t| fedcollab(t).replace("# join_s = 600 ", "join_s = 600 ")).unwrap();
+        assert_eq!(c.join_s, Some(600.0));
+        let e = load(|t| fedcollab(t).replace("# join_s = 600 ", "join_s = 0 "))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("join_s must be > 0"), "{e}");
+        let e = load(|t| t.replace("# join_s = 600 ", "join_s = 600 "))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("join_s is for algorithm = \"fedcollab\" only"),
+            "{e}"
+        );
     }
 }
