@@ -206,6 +206,10 @@ pub enum CollabResponse {
         /// Why, in words.
         reason: String,
     },
+    /// To a pair's driver: this side does not hold the pair the request continues (it was
+    /// restarted and its pair had not finished): start the pair over from round 0. Both
+    /// halves are deterministic, so the rerun ends with the distance the first run would have.
+    Restart,
 }
 
 /// An accuracy a silo reports must be a fraction.

@@ -721,6 +721,125 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
     );
 }
 
+/// FedCollab silos killed (SIGKILL) while the pairs run, and restarted 0.3 s later; the
+/// distances are exactly those of an undisturbed run. Silo 1 goes first, early: the pair it
+/// drives is started over by both sides (its partner sees round 0 of a pair it holds further
+/// on), and the pairs it answers are started over at its request (`Restart`: it no longer holds
+/// them). Silo 2 goes later, 0.2 s after it kept a finished pair in `fedcollab.pairs` (its
+/// partner is done with that pair and would not run it again) and before its report: it runs
+/// only the pairs it had not finished. Every distance, the coalitions and
+/// every final accuracy equal `simulate`'s, with no failed or mismatched pair.
+#[test]
+fn fedcollab_silos_killed_while_their_pairs_run_end_with_the_undisturbed_distances() {
+    let _one_at_a_time = serial();
+    let started = Instant::now();
+    let over: Vec<String> = [
+        "split.clients=4",
+        "rounds=10",
+        "eval_every=5",
+        "algorithms=[\"fedcollab\"]",
+        "seeds=[1]",
+        // Every pair runs its 1500 rounds: long enough to kill silos in between.
+        "fedcollab.disc_patience=0",
+        "fedcollab.disc_max_rounds=1500",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), &sc, 2.0, 5.0, Algorithm::Fedcollab);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let log_of = |name: &str| std::fs::read_to_string(s.p.nodes_dir.join(name)).unwrap_or_default();
+    let restart = |nodes: &mut Vec<Child>, i: usize| {
+        nodes[i].kill().unwrap();
+        nodes[i].wait().unwrap();
+        let name = &s.p.names[i];
+        let estimated = log_of(&format!("{name}.log")).contains("distances estimated");
+        assert!(
+            !estimated,
+            "silo {i} ended its pairs before the kill: make them longer"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let log = s.p.nodes_dir.join(format!("{name}-restarted.log"));
+        nodes[i] = launch::start_node(Path::new(EXE), &s.p.configs[i], &log).unwrap();
+    };
+    // Silo 1, once every silo joined and the pairs have begun.
+    let until = Instant::now() + Duration::from_secs(30);
+    while log_of("coordinator.log").matches("registered").count() < 4 {
+        assert!(Instant::now() < until, "the silos never all joined");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    restart(&mut nodes, 1);
+    // Silo 2, once a pair of its own has ended (one not with silo 1, whose pair started over).
+    let kept = s.p.state_dirs[2].join("fedcollab.pairs");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !kept.exists() {
+        assert!(Instant::now() < until, "silo 2 never finished a pair");
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    // Long enough for its partner to have the pair's end too (so it cannot be run again),
+    // short of its last pair's end.
+    std::thread::sleep(Duration::from_millis(200));
+    restart(&mut nodes, 2);
+    let until = Instant::now() + Duration::from_secs(120);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let sim = federico::sim::run(
+        &sc,
+        &federico::sim::Options {
+            out: tmp.path().join("sim"),
+            data_dir: None,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let (d_net, c_net, mismatched) = coordinator_structure(&s.coord_dir);
+    let (d_sim, c_sim) = sim_structure(&tmp.path().join("sim/seed-1"));
+    assert!(mismatched.is_empty(), "{mismatched:?}");
+    assert_eq!(d_net, d_sim);
+    assert_eq!(c_net, c_sim);
+    let sim_acc = &sim.summary.runs[0].algorithms[0].per_client;
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), 10, "silo {i}");
+        assert_eq!(accuracy(&last), sim_acc[i], "silo {i}");
+    }
+    // Each restart took the path it was meant to.
+    let restarted = |i: usize| log_of(&format!("{}-restarted.log", s.p.names[i]));
+    let (one, two) = (restarted(1), restarted(2));
+    let all: String = (0..4)
+        .map(|i| log_of(&format!("{}.log", s.p.names[i])))
+        .collect();
+    assert!(
+        one.contains("asking to start it over"),
+        "silo 1 answered a pair it lost with Restart\n{one}"
+    );
+    assert!(
+        all.contains("the partner started the pair over"),
+        "silo 0 started silo 1's pair over\n{all}"
+    );
+    assert!(
+        two.contains("resuming the distance phase"),
+        "silo 2 kept its finished pair\n{two}"
+    );
+    assert!(
+        !all.contains("pair failed")
+            && !one.contains("pair failed")
+            && !two.contains("pair failed")
+    );
+
+    eprintln!(
+        "fedcollab silos 1 and 2 killed while their pairs ran: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// A FedCollab silo that is not there: with `join_s = 2` the coordinator sends the distance
 /// plan to the three silos that joined once 2 s have passed, instead of waiting for the
 /// fourth forever. The three estimate only their three pairs (none fails waiting for the

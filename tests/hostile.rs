@@ -824,7 +824,8 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
 /// A hostile third silo of a FedCollab federation (issue 5). It joins, then drives its pair
 /// with silo-0 badly: garbage, weights of the wrong size, NaN weights, an accuracy outside
 /// [0, 1], a round ahead of the pair, a stop the honest side would not make, and a step after
-/// that. Each is refused with a reason; the pair counts as failed. It never contacts silo-1,
+/// that. Each is refused with a reason (a round past 0 before the pair began gets `Restart`:
+/// silo-0 holds no such pair); the pair counts as failed. It never contacts silo-1,
 /// whose side of their pair gives up after 3·fetch_s. Its distance reports to the coordinator
 /// that miss a partner, name itself or hold a value outside [-1, 1] are refused. The honest
 /// silos' own pair is measured as usual, both finish, and the coordinator's record lists the
@@ -943,7 +944,10 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
         pair(&step(0, vec![0.0; params], Some(1.5))).await,
         "fraction",
     );
-    refused(pair(&step(4, vec![0.0; params], None)).await, "round 4");
+    // A round past 0 of a pair silo-0 does not hold: as after a restart, it asks to start
+    // the pair over (and holds nothing for it).
+    let r = pair(&step(4, vec![0.0; params], None)).await;
+    assert!(matches!(r, CollabResponse::Restart), "{r:?}");
     // One well-formed round: silo-0 steps and answers with its weights and accuracy (round 0
     // is evaluated).
     match pair(&step(0, vec![0.0; params], None)).await {
@@ -953,6 +957,8 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
         }
         other => panic!("{other:?}"),
     }
+    // A round ahead of the pair it now holds.
+    refused(pair(&step(4, vec![0.0; params], None)).await, "round 4");
     refused(
         pair(&CollabRequest::DiscDone {
             rounds: 3,

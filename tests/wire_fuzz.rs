@@ -249,6 +249,7 @@ fn collab_response() -> impl Strategy<Value = CollabResponse> {
             params: Arc::new(p),
         }),
         Just(CollabResponse::Ack),
+        Just(CollabResponse::Restart),
         vec(any::<char>(), 0..60).prop_map(|c| CollabResponse::Error {
             reason: c.into_iter().collect()
         }),

@@ -423,6 +423,7 @@ pub(super) async fn run(
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("fedcollab.bin");
+    let pairs_path = cfg.state_dir.join("fedcollab.pairs");
     let saved: Option<Saved> = crate::store::read_versioned(&ckpt, MAGIC, VERSION)
         .map_err(|e| anyhow::anyhow!("checkpoint {e}"))?;
     if saved
@@ -538,7 +539,7 @@ pub(super) async fn run(
             let started = Instant::now();
             let report = tokio::select! {
                 _ = &mut shutdown => { info!("stopped by a signal"); return Ok(()); }
-                r = estimate(&link, &fc, &data, cfg.seed, me_i, &planned, target, fetch) => r?,
+                r = estimate(&link, &fc, &data, cfg.seed, me_i, &planned, target, fetch, &pairs_path) => r?,
             };
             let failed = report.iter().filter(|p| p.distance.is_none()).count();
             info!(
@@ -808,9 +809,42 @@ async fn attach(
     warn!("no collaboration structure yet: training alone this round");
 }
 
+/// Pairs this silo finished in the distance phase (`fedcollab.pairs`, rewritten after each),
+/// for the plan they belong to: a silo restarted before its report runs only the others.
+#[derive(Serialize, Deserialize)]
+struct PairsDone {
+    target: f64,
+    planned: Vec<usize>,
+    pairs: Vec<PairDistance>,
+}
+
+const PAIRS_MAGIC: &[u8; 8] = b"FEDCPRS1";
+
+/// The pairs of `path` that belong to this plan (none when it is absent or was written for
+/// another plan); an unreadable file is an error naming it.
+fn pairs_done(
+    path: &std::path::Path,
+    target: f64,
+    planned: &[usize],
+) -> anyhow::Result<Vec<PairDistance>> {
+    let saved: Option<PairsDone> = crate::store::read_versioned(path, PAIRS_MAGIC, 1)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(match saved {
+        Some(p) if p.target == target && p.planned == planned => p.pairs,
+        Some(_) => {
+            warn!(file = %path.display(), "finished pairs of another plan: ignored");
+            Vec::new()
+        }
+        None => Vec::new(),
+    })
+}
+
 /// Phase 2: Algorithm 1 with every other planned silo. This silo drives the pairs with
 /// lower-index partners (its requests) and answers those with higher-index partners (its
-/// discriminator thread); returns one distance per partner, ascending.
+/// discriminator thread); returns one distance per partner, ascending. Each pair that ends
+/// with a distance is kept in `pairs_path` at once; restarted, the silo runs only the pairs
+/// not kept there, and a pair it restarts or that its partner restarted is run again from
+/// round 0 on both sides ([`CollabResponse::Restart`]), which ends as the first run would.
 #[allow(clippy::too_many_arguments)]
 async fn estimate(
     link: &Link,
@@ -821,7 +855,22 @@ async fn estimate(
     planned: &[usize],
     target: f64,
     fetch: Duration,
+    pairs_path: &std::path::Path,
 ) -> anyhow::Result<Vec<PairDistance>> {
+    let mut kept: Vec<PairDistance> = pairs_done(pairs_path, target, planned)?
+        .into_iter()
+        .filter(|p| {
+            let j = p.partner as usize;
+            j != me && planned.contains(&j) && p.distance.is_some()
+        })
+        .collect();
+    if !kept.is_empty() {
+        info!(
+            pairs = kept.len(),
+            "resuming the distance phase: these pairs finished before the restart"
+        );
+    }
+    let is_kept = |j: usize| kept.iter().any(|p| p.partner as usize == j);
     let model = Arc::new(
         DiscModel::new(&data.train, fc, seed).map_err(|e| anyhow::anyhow!("discriminator: {e}"))?,
     );
@@ -830,20 +879,40 @@ async fn estimate(
             .silo_data(&data.train, me, seed, target)
             .map_err(|e| anyhow::anyhow!("discriminator data: {e}"))?,
     );
-    let lower: Vec<usize> = planned.iter().copied().filter(|&p| p < me).collect();
+    let lower: Vec<usize> = planned
+        .iter()
+        .copied()
+        .filter(|&p| p < me && !is_kept(p))
+        .collect();
     let higher: Vec<usize> = planned.iter().copied().filter(|&p| p > me).collect();
+    let higher_kept: HashMap<usize, u32> = kept
+        .iter()
+        .filter(|p| p.partner as usize > me)
+        .map(|p| (p.partner as usize, p.rounds))
+        .collect();
+    let expected = lower.len() + higher.len() - higher_kept.len();
     // The answering side, on its own thread.
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let server = {
-        let (model, disc, fc) = (model.clone(), disc.clone(), fc.clone());
+        let (model, disc, fc, done_tx) = (model.clone(), disc.clone(), fc.clone(), done_tx.clone());
         let learner = Learner::new(&model.spec, fc.disc_batch_size)
             .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
         let idle = fetch * 3;
         let higher = higher.clone();
         std::thread::spawn(move || {
             answer_pairs(
-                me, &higher, &model, disc, &fc, seed, learner, jobs_rx, done_tx, idle,
+                me,
+                &higher,
+                higher_kept,
+                &model,
+                disc,
+                &fc,
+                seed,
+                learner,
+                jobs_rx,
+                done_tx,
+                idle,
             )
         })
     };
@@ -851,47 +920,56 @@ async fn estimate(
         .send(Cmd::DiscServer(jobs_tx))
         .map_err(|_| anyhow::anyhow!("swarm task ended"))?;
     // The driving side: one task per lower-index partner.
-    let mut drivers = Vec::new();
     for partner in lower {
         let learner = Learner::new(&model.spec, fc.disc_batch_size)
             .map_err(|e| anyhow::anyhow!("discriminator: {e}"))?;
-        let half = PairHalf::new(fc, &model, disc.clone(), me, partner, seed);
-        let link = link.clone();
-        drivers.push(tokio::spawn(async move {
-            let r = match half {
-                Ok(half) => drive_pair(&link, half, learner, partner, fetch).await,
-                Err(e) => Err(e),
-            };
-            (partner, r)
-        }));
-    }
-    let mut out: Vec<PairDistance> = Vec::with_capacity(planned.len() - 1);
-    for d in drivers {
-        let (partner, r) = d.await?;
-        out.push(match r {
-            Ok((d, rounds)) => PairDistance {
-                partner: partner as u32,
-                distance: d,
-                rounds,
-            },
-            Err(e) => {
-                warn!(partner, error = %e, "pair failed: its distance counts as 1");
-                PairDistance {
+        let (link, model, disc, fc, done) = (
+            link.clone(),
+            model.clone(),
+            disc.clone(),
+            fc.clone(),
+            done_tx.clone(),
+        );
+        tokio::spawn(async move {
+            let fresh = || PairHalf::new(&fc, &model, disc.clone(), me, partner, seed);
+            let r = drive_pair(&link, fresh, learner, partner, fetch).await;
+            let _ = done.send(match r {
+                Ok((d, rounds)) => PairDistance {
                     partner: partner as u32,
-                    distance: None,
-                    rounds: 0,
+                    distance: d,
+                    rounds,
+                },
+                Err(e) => {
+                    warn!(partner, error = %e, "pair failed: its distance counts as 1");
+                    PairDistance {
+                        partner: partner as u32,
+                        distance: None,
+                        rounds: 0,
+                    }
                 }
-            }
+            });
         });
     }
-    for _ in 0..higher.len() {
-        match done_rx.recv().await {
-            Some(p) => out.push(p),
-            None => break,
+    drop(done_tx);
+    let mut out: Vec<PairDistance> = kept.clone();
+    for _ in 0..expected {
+        let Some(p) = done_rx.recv().await else {
+            break;
+        };
+        if p.distance.is_some() {
+            kept.push(p.clone());
+            let record = PairsDone {
+                target,
+                planned: planned.to_vec(),
+                pairs: kept.clone(),
+            };
+            crate::store::write_versioned(pairs_path, PAIRS_MAGIC, 1, &record)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", pairs_path.display()))?;
         }
+        out.push(p);
     }
-    let _ = server.join();
-    for &partner in &higher {
+    let _ = tokio::task::spawn_blocking(move || server.join()).await;
+    for &partner in planned.iter().filter(|&&p| p != me) {
         if !out.iter().any(|p| p.partner as usize == partner) {
             out.push(PairDistance {
                 partner: partner as u32,
@@ -904,18 +982,38 @@ async fn estimate(
     Ok(out)
 }
 
+/// How often a pair may be started over at the partner's request before it counts as failed
+/// (a partner restarting again and again, or one that says so without cause).
+const PAIR_RESTARTS: usize = 3;
+
 /// Drives one pair as its higher-index silo: per round, the own step, the exchange, the
-/// average, and every evaluation's accuracies. `(estimate, rounds)`.
+/// average, and every evaluation's accuracies. `(estimate, rounds)`. When the partner lost
+/// the pair (it was restarted), both start it over from round 0 with fresh halves (`fresh`).
 async fn drive_pair(
     link: &Link,
-    half: PairHalf,
+    fresh: impl Fn() -> Result<PairHalf, String>,
     learner: Learner,
     partner: usize,
     fetch: Duration,
 ) -> Result<(Option<f64>, u32), String> {
-    let (mut half, mut learner) = (half, learner);
+    let (mut half, mut learner) = (fresh()?, learner);
     let mut acc_prev: Option<f64> = None;
     let mut first = true;
+    let mut restarts = 0;
+    let mut start_over = |half: &mut PairHalf, at: u32| -> Result<(), String> {
+        restarts += 1;
+        if restarts > PAIR_RESTARTS {
+            return Err(format!(
+                "the partner asked to start the pair over {restarts} times"
+            ));
+        }
+        info!(
+            partner,
+            at, "the partner lost the pair (restarted): starting it over"
+        );
+        *half = fresh()?;
+        Ok(())
+    };
     loop {
         let (h, l, own) = tokio::task::spawn_blocking(move || {
             let own = half.step(&mut learner);
@@ -936,6 +1034,11 @@ async fn drive_pair(
         first = false;
         let (theirs, acc_lo) = match link.peer_within(partner, req, budget).await? {
             CollabResponse::DiscStep { weights, acc } => (weights, acc),
+            CollabResponse::Restart if round > 0 => {
+                start_over(&mut half, round)?;
+                (acc_prev, first) = (None, true);
+                continue;
+            }
             other => return Err(format!("round {round}: {other:?}")),
         };
         let (h, l, r) = tokio::task::spawn_blocking(move || {
@@ -971,6 +1074,10 @@ async fn drive_pair(
                 .await?
             {
                 CollabResponse::Ack => return Ok((half.estimate(), rounds)),
+                CollabResponse::Restart => {
+                    start_over(&mut half, rounds)?;
+                    (acc_prev, first) = (None, true);
+                }
                 other => return Err(format!("the partner did not confirm the stop: {other:?}")),
             }
         }
@@ -981,11 +1088,18 @@ async fn drive_pair(
 /// each `DiscStep` is the partner's weights of a round; this side takes its own step from the
 /// pair's average, averages, evaluates when due and answers with its weights (and accuracy).
 /// A retransmitted round is answered from the cache without stepping again. A partner silent
-/// for `idle` has its pair given up (distance `None`). Sends one result per partner.
+/// for `idle` has its pair given up (distance `None`). Sends one result per partner not in
+/// `kept` (pairs that ended before a restart: partner → rounds).
+///
+/// Restarts: a round past 0 of a pair this side does not hold (it was restarted) is answered
+/// [`CollabResponse::Restart`]; round 0 of a pair this side holds further on means the
+/// partner restarted: the pair starts over. A repeated `DiscDone` of a pair that ended with
+/// the same rounds is acknowledged again (the first acknowledgement may have been lost).
 #[allow(clippy::too_many_arguments)]
 fn answer_pairs(
     me: usize,
     higher: &[usize],
+    kept: HashMap<usize, u32>,
     model: &DiscModel,
     disc: Arc<crate::sim::DiscData>,
     fc: &FedCollabConfig,
@@ -1004,7 +1118,9 @@ fn answer_pairs(
     }
     let started = Instant::now();
     let mut pairs: HashMap<usize, Pair> = HashMap::new();
-    let mut finished: HashSet<usize> = HashSet::new();
+    let mut finished: HashSet<usize> = kept.keys().copied().collect();
+    // Pairs that ended with an estimate: partner → rounds.
+    let mut agreed = kept;
     let params = model.init.len();
     let finish = |finished: &mut HashSet<usize>, partner: usize, d: Option<f64>, rounds| {
         if finished.insert(partner) {
@@ -1040,13 +1156,47 @@ fn answer_pairs(
             continue;
         }
         if finished.contains(&from) {
-            let _ = reply.send(refuse(format!("the pair ({me}, {from}) is over")));
+            let again = matches!(req, CollabRequest::DiscDone { rounds, .. }
+                if agreed.get(&from) == Some(&rounds));
+            let _ = reply.send(if again {
+                CollabResponse::Ack
+            } else {
+                refuse(format!("the pair ({me}, {from}) is over"))
+            });
             continue;
         }
         if let Err(reason) = req.check(params) {
             warn!(partner = from, %reason, "refused a pair request");
             let _ = reply.send(refuse(reason));
             continue;
+        }
+        let continues = match &req {
+            CollabRequest::DiscStep { round, .. } => *round > 0,
+            CollabRequest::DiscDone { .. } => true,
+            CollabRequest::Model { .. } => false,
+        };
+        match pairs.get(&from) {
+            None if continues => {
+                info!(
+                    partner = from,
+                    "a pair this silo does not hold: asking to start it over"
+                );
+                let _ = reply.send(CollabResponse::Restart);
+                continue;
+            }
+            Some(p)
+                if matches!(req, CollabRequest::DiscStep { round: 0, .. })
+                    && p.half.rounds() > 0
+                    && !matches!(p.last, Some((0, _))) =>
+            {
+                info!(
+                    partner = from,
+                    at = p.half.rounds(),
+                    "the partner started the pair over (restarted): so does this side"
+                );
+                pairs.remove(&from);
+            }
+            _ => {}
         }
         if let std::collections::hash_map::Entry::Vacant(slot) = pairs.entry(from) {
             match PairHalf::new(fc, model, disc.clone(), me, from, seed) {
@@ -1130,6 +1280,9 @@ fn answer_pairs(
                 }
                 let agree = rounds as usize == pair.half.rounds() && pair.half.done();
                 if agree {
+                    if pair.half.estimate().is_some() {
+                        agreed.insert(from, rounds);
+                    }
                     finish(&mut finished, from, pair.half.estimate(), rounds);
                     CollabResponse::Ack
                 } else {
@@ -1199,4 +1352,42 @@ async fn pull_models(
         }
     });
     libp2p::futures::future::join_all(pulls).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pd(partner: u32, d: Option<f64>) -> PairDistance {
+        PairDistance {
+            partner,
+            distance: d,
+            rounds: 120,
+        }
+    }
+
+    /// The finished pairs are read back for the plan they were written for; another plan's
+    /// are ignored, a missing file is none, and a corrupt one is an error naming the file.
+    #[test]
+    fn finished_pairs_belong_to_their_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fedcollab.pairs");
+        assert!(pairs_done(&path, 20.0, &[0, 1, 2]).unwrap().is_empty());
+        let record = PairsDone {
+            target: 20.0,
+            planned: vec![0, 1, 2],
+            pairs: vec![pd(0, Some(0.25)), pd(2, Some(1.0))],
+        };
+        crate::store::write_versioned(&path, PAIRS_MAGIC, 1, &record).unwrap();
+        assert_eq!(
+            pairs_done(&path, 20.0, &[0, 1, 2]).unwrap(),
+            record.pairs,
+            "the same plan"
+        );
+        assert!(pairs_done(&path, 19.0, &[0, 1, 2]).unwrap().is_empty());
+        assert!(pairs_done(&path, 20.0, &[0, 1, 3]).unwrap().is_empty());
+        std::fs::write(&path, b"FEDCPRS1\x01\x00\x00\x00garbage").unwrap();
+        let e = pairs_done(&path, 20.0, &[0, 1, 2]).unwrap_err().to_string();
+        assert!(e.contains("fedcollab.pairs"), "{e}");
+    }
 }
