@@ -142,6 +142,10 @@ pub enum CoordResponse {
         /// Their m_j, in the same order.
         sizes: Vec<u64>,
     },
+    /// HCCT and FedSaC (a fetch): the run started without this silo (it registered after the
+    /// coordinator's join deadline closed joining on the silos that came), so it trains alone
+    /// for the rest of the run and need not ask again.
+    Alone,
 }
 
 /// FedCollab's silo ↔ silo protocol (spec §6 phases 2 and 4): the pairwise discriminator
@@ -393,6 +397,7 @@ mod tests {
             sizes: vec![40, 41],
         });
         roundtrip(CoordResponse::Ack);
+        roundtrip(CoordResponse::Alone);
         roundtrip(CoordResponse::Error {
             reason: "no".into(),
         });

@@ -959,6 +959,137 @@ fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_wh
     );
 }
 
+/// HCCT and FedSaC with the coordinator's `join_s` = 2 s: silo 3 does not come, so after 2 s
+/// the run starts with silos 0–2 (partitions and cohorts among them), every round closing with
+/// their updates and none timed out. Silo 3, started once the run is under way, is told it is
+/// out and trains alone without asking again: its rounds take no `fetch_s` wait each.
+#[test]
+fn hcct_and_fedsac_start_without_a_silo_that_never_came_after_join_s_and_it_trains_alone() {
+    for (algorithm, extra) in [
+        (Algorithm::Hcct, ["hcct.alpha=20", "hcct.lr=0.5"]),
+        (
+            Algorithm::Fedsac,
+            ["fedsac.local_steps=10", "fedsac.cohort_size=2"],
+        ),
+    ] {
+        join_s_leaves_out_a_silo_that_never_came(algorithm, &extra);
+    }
+}
+
+fn join_s_leaves_out_a_silo_that_never_came(algorithm: Algorithm, extra: &[&str]) {
+    let _one_at_a_time = serial();
+    let started = Instant::now();
+    let rounds = 30;
+    let mut over: Vec<String> = [
+        "split.clients=4".to_string(),
+        format!("rounds={rounds}"),
+        "eval_every=10".into(),
+        format!("algorithms=[\"{}\"]", algorithm.name()),
+        "seeds=[1]".into(),
+    ]
+    .to_vec();
+    over.extend(extra.iter().map(|s| s.to_string()));
+    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let fetch_s = 5.0;
+    // τ = 3 s: rounds close when the three silos sent; the coordinator lingers τ at the end.
+    let s = setup(tmp.path(), &sc, 3.0, fetch_s, algorithm);
+    let mut cc = federico::net::coordinator::CoordinatorConfig::load(&s.coord.config).unwrap();
+    cc.join_s = Some(2.0);
+    std::fs::write(&s.coord.config, toml::to_string(&cc).unwrap()).unwrap();
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let start = |i: usize, log: &str| {
+        launch::start_node(Path::new(EXE), &s.p.configs[i], &s.p.nodes_dir.join(log)).unwrap()
+    };
+    let (out, came) = (3, [0, 1, 2]);
+    let mut nodes: Vec<Child> = came
+        .iter()
+        .map(|&i| start(i, &format!("{}.log", s.p.names[i])))
+        .collect();
+    // The late silo comes once the run has closed a round without it.
+    let clog_path = s.coord_dir.join("coordinator.jsonl");
+    let until = Instant::now() + Duration::from_secs(30);
+    while lines(&clog_path).is_empty() {
+        assert!(Instant::now() < until, "no round closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let late_started = Instant::now();
+    let mut late = start(out, "late.log");
+    let until = Instant::now() + Duration::from_secs(90);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    assert!(wait(&mut late, until, "the late silo").success());
+    let late_s = late_started.elapsed().as_secs_f64();
+    assert!(wait(&mut coord, until, "coordinator").success());
+
+    let coord_log = std::fs::read_to_string(s.p.nodes_dir.join("coordinator.log")).unwrap();
+    assert!(coord_log.contains("join deadline passed"), "{coord_log}");
+    assert!(
+        coord_log.contains("registered after the run started without it"),
+        "{coord_log}"
+    );
+    let clog = lines(&clog_path);
+    assert_eq!(clog.len(), rounds);
+    // (FedSaC has no groups to check.)
+    let mut merged = algorithm == Algorithm::Fedsac;
+    for l in &clog {
+        assert!(!l["timed_out"].as_bool().unwrap(), "{l}");
+        let senders: Vec<usize> = serde_json::from_value(l["senders"].clone()).unwrap();
+        if algorithm == Algorithm::Hcct {
+            assert_eq!(senders, came, "{l}");
+            let groups: Vec<Vec<usize>> = serde_json::from_value(l["groups"].clone()).unwrap();
+            let mut covered: Vec<usize> = groups.iter().flatten().copied().collect();
+            covered.sort_unstable();
+            assert_eq!(covered, came, "{l}");
+            merged |= groups.len() < 3;
+        } else {
+            let cohort: Vec<usize> = serde_json::from_value(l["cohort"].clone()).unwrap();
+            assert_eq!(cohort.len(), 2, "{l}");
+            assert!(cohort.iter().all(|i| came.contains(i)), "{l}");
+            assert_eq!(senders, cohort, "{l}");
+        }
+    }
+    assert!(
+        merged,
+        "no HCCT round grouped silos: the test shows less than it should"
+    );
+    let text = std::fs::read_to_string(s.p.nodes_dir.join("late.log")).unwrap();
+    assert!(text.contains("training alone"), "{text}");
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (per_round, last) = node_log(d);
+        assert_eq!(per_round.len(), rounds, "silo {i}");
+        if i == out {
+            assert!(
+                per_round
+                    .iter()
+                    .all(|l| l["alone"] == true && l["attached"] == false),
+                "silo {i}: {per_round:?}"
+            );
+            assert!(last["final_global_round"].is_null(), "{last}");
+        } else {
+            assert!(
+                per_round
+                    .iter()
+                    .all(|l| l["attached"] == true && l.get("alone").is_none()),
+                "silo {i}"
+            );
+            assert_eq!(last["final_global_round"], rounds, "{last}");
+        }
+    }
+    // Without the coordinator's word, each of its rounds would wait fetch_s.
+    assert!(
+        late_s < fetch_s * 2.0,
+        "the late silo took {late_s:.1} s for {rounds} rounds"
+    );
+    eprintln!(
+        "{} without silo {out} after join_s = 2 s: the late silo trained {rounds} rounds alone \
+         in {late_s:.1} s; {:.1} s",
+        algorithm.name(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// `fallback = "federico"`: the FedDisco coordinator killed for good after 3 rounds. After
 /// `fallback_after` rounds without it, every node switches to FedeRiCo with the other silos
 /// (the manifest without the coordinator) from its own model, runs the remaining rounds peer

@@ -290,6 +290,7 @@ fn coord_response() -> impl Strategy<Value = CoordResponse> {
             }),
         (vec(any::<u32>(), 0..8), vec(any::<u64>(), 0..8))
             .prop_map(|(members, sizes)| CoordResponse::Coalition { members, sizes }),
+        Just(CoordResponse::Alone),
     ]
 }
 

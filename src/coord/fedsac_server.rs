@@ -4,7 +4,9 @@
 //! closing a round (the collaboration graph and the personalised aggregation), answering
 //! fetches, and the checkpoint.
 //! Owns: the round rule of FedSaC over a network — nothing starts until every expected silo
-//! registered (the cohort is drawn over all of them, with the simulator's stream); a round
+//! registered (the cohort is drawn over all of them, with the simulator's stream), or the
+//! driver closes joining on the silos that came ([`FedsacServer::close_joining`]: cohorts are
+//! drawn over them, and a silo registering later is told to train alone); a round
 //! closes when every cohort member sent, or at the deadline with whoever did (the graph is
 //! built over the senders; a member that did not send keeps its model and loses its direction,
 //! as a silo outside the cohort does).
@@ -56,6 +58,9 @@ pub enum FetchAnswer {
     Now(Assignment),
     /// Not yet: some silo has not registered, or the round asked for is not open.
     Hold,
+    /// The run started without this silo (it registered after joining closed): it trains
+    /// alone.
+    Alone,
 }
 
 /// One closed round, as logged (one JSONL line per round).
@@ -94,7 +99,10 @@ pub struct FedsacServer {
     directions: Vec<Option<Arc<Vec<f32>>>>,
     /// θ^i right after its last local training (scored with `score_trained`).
     trained: Vec<Option<Arc<Vec<f32>>>>,
-    /// The open round's cohort, increasing; empty until every silo registered.
+    /// The silos in the run, ascending (every silo, unless joining was closed without some);
+    /// empty before the run starts. Cohorts are drawn over them.
+    members: Vec<usize>,
+    /// The open round's cohort, increasing; empty until the run started.
     cohort: Vec<usize>,
     /// Models and subspaces received for the open round (not checkpointed).
     pending: BTreeMap<usize, (Arc<Vec<f32>>, Option<Subspace>)>,
@@ -128,6 +136,7 @@ impl FedsacServer {
             init,
             directions: vec![None; nodes],
             trained: vec![None; nodes],
+            members: Vec::new(),
             cohort: Vec::new(),
             pending: BTreeMap::new(),
         })
@@ -153,9 +162,44 @@ impl FedsacServer {
         self.sizes.iter().flatten().count()
     }
 
-    /// Every silo registered: rounds may run.
+    /// The run started (every silo registered, or joining was closed): rounds may run.
     pub fn ready(&self) -> bool {
-        self.sizes.iter().all(Option::is_some)
+        !self.members.is_empty()
+    }
+
+    /// Silos that have not registered.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.sizes.len())
+            .filter(|&i| self.sizes[i].is_none())
+            .collect()
+    }
+
+    /// The silos in the run, ascending (empty before it started).
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+
+    fn in_run(&self, i: usize) -> bool {
+        self.members.binary_search(&i).is_ok()
+    }
+
+    /// Starts the run with the silos registered so far, without waiting for the rest (the
+    /// driver's join deadline passed), and draws round 0's cohort among them. Returns the
+    /// silos left out; each is told to train alone if it registers later. Refused with nobody
+    /// registered or once the run started.
+    pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
+        if self.ready() {
+            return Err("the run has already started".into());
+        }
+        let joined: Vec<usize> = (0..self.sizes.len())
+            .filter(|&i| self.sizes[i].is_some())
+            .collect();
+        if joined.is_empty() {
+            return Err("no silo has registered".into());
+        }
+        self.members = joined;
+        self.draw();
+        Ok(self.missing())
     }
 
     /// The open round's cohort.
@@ -163,24 +207,31 @@ impl FedsacServer {
         &self.cohort
     }
 
-    /// The next cohort from the stream, as the simulator draws it.
+    /// The next cohort from the stream, as the simulator draws it (over the run's members:
+    /// with every silo in the run, exactly the simulator's cohorts).
     fn draw(&mut self) {
-        let k = self.sizes.len();
+        let k = self.members.len();
         let m = self.settings.cohort_size;
         self.cohort = if m == 0 || m >= k {
-            (0..k).collect()
+            self.members.clone()
         } else {
-            let mut v = rand::seq::index::sample(&mut self.sampler, k, m).into_vec();
+            let mut v: Vec<usize> = rand::seq::index::sample(&mut self.sampler, k, m)
+                .into_iter()
+                .map(|j| self.members[j])
+                .collect();
             v.sort_unstable();
             v
         };
     }
 
     /// Records silo `index`'s sample count; the last registration draws round 0's cohort. A
-    /// silo that registers again must give the same count once the run started.
+    /// silo that registers again must give the same count once the run started. A silo that
+    /// registers after joining closed without it is recorded, and its fetches answered
+    /// [`FetchAnswer::Alone`].
     pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
         let n = self.sizes.len();
         let was_ready = self.ready();
+        let fixed = self.in_run(index);
         let slot = self
             .sizes
             .get_mut(index)
@@ -189,14 +240,15 @@ impl FedsacServer {
             return Err("n_train = 0; a silo needs at least 1 sample".into());
         }
         match *slot {
-            Some(old) if old != n_train && was_ready => {
+            Some(old) if old != n_train && fixed => {
                 return Err(format!(
                     "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
                 ));
             }
             _ => *slot = Some(n_train),
         }
-        if !was_ready && self.ready() && self.cohort.is_empty() {
+        if !was_ready && self.sizes.iter().all(Option::is_some) {
+            self.members = (0..n).collect();
             self.draw();
         }
         Ok(())
@@ -219,6 +271,11 @@ impl FedsacServer {
             return Err(format!(
                 "update for round {round}, but round {} is open",
                 self.round
+            ));
+        }
+        if !self.in_run(index) {
+            return Err(format!(
+                "silo {index} registered after the run started without it: it trains alone"
             ));
         }
         if !self.cohort.contains(&index) {
@@ -332,7 +389,13 @@ impl FedsacServer {
                 self.sizes.len()
             ));
         }
-        if !self.ready() || round > self.round {
+        if !self.ready() {
+            return Ok(FetchAnswer::Hold);
+        }
+        if !self.in_run(index) {
+            return Ok(FetchAnswer::Alone);
+        }
+        if round > self.round {
             return Ok(FetchAnswer::Hold);
         }
         let over = self.round >= self.rounds;
@@ -371,6 +434,7 @@ impl FedsacServer {
                 .iter()
                 .map(|d| d.as_ref().map(|d| d.to_vec()))
                 .collect(),
+            members: self.members.clone(),
         };
         bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
@@ -378,21 +442,33 @@ impl FedsacServer {
     }
 
     /// Restores a checkpoint (header, version, body and shapes checked; no pending updates):
-    /// the cohort stream is replayed to the saved round.
+    /// the cohort stream is replayed to the saved round. A version 1 checkpoint (before
+    /// joining could close) restores with every registered silo in the run once all were.
     pub fn decode(
         settings: Settings,
         rounds: u64,
         sampler_seed: u64,
         bytes: &[u8],
     ) -> Result<Self, String> {
-        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
-        let (s, used): (Saved, usize) =
-            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
-        if used != body.len() {
-            return Err("trailing bytes".into());
-        }
+        let s = match crate::store::strip_header(bytes, MAGIC, VERSION) {
+            Ok(body) => decode_exact::<Saved>(body)?,
+            Err(e) => match crate::store::strip_header(bytes, MAGIC, 1) {
+                Ok(body) => decode_exact::<SavedV1>(body)?.into(),
+                Err(_) => return Err(e),
+            },
+        };
         let n = s.sizes.len();
         let d = s.init.len();
+        if !s.members.is_sorted_by(|a, b| a < b)
+            || s.members
+                .iter()
+                .any(|&i| s.sizes.get(i).is_none_or(Option::is_none))
+        {
+            return Err(format!(
+                "run members {:?} are not registered silos of 0..{n}",
+                s.members
+            ));
+        }
         if n == 0
             || s.params.len() != n
             || s.directions.len() != n
@@ -411,6 +487,7 @@ impl FedsacServer {
         me.params = s.params.into_iter().map(Arc::new).collect();
         me.directions = s.directions.into_iter().map(|d| d.map(Arc::new)).collect();
         me.trained = s.trained.into_iter().map(|d| d.map(Arc::new)).collect();
+        me.members = s.members;
         if me.ready() {
             for _ in 0..=s.round.min(rounds.saturating_sub(1)) {
                 me.draw();
@@ -422,7 +499,8 @@ impl FedsacServer {
 }
 
 const MAGIC: &[u8; 8] = b"FEDSACC1";
-const VERSION: u32 = 1;
+/// 2: the run's members (joining can close without some silos).
+const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct Saved {
@@ -432,6 +510,46 @@ struct Saved {
     params: Vec<Vec<f32>>,
     directions: Vec<Option<Vec<f32>>>,
     trained: Vec<Option<Vec<f32>>>,
+    members: Vec<usize>,
+}
+
+/// Version 1: the run started once every silo registered, with all of them.
+#[derive(Serialize, Deserialize)]
+struct SavedV1 {
+    round: u64,
+    sizes: Vec<Option<u64>>,
+    init: Vec<f32>,
+    params: Vec<Vec<f32>>,
+    directions: Vec<Option<Vec<f32>>>,
+    trained: Vec<Option<Vec<f32>>>,
+}
+
+impl From<SavedV1> for Saved {
+    fn from(v: SavedV1) -> Self {
+        let members = if v.sizes.iter().all(Option::is_some) {
+            (0..v.sizes.len()).collect()
+        } else {
+            Vec::new()
+        };
+        Saved {
+            round: v.round,
+            sizes: v.sizes,
+            init: v.init,
+            params: v.params,
+            directions: v.directions,
+            trained: v.trained,
+            members,
+        }
+    }
+}
+
+fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let (s, used): (T, usize) =
+        crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+    if used != body.len() {
+        return Err("trailing bytes".into());
+    }
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -460,7 +578,7 @@ mod tests {
     fn assignment(s: &FedsacServer, i: usize, r: u64) -> Assignment {
         match s.fetch(i, r).unwrap() {
             FetchAnswer::Now(a) => a,
-            FetchAnswer::Hold => panic!("silo {i} round {r} held"),
+            other => panic!("silo {i} round {r}: {other:?}"),
         }
     }
 
@@ -619,6 +737,93 @@ mod tests {
             } else {
                 assert_eq!(*a.params, *s.params[0]);
             }
+        }
+    }
+
+    /// Joining closed on silos 0, 1 and 3 of 5 with cohorts of 2: cohorts are the stream's
+    /// draws over those three (mapped to their indices), the rounds are exactly a 3-silo run's,
+    /// silos 2 and 4 are told to train alone and their updates are refused; the checkpoint
+    /// keeps the members and the cohort.
+    #[test]
+    fn a_run_started_without_silos_is_the_run_of_those_that_came() {
+        let members = [0, 1, 3];
+        let mut s = FedsacServer::new(settings(2), 5, 6, 7, vec![0.0; 3]).unwrap();
+        assert!(s.close_joining().is_err(), "nobody registered");
+        for i in members {
+            s.register(i, 10 + i as u64).unwrap();
+        }
+        assert_eq!(s.missing(), vec![2, 4]);
+        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+        assert_eq!(s.close_joining().unwrap(), vec![2, 4]);
+        assert!(s.close_joining().is_err(), "already started");
+        assert_eq!(s.members(), members);
+        s.register(4, 3).unwrap();
+        assert_eq!(s.fetch(4, 0).unwrap(), FetchAnswer::Alone);
+        assert_eq!(s.fetch(2, 0).unwrap(), FetchAnswer::Alone);
+        let e = s.update(4, 0, Arc::new(vec![1.0; 3]), None).unwrap_err();
+        assert!(e.contains("trains alone"), "{e}");
+
+        let mut three = FedsacServer::new(settings(2), 3, 6, 7, vec![0.0; 3]).unwrap();
+        for (j, i) in members.into_iter().enumerate() {
+            three.register(j, 10 + i as u64).unwrap();
+        }
+        for r in 0..4u64 {
+            let mapped: Vec<usize> = three.cohort().iter().map(|&j| members[j]).collect();
+            assert_eq!(s.cohort(), mapped, "round {r}");
+            for (j, i) in members.into_iter().enumerate() {
+                let (a, b) = (assignment(&s, i, r), assignment(&three, j, r));
+                assert_eq!(a, b, "silo {i} round {r}");
+                if a.train {
+                    let m = Arc::new(vec![i as f32 + r as f32, 0.5, 1.0]);
+                    s.update(i, r, m.clone(), None).unwrap();
+                    three.update(j, r, m, None).unwrap();
+                }
+            }
+            assert!(s.all_in());
+            let (a, b) = (s.close(false).unwrap(), three.close(false).unwrap());
+            assert_eq!(a.graph, b.graph);
+            assert_eq!(
+                a.senders,
+                b.senders.iter().map(|&j| members[j]).collect::<Vec<_>>()
+            );
+        }
+        let bytes = s.encode().unwrap();
+        let back = FedsacServer::decode(settings(2), 6, 7, &bytes).unwrap();
+        assert_eq!(back.members(), members);
+        assert_eq!(back.cohort(), s.cohort());
+        for i in 0..5 {
+            assert_eq!(back.fetch(i, 4).unwrap(), s.fetch(i, 4).unwrap());
+        }
+    }
+
+    /// A checkpoint written before joining could close (version 1) resumes with every silo in
+    /// the run and the same cohort.
+    #[test]
+    fn a_version_1_checkpoint_resumes_with_every_silo() {
+        let mut s = server(4, 2);
+        for i in s.cohort().to_vec() {
+            s.update(i, 0, Arc::new(vec![i as f32, 1.0, 0.0]), None)
+                .unwrap();
+        }
+        s.close(false).unwrap();
+        let vec_of = |v: &[Option<Arc<Vec<f32>>>]| -> Vec<Option<Vec<f32>>> {
+            v.iter().map(|d| d.as_ref().map(|d| d.to_vec())).collect()
+        };
+        let body = SavedV1 {
+            round: s.round,
+            sizes: s.sizes.clone(),
+            init: s.init.to_vec(),
+            params: s.params.iter().map(|m| m.to_vec()).collect(),
+            directions: vec_of(&s.directions),
+            trained: vec_of(&s.trained),
+        };
+        let mut v1 = crate::store::header(MAGIC, 1);
+        bincode::serde::encode_into_std_write(&body, &mut v1, bincode::config::standard()).unwrap();
+        let back = FedsacServer::decode(settings(2), 6, 7, &v1).unwrap();
+        assert_eq!(back.members(), [0, 1, 2, 3]);
+        assert_eq!(back.cohort(), s.cohort());
+        for i in 0..4 {
+            assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
         }
     }
 }

@@ -3,7 +3,9 @@
 //! round (pseudo-gradients, the next partition, the group aggregates), answering fetches, and
 //! the checkpoint.
 //! Owns: the round rule of HCCT over a network — nothing starts until every expected silo has
-//! registered (the partition weighs every silo's size); a round closes when every silo sent
+//! registered (the partition weighs every silo's size), or the driver closes joining on the
+//! silos that came ([`HcctServer::close_joining`]: the run is theirs, and a silo registering
+//! later is told to train alone); a round closes when every silo in the run sent
 //! its end model, or at the deadline with whoever did (a missing silo's pseudo-gradient is
 //! its previous one, flagged stale, as [`Coordinator::handle_reports`] does; a group aggregates
 //! over the members that sent, and a group where nobody sent keeps its start model).
@@ -35,6 +37,9 @@ pub enum FetchAnswer {
     },
     /// Not yet: some silo has not registered, or the round asked for is not open.
     Hold,
+    /// The run started without this silo (it registered after joining closed): it trains
+    /// alone.
+    Alone,
 }
 
 /// One closed round, as logged (one JSONL line per round).
@@ -66,7 +71,10 @@ pub struct HcctServer {
     sizes: Vec<Option<usize>>,
     /// w_i: each silo's model after the last aggregation (w⁰ before the first).
     models: Vec<Arc<Vec<f32>>>,
-    /// The partition schedule, once every silo registered.
+    /// The silos in the run, ascending (every silo, unless joining was closed without some);
+    /// empty before the run starts. The partition schedule's client j is silo `members[j]`.
+    members: Vec<usize>,
+    /// The partition schedule over `members`, once the run started.
     coord: Option<Coordinator>,
     /// ŵ of each silo's group for the open round (shared within a group), computed once when
     /// the round opens; empty before every silo registered.
@@ -100,6 +108,7 @@ impl HcctServer {
             sizes: vec![None; nodes],
             // Shared until the first aggregation replaces them.
             models: (0..nodes).map(|_| initial.clone()).collect(),
+            members: Vec::new(),
             coord: None,
             starts: Vec::new(),
             pending: BTreeMap::new(),
@@ -108,13 +117,16 @@ impl HcctServer {
 
     /// Computes the open round's start models (once per group).
     fn open_round(&mut self) -> Result<(), String> {
-        let Some(coord) = &self.coord else {
+        if self.coord.is_none() {
             return Ok(());
-        };
-        let mut starts: Vec<Option<Arc<Vec<f32>>>> = vec![None; self.sizes.len()];
-        for g in coord.groups() {
-            let start = Arc::new(self.start(g)?);
-            for &i in g {
+        }
+        // Silos outside the run keep the initial model here (never served).
+        let mut starts: Vec<Option<Arc<Vec<f32>>>> = (0..self.sizes.len())
+            .map(|i| (!self.in_run(i)).then(|| self.models[i].clone()))
+            .collect();
+        for g in self.groups() {
+            let start = Arc::new(self.start(&g)?);
+            for &i in &g {
                 starts[i] = Some(start.clone());
             }
         }
@@ -152,20 +164,78 @@ impl HcctServer {
         self.sizes.iter().flatten().count()
     }
 
-    /// Every silo registered: rounds may run.
+    /// The run started (every silo registered, or joining was closed): rounds may run.
     pub fn ready(&self) -> bool {
         self.coord.is_some()
     }
 
-    /// The current round's groups (empty until every silo registered).
-    pub fn groups(&self) -> &[Vec<usize>] {
-        self.coord.as_ref().map_or(&[], |c| c.groups())
+    /// Silos that have not registered.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.sizes.len())
+            .filter(|&i| self.sizes[i].is_none())
+            .collect()
+    }
+
+    /// The silos in the run, ascending (empty before it started).
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+
+    fn in_run(&self, i: usize) -> bool {
+        self.members.binary_search(&i).is_ok()
+    }
+
+    /// The current round's groups in silo indices (empty until the run started).
+    pub fn groups(&self) -> Vec<Vec<usize>> {
+        self.coord
+            .as_ref()
+            .map_or(Vec::new(), |c| self.silos(c.groups()))
+    }
+
+    /// The schedule's client groups as silo indices.
+    fn silos(&self, groups: &[Vec<usize>]) -> Vec<Vec<usize>> {
+        groups
+            .iter()
+            .map(|g| g.iter().map(|&j| self.members[j]).collect())
+            .collect()
+    }
+
+    /// Starts the run with `members` (registered, ascending): the partition schedule over
+    /// their sizes, and round 0's start models.
+    fn start_run(&mut self, members: Vec<usize>) -> Result<(), String> {
+        let sizes = members
+            .iter()
+            .map(|&i| self.sizes[i].ok_or("an unregistered silo in the run"))
+            .collect::<Result<_, _>>()?;
+        self.members = members;
+        self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
+        self.open_round()
+    }
+
+    /// Starts the run with the silos registered so far, without waiting for the rest (the
+    /// driver's join deadline passed). Returns the silos left out; each is told to train alone
+    /// if it registers later. Refused with nobody registered or once the run started.
+    pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
+        if self.ready() {
+            return Err("the run has already started".into());
+        }
+        let joined: Vec<usize> = (0..self.sizes.len())
+            .filter(|&i| self.sizes[i].is_some())
+            .collect();
+        if joined.is_empty() {
+            return Err("no silo has registered".into());
+        }
+        self.start_run(joined)?;
+        Ok(self.missing())
     }
 
     /// Records silo `index`'s sample count. A silo that registers again (a restart) must give
-    /// the same count once the run started: the partition weighs fixed sizes.
+    /// the same count once the run started: the partition weighs fixed sizes. A silo that
+    /// registers after joining closed without it is recorded, and its fetches answered
+    /// [`FetchAnswer::Alone`].
     pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
         let n = self.sizes.len();
+        let fixed = self.in_run(index);
         let slot = self
             .sizes
             .get_mut(index)
@@ -175,7 +245,7 @@ impl HcctServer {
             .filter(|&d| d > 0)
             .ok_or_else(|| format!("n_train = {n_train}; a silo needs at least 1 sample"))?;
         match *slot {
-            Some(old) if old != d && self.coord.is_some() => {
+            Some(old) if old != d && fixed => {
                 return Err(format!(
                     "silo {index} registered {old} samples before and now {d}; HCCT keeps sizes fixed for the run"
                 ));
@@ -183,9 +253,7 @@ impl HcctServer {
             _ => *slot = Some(d),
         }
         if self.coord.is_none() && self.sizes.iter().all(Option::is_some) {
-            let sizes = self.sizes.iter().flatten().copied().collect();
-            self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
-            self.open_round()?;
+            self.start_run((0..n).collect())?;
         }
         Ok(())
     }
@@ -204,6 +272,11 @@ impl HcctServer {
         }
         if self.sizes.get(index).is_none_or(Option::is_none) {
             return Err(format!("silo {index} sent an update without registering"));
+        }
+        if !self.in_run(index) {
+            return Err(format!(
+                "silo {index} registered after the run started without it: it trains alone"
+            ));
         }
         if round != self.round {
             return Err(format!(
@@ -231,9 +304,9 @@ impl HcctServer {
         Ok(self.all_in())
     }
 
-    /// Every silo has sent its end model for the open round.
+    /// Every silo in the run has sent its end model for the open round.
     pub fn all_in(&self) -> bool {
-        self.coord.is_some() && self.pending.len() == self.sizes.len()
+        self.coord.is_some() && self.pending.len() == self.members.len()
     }
 
     fn sizes(&self) -> Vec<usize> {
@@ -251,24 +324,30 @@ impl HcctServer {
     /// Closes the open round: pseudo-gradients of the senders against their group's start
     /// model, the next partition, and each group's aggregate adopted by its members.
     pub fn close(&mut self, timed_out: bool) -> Result<RoundLog, String> {
-        let Some(coord) = &self.coord else {
+        if self.coord.is_none() {
             return Err("no round is open before every silo registered".into());
-        };
-        let groups = coord.groups().to_vec();
-        let n = self.sizes.len();
+        }
+        let groups = self.groups();
         let lr = self.cfg.sgd_lr(self.round as usize);
-        let grads: Vec<Option<Vec<f32>>> = (0..n)
+        // The schedule's clients are the run's members, in order.
+        let grads: Vec<Option<Vec<f32>>> = self
+            .members
+            .iter()
             .map(|i| {
                 self.pending
-                    .get(&i)
-                    .map(|end| pseudo_gradient(&self.starts[i], end, lr))
+                    .get(i)
+                    .map(|end| pseudo_gradient(&self.starts[*i], end, lr))
             })
             .collect();
         let refs: Vec<Option<&[f32]>> = grads.iter().map(Option::as_deref).collect();
         let sizes = self.sizes();
         let coord = self.coord.as_mut().expect("checked above");
         let next = coord.handle_reports(&refs).map_err(err)?.groups.clone();
-        let stale = (0..n).filter(|&i| coord.stale()[i]).collect();
+        let stale = (0..self.members.len())
+            .filter(|&j| coord.stale()[j])
+            .map(|j| self.members[j])
+            .collect();
+        let next = self.silos(&next);
         for g in &groups {
             let senders: Vec<usize> = g
                 .iter()
@@ -301,7 +380,8 @@ impl HcctServer {
     }
 
     /// Answers silo `index`'s fetch of round `round`: its group's start model, or once the
-    /// run is over its final model. An older round is answered with the open one.
+    /// run is over its final model. An older round is answered with the open one; a silo
+    /// outside the run is told it trains alone.
     pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
         if self.coord.is_none() {
             return Ok(FetchAnswer::Hold);
@@ -311,6 +391,9 @@ impl HcctServer {
                 "silo {index} is not one of the {} silos of this run",
                 self.sizes.len()
             ));
+        }
+        if !self.in_run(index) {
+            return Ok(FetchAnswer::Alone);
         }
         if round > self.round {
             return Ok(FetchAnswer::Hold);
@@ -335,6 +418,7 @@ impl HcctServer {
             sizes: self.sizes.clone(),
             models: self.models.iter().map(|m| m.to_vec()).collect(),
             coord: self.coord.as_ref().map(Coordinator::snapshot),
+            members: self.members.clone(),
         };
         bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
@@ -342,15 +426,17 @@ impl HcctServer {
     }
 
     /// Restores a checkpoint for this run's settings (header, version, body and its fit to
-    /// `cfg`/`nodes` checked; no pending updates).
+    /// `cfg`/`nodes` checked; no pending updates). A version 1 checkpoint (before joining
+    /// could close) restores with every silo in the run.
     pub fn decode(cfg: HcctConfig, rounds: u64, bytes: &[u8]) -> Result<Self, String> {
         Self::check_config(&cfg)?;
-        let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
-        let (s, used): (Saved, usize) =
-            crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
-        if used != body.len() {
-            return Err("trailing bytes".into());
-        }
+        let s = match crate::store::strip_header(bytes, MAGIC, VERSION) {
+            Ok(body) => decode_exact::<Saved>(body)?,
+            Err(e) => match crate::store::strip_header(bytes, MAGIC, 1) {
+                Ok(body) => decode_exact::<SavedV1>(body)?.into(),
+                Err(_) => return Err(e),
+            },
+        };
         let n = s.sizes.len();
         if n == 0 || s.models.len() != n {
             return Err(format!("{} models for {n} silos", s.models.len()));
@@ -358,15 +444,23 @@ impl HcctServer {
         if s.models.iter().any(|m| m.len() != s.models[0].len()) {
             return Err("models of different sizes".into());
         }
+        if !s.members.is_sorted_by(|a, b| a < b) || s.members.last().is_some_and(|&i| i >= n) {
+            return Err(format!(
+                "run members {:?} are not silos of 0..{n}",
+                s.members
+            ));
+        }
         let coord = match s.coord {
             Some(snap) => {
-                let sizes: Vec<usize> = s.sizes.iter().map(|d| d.unwrap_or(0)).collect();
-                if sizes.contains(&0) {
-                    return Err("a partition saved before every silo registered".into());
+                let sizes: Vec<usize> =
+                    s.members.iter().map(|&i| s.sizes[i].unwrap_or(0)).collect();
+                if sizes.is_empty() || sizes.contains(&0) {
+                    return Err("a partition saved before its silos registered".into());
                 }
                 Some(Coordinator::restore(sizes, cfg.coordinator_config(), snap).map_err(err)?)
             }
-            None => None,
+            None if s.members.is_empty() => None,
+            None => return Err("run members without a partition".into()),
         };
         let mut me = Self {
             cfg,
@@ -374,6 +468,7 @@ impl HcctServer {
             round: s.round,
             sizes: s.sizes,
             models: s.models.into_iter().map(Arc::new).collect(),
+            members: s.members,
             coord,
             starts: Vec::new(),
             pending: BTreeMap::new(),
@@ -394,7 +489,8 @@ impl HcctServer {
 }
 
 const MAGIC: &[u8; 8] = b"FEDHCCT1";
-const VERSION: u32 = 1;
+/// 2: the run's members (joining can close without some silos).
+const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct Saved {
@@ -402,6 +498,42 @@ struct Saved {
     sizes: Vec<Option<usize>>,
     models: Vec<Vec<f32>>,
     coord: Option<CoordinatorSnapshot>,
+    members: Vec<usize>,
+}
+
+/// Version 1: every silo was in the run once it started.
+#[derive(Serialize, Deserialize)]
+struct SavedV1 {
+    round: u64,
+    sizes: Vec<Option<usize>>,
+    models: Vec<Vec<f32>>,
+    coord: Option<CoordinatorSnapshot>,
+}
+
+impl From<SavedV1> for Saved {
+    fn from(v: SavedV1) -> Self {
+        let members = if v.coord.is_some() {
+            (0..v.sizes.len()).collect()
+        } else {
+            Vec::new()
+        };
+        Saved {
+            round: v.round,
+            sizes: v.sizes,
+            models: v.models,
+            coord: v.coord,
+            members,
+        }
+    }
+}
+
+fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let (s, used): (T, usize) =
+        crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+    if used != body.len() {
+        return Err("trailing bytes".into());
+    }
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -448,7 +580,7 @@ mod tests {
                 assert_eq!(round, 0);
                 assert_eq!(*params, vec![0.0; 3]);
             }
-            FetchAnswer::Hold => panic!("round 0 is open"),
+            other => panic!("round 0 is open: {other:?}"),
         }
     }
 
@@ -465,7 +597,7 @@ mod tests {
         assert_eq!(s.round(), 1);
         match s.fetch(1, 1).unwrap() {
             FetchAnswer::Now { params, .. } => assert_eq!(*params, vec![0.0, 1.0, 0.0]),
-            FetchAnswer::Hold => panic!("round 1 is open"),
+            other => panic!("round 1 is open: {other:?}"),
         }
         assert_eq!(s.fetch(1, 2).unwrap(), FetchAnswer::Hold);
     }
@@ -489,7 +621,7 @@ mod tests {
         for i in 0..2 {
             match s.fetch(i, 2).unwrap() {
                 FetchAnswer::Now { params, .. } => assert_eq!(*params, want),
-                FetchAnswer::Hold => panic!("round 2 is open"),
+                other => panic!("round 2 is open: {other:?}"),
             }
         }
     }
@@ -509,7 +641,7 @@ mod tests {
         // Silo 2 sent nothing: its singleton keeps its start model.
         match s.fetch(2, 2).unwrap() {
             FetchAnswer::Now { params, .. } => assert_eq!(*params, vec![2.0; 3]),
-            FetchAnswer::Hold => panic!(),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -605,5 +737,112 @@ mod tests {
         let mut longer = bytes;
         longer.push(0);
         assert!(HcctServer::decode(HcctConfig::default(), 9, &longer).is_err());
+    }
+
+    fn params(a: FetchAnswer) -> Vec<f32> {
+        match a {
+            FetchAnswer::Now { params, .. } => params.to_vec(),
+            other => panic!("no model: {other:?}"),
+        }
+    }
+
+    /// Joining closed on silos 0, 2 and 3 of 4: the run is exactly a 3-silo run over their
+    /// sizes (groups, merges and models under the index map), silo 1 is told to train alone
+    /// and its updates are refused; the checkpoint keeps the members.
+    #[test]
+    fn a_run_started_without_a_silo_is_the_run_of_those_that_came() {
+        let mut s = HcctServer::new(HcctConfig::default(), 4, 9, vec![0.0; 2]).unwrap();
+        assert!(s.close_joining().is_err(), "nobody registered");
+        let sizes = [10, 0, 30, 20];
+        for i in [0, 2, 3] {
+            s.register(i, sizes[i]).unwrap();
+        }
+        assert_eq!(s.missing(), vec![1]);
+        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+        assert_eq!(s.close_joining().unwrap(), vec![1]);
+        assert!(s.close_joining().is_err(), "already started");
+        assert_eq!(s.members(), [0, 2, 3]);
+        assert_eq!(s.groups(), [vec![0], vec![2], vec![3]]);
+        assert_eq!(s.fetch(1, 0).unwrap(), FetchAnswer::Alone);
+        s.register(1, 50).unwrap();
+        assert_eq!(s.fetch(1, 0).unwrap(), FetchAnswer::Alone);
+        let e = s.update(1, 0, Arc::new(vec![0.0; 2])).unwrap_err();
+        assert!(e.contains("trains alone"), "{e}");
+
+        let mut three = HcctServer::new(HcctConfig::default(), 3, 9, vec![0.0; 2]).unwrap();
+        for (j, i) in [0, 2, 3].into_iter().enumerate() {
+            three.register(j, sizes[i]).unwrap();
+        }
+        let map = |g: Vec<Vec<usize>>| -> Vec<Vec<usize>> {
+            g.into_iter()
+                .map(|g| g.into_iter().map(|j| [0, 2, 3][j]).collect())
+                .collect()
+        };
+        // Silos 0 and 2 move alike (they merge), silo 3 elsewhere.
+        let ends = [
+            [[1.0, 1.0], [1.1, 0.9], [-1.0, 1.0]],
+            [[2.0, 1.0], [1.0, 2.0], [0.5, -3.0]],
+        ];
+        let mut merged = false;
+        for (t, round) in ends.iter().enumerate() {
+            for (j, e) in round.iter().enumerate() {
+                let all = s
+                    .update([0, 2, 3][j], t as u64, Arc::new(e.to_vec()))
+                    .unwrap();
+                three.update(j, t as u64, Arc::new(e.to_vec())).unwrap();
+                assert_eq!(all, j == 2, "all in once the third member sent");
+            }
+            let (a, b) = (s.close(false).unwrap(), three.close(false).unwrap());
+            assert_eq!(a.next_groups, map(b.next_groups.clone()));
+            assert_eq!(a.senders, [0, 2, 3]);
+            merged |= a.next_groups.len() < 3;
+            for (j, i) in [0, 2, 3].into_iter().enumerate() {
+                let r = t as u64 + 1;
+                assert_eq!(
+                    params(s.fetch(i, r).unwrap()),
+                    params(three.fetch(j, r).unwrap())
+                );
+            }
+        }
+        assert!(merged, "the test should exercise a merge");
+
+        let bytes = s.encode().unwrap();
+        let back = HcctServer::decode(HcctConfig::default(), 9, &bytes).unwrap();
+        assert_eq!(back.members(), [0, 2, 3]);
+        assert_eq!(back.groups(), s.groups());
+        assert_eq!(back.fetch(1, 2).unwrap(), FetchAnswer::Alone);
+        assert_eq!(
+            params(back.fetch(3, 2).unwrap()),
+            params(s.fetch(3, 2).unwrap())
+        );
+    }
+
+    /// A checkpoint written before joining could close (version 1) resumes with every silo in
+    /// the run.
+    #[test]
+    fn a_version_1_checkpoint_resumes_with_every_silo() {
+        let mut s = registered(3);
+        for i in 0..3 {
+            s.update(i, 0, Arc::new(vec![i as f32; 3])).unwrap();
+        }
+        s.close(false).unwrap();
+        let mut v1 = crate::store::header(MAGIC, 1);
+        let body = SavedV1 {
+            round: s.round,
+            sizes: s.sizes.clone(),
+            models: s.models.iter().map(|m| m.to_vec()).collect(),
+            coord: s.coord.as_ref().map(Coordinator::snapshot),
+        };
+        bincode::serde::encode_into_std_write(&body, &mut v1, bincode::config::standard()).unwrap();
+        let back = HcctServer::decode(cfg(), 5, &v1).unwrap();
+        assert_eq!(back.members(), [0, 1, 2]);
+        assert_eq!(back.groups(), s.groups());
+        for i in 0..3 {
+            assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
+        }
+        let mut bad = v1.clone();
+        bad[8] = 7;
+        let e = HcctServer::decode(cfg(), 5, &bad).unwrap_err();
+        assert!(e.contains("version 7"), "{e}");
     }
 }

@@ -8,7 +8,9 @@
 //! the simulator's recipe for the algorithm on a blocking thread, send the trained model,
 //! evaluate), the fallback
 //! when the coordinator is unreachable (keep training from the last model it has, retry every
-//! round, reattach when the coordinator answers again), the run log and the checkpoint.
+//! round, reattach when the coordinator answers again), training alone once the coordinator
+//! says its run started without this silo (HCCT, FedSaC: `join_s`), the run log and the
+//! checkpoint.
 //! Must not: weigh, group or aggregate (the coordinator does), or train inside the event loop: the
 //! swarm runs in its own task and training on `spawn_blocking`.
 
@@ -215,6 +217,10 @@ struct RoundLine {
     /// round meanwhile (whether with this update is not known here: `update_acked` is false).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     recovered: bool,
+    /// The coordinator's run started without this silo (it joined after the join deadline):
+    /// it trains alone and no longer asks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    alone: bool,
 }
 
 /// The final line.
@@ -695,6 +701,8 @@ pub async fn run(
             .unwrap_or(0.0)
     };
     let mut streak = 0u64;
+    // The coordinator's run started without this silo: no more asking.
+    let mut alone = false;
     let result: anyhow::Result<Option<u64>> = async {
         if falls_back && cfg.state_dir.join("federico/checkpoint.bin").exists() {
             // Switched before a restart: go on as FedeRiCo.
@@ -705,7 +713,7 @@ pub async fn run(
             // One budget per round for registering and fetching: a coordinator that is not
             // up yet (or restarting) is retried within it.
             let until = tokio::time::Instant::now() + fetch;
-            if !registered {
+            if !registered && !alone {
                 registered = tokio::select! {
                     _ = &mut shutdown => { info!("stopped by a signal"); return Ok(None); }
                     r = register_within(&tx, &register, until) => r,
@@ -713,9 +721,13 @@ pub async fn run(
             }
             let want = last_global.map_or(0, |g| g + 1);
             let left = until.saturating_duration_since(tokio::time::Instant::now());
-            let got = tokio::select! {
-                _ = &mut shutdown => { info!("stopped by a signal"); return Ok(None); }
-                r = fetch_within(&tx, want, left) => r,
+            let got = if alone {
+                Ok(CoordResponse::Alone)
+            } else {
+                tokio::select! {
+                    _ = &mut shutdown => { info!("stopped by a signal"); return Ok(None); }
+                    r = fetch_within(&tx, want, left) => r,
+                }
             };
             let fits = |p: &[f32]| p.len() == model.len();
             let (global_round, direction, train) = match got {
@@ -733,6 +745,17 @@ pub async fn run(
                     model = params.to_vec();
                     last_global = Some(g);
                     (Some(g), direction, train)
+                }
+                Ok(CoordResponse::Alone) => {
+                    if !alone {
+                        warn!(
+                            round,
+                            "the coordinator's run started without this silo (it joined after \
+                             the join deadline): training alone for the remaining rounds"
+                        );
+                        alone = true;
+                    }
+                    (None, None, true)
                 }
                 other => {
                     warn!(
@@ -774,6 +797,7 @@ pub async fn run(
                         at: now(),
                         eval,
                         recovered: true,
+                        alone: false,
                     };
                     writeln!(log, "{}", serde_json::to_string(&line)?)?;
                     log.flush()?;
@@ -860,6 +884,7 @@ pub async fn run(
                 at: now(),
                 eval,
                 recovered: false,
+                alone,
             };
             writeln!(log, "{}", serde_json::to_string(&line)?)?;
             log.flush()?;
@@ -876,7 +901,7 @@ pub async fn run(
                 },
             )
             .map_err(|e| anyhow::anyhow!(e))?;
-            streak = if global_round.is_some() {
+            streak = if global_round.is_some() || alone {
                 0
             } else {
                 streak + 1
@@ -896,12 +921,13 @@ pub async fn run(
         let want = cfg.rounds;
         let fetch = fetch * 4;
         let mut final_round = None;
-        if let Ok(
-            CoordResponse::Global { round: g, params }
-            | CoordResponse::Assigned {
-                round: g, params, ..
-            },
-        ) = fetch_within(&tx, want, fetch).await
+        if !alone
+            && let Ok(
+                CoordResponse::Global { round: g, params }
+                | CoordResponse::Assigned {
+                    round: g, params, ..
+                },
+            ) = fetch_within(&tx, want, fetch).await
             && params.len() == model.len()
         {
             model = params.to_vec();

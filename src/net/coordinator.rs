@@ -2,8 +2,9 @@
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
-//! clock (close when every registered node sent, or at the update deadline τ), FedCollab's
-//! join deadline (`join_s`: when it passes, joining is closed on the silos that came), held fetches,
+//! clock (close when every registered node sent, or at the update deadline τ), the join
+//! deadline of FedCollab, HCCT and FedSaC (`join_s`: when it passes, joining is closed on the
+//! silos that came), held fetches,
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
 //! Must not: decide weights, groups, coalitions or models itself
 //! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
@@ -102,10 +103,11 @@ pub struct CoordinatorConfig {
     /// Largest message accepted, MiB.
     #[serde(default = "default_max_mib")]
     pub max_message_mib: u64,
-    /// FedCollab: how long the distance plan waits for every silo, in seconds from the first
-    /// join. Once it has passed and at least 2 silos joined, the plan goes out to those that
-    /// did; a silo that joins later trains alone (FedCollab's singleton). Unset: the plan
-    /// waits for every silo (the paper's setting, and the one `simulate` reproduces).
+    /// FedCollab, HCCT and FedSaC: how long the run waits for every silo, in seconds from the
+    /// first join. Once it has passed, the run starts with the silos that joined (FedCollab:
+    /// at least 2, its distance plan goes out to them; HCCT and FedSaC: partitions and
+    /// cohorts among them); a silo that joins later trains alone (FedCollab's singleton). Unset:
+    /// the run waits for every silo (the papers' setting, and the one `simulate` reproduces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_s: Option<f64>,
 }
@@ -172,10 +174,10 @@ impl CoordinatorConfig {
             ),
         }
         if let Some(j) = c.join_s {
-            if c.algorithm != "fedcollab" {
+            if c.algorithm == "feddisco" {
                 anyhow::bail!(
-                    "{}: join_s is for algorithm = \"fedcollab\" only; HCCT and FedSaC wait \
-                     for every silo",
+                    "{}: join_s is for fedcollab, hcct and fedsac; FedDisco waits for nobody \
+                     (a round closes with the silos registered)",
                     path.display()
                 );
             }
@@ -277,11 +279,64 @@ impl Server {
         }
     }
 
-    /// FedCollab's plan is out (other algorithms have none).
+    /// FedCollab's plan is out, HCCT's or FedSaC's run started (FedDisco needs neither).
     fn plan_out(&self) -> bool {
         match self {
             Server::Collab(s) => s.ready(),
+            Server::Hcct(s) => s.ready(),
+            Server::Fedsac(s) => s.ready(),
+            Server::Disco(..) => true,
+        }
+    }
+
+    /// Every update a round awaits can have come: FedDisco's round closes early only once
+    /// `nodes` nodes registered; HCCT's and FedSaC's `all_in` already covers the run's silos
+    /// (every silo, or those that came before the join deadline).
+    fn complete(&self, nodes: usize) -> bool {
+        match self {
+            Server::Disco(s, _) => s.reports.len() >= nodes,
             _ => true,
+        }
+    }
+
+    /// Silos still awaited before the run can start (none once it started, and none for
+    /// FedDisco, which awaits nobody).
+    fn missing(&self) -> Vec<usize> {
+        match self {
+            Server::Collab(s) if !s.ready() => s.missing(),
+            Server::Hcct(s) if !s.ready() => s.missing(),
+            Server::Fedsac(s) if !s.ready() => s.missing(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The run started without silo `index` (joining closed before it came).
+    fn left_out(&self, index: Option<usize>) -> bool {
+        let Some(i) = index else { return false };
+        match self {
+            Server::Collab(s) => s.participants().is_some_and(|p| !p.contains(&i)),
+            Server::Hcct(s) => s.ready() && !s.members().contains(&i),
+            Server::Fedsac(s) => s.ready() && !s.members().contains(&i),
+            Server::Disco(..) => false,
+        }
+    }
+
+    /// Silos that must have joined before joining may close without the rest: a FedCollab
+    /// plan needs a pair, HCCT and FedSaC run with whoever came.
+    fn min_joined(&self) -> usize {
+        match self {
+            Server::Collab(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Closes joining on the silos that came (the join deadline passed); the silos left out.
+    fn close_joining(&mut self) -> Result<Vec<usize>, String> {
+        match self {
+            Server::Collab(s) => s.close_joining(),
+            Server::Hcct(s) => s.close_joining(),
+            Server::Fedsac(s) => s.close_joining(),
+            Server::Disco(..) => Err("feddisco has no joining to close".into()),
         }
     }
 
@@ -393,6 +448,7 @@ impl Server {
             Server::Hcct(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
                 hcct_server::FetchAnswer::Now { round, params } => global(round, params),
                 hcct_server::FetchAnswer::Hold => None,
+                hcct_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
             }),
             Server::Fedsac(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
                 fedsac_server::FetchAnswer::Now(a) => Some(CoordResponse::Assigned {
@@ -402,6 +458,7 @@ impl Server {
                     train: a.train,
                 }),
                 fedsac_server::FetchAnswer::Hold => None,
+                fedsac_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
             }),
             Server::Collab(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
                 fedcollab_server::FetchAnswer::Hold => None,
@@ -612,24 +669,24 @@ pub async fn run(
     let mut opened = Instant::now();
     let mut round_deadline: Option<Instant> = None;
     let mut linger: Option<Instant> = None;
-    // FedCollab's join deadline: armed by the first join (or a resumed one), it closes
-    // joining once at least 2 silos are in; `join_due` once it passed with fewer.
+    // The join deadline (FedCollab, HCCT, FedSaC): armed by the first join (or a resumed
+    // one), it closes joining once enough silos are in; `join_due` once it passed with fewer.
     let mut join_deadline: Option<Instant> = None;
     let mut join_due = false;
     tokio::pin!(shutdown);
     loop {
-        if let (Some(j), Server::Collab(s)) = (cfg.join_s, &mut state)
-            && !s.ready()
-            && s.registered() > 0
+        if let Some(j) = cfg.join_s
+            && !state.plan_out()
+            && state.registered() > 0
         {
             let at =
                 *join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
-            if (join_due || Instant::now() >= at) && s.registered() >= 2 {
-                let absent = s.close_joining().map_err(|e| anyhow::anyhow!(e))?;
+            if (join_due || Instant::now() >= at) && state.registered() >= state.min_joined() {
+                let absent = state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
                 warn!(
                     ?absent,
                     join_s = j,
-                    "join deadline passed: the distance plan goes out without these silos; they will train alone"
+                    "join deadline passed: the run starts without these silos; they will train alone"
                 );
                 state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
                 serve_held(&mut swarm, &state, &mut held);
@@ -665,8 +722,8 @@ pub async fn run(
                 if linger.is_some() {
                     return Ok(());
                 }
-                // (Without a round open, this was FedCollab's join deadline: the top of the
-                // loop handles it.)
+                // (Without a round open, this was the join deadline: the top of the loop
+                // handles it.)
                 if round_deadline.is_some() {
                     close(&mut state, true, &mut log, opened, &ckpt)?;
                     round_deadline = None;
@@ -698,11 +755,11 @@ pub async fn run(
                     CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
                         let answer = match state.register(&who, index, &request) {
                             Ok(()) => {
-                                let waiting_for = match &state {
-                                    Server::Collab(s) if !s.ready() => s.missing(),
-                                    _ => Vec::new(),
-                                };
+                                let waiting_for = state.missing();
                                 info!(peer = %who, ?index, ?request, ?waiting_for, "registered");
+                                if state.left_out(index) {
+                                    warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
+                                }
                                 state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
                                 // HCCT: the last registration opens round 0.
                                 serve_held(&mut swarm, &state, &mut held);
@@ -755,7 +812,7 @@ pub async fn run(
                         match state.update(&who, index, request) {
                             Ok(all_in) => {
                                 let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
-                                if all_in && state.registered() >= cfg.nodes {
+                                if all_in && state.complete(cfg.nodes) {
                                     close(&mut state, false, &mut log, opened, &ckpt)?;
                                     round_deadline = None;
                                     opened = Instant::now();
@@ -868,11 +925,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("join_s must be > 0"), "{e}");
-        let e = load(|t| t.replace("# join_s = 600 ", "join_s = 600 "))
-            .unwrap_err()
-            .to_string();
+        let hcct = load(|t| t.replace("# join_s = 600 ", "join_s = 600 ")).unwrap();
+        assert_eq!(
+            (hcct.algorithm.as_str(), hcct.join_s),
+            ("hcct", Some(600.0))
+        );
+        let fedsac = |t: String| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedsac""#);
+        let c = load(|t| fedsac(t).replace("# join_s = 600 ", "join_s = 0.5 ")).unwrap();
+        assert_eq!(c.join_s, Some(0.5));
+        let e = load(|t| {
+            t.replace(r#"algorithm = "hcct""#, r#"algorithm = "feddisco""#)
+                .replace("# join_s = 600 ", "join_s = 600 ")
+        })
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.contains("join_s is for algorithm = \"fedcollab\" only"),
+            e.contains("join_s is for fedcollab, hcct and fedsac"),
             "{e}"
         );
     }
