@@ -97,6 +97,37 @@ pub fn decode_bounded<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<(T,
     }
 }
 
+/// Decodes a whole body with [`decode_bounded`]: undecodable or trailing bytes are an error.
+pub fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let (value, used): (T, usize) =
+        decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
+    if used != body.len() {
+        return Err("trailing bytes".into());
+    }
+    Ok(value)
+}
+
+/// Decodes a checkpoint of format `version` as `T`, or one of the `previous` format as `Old`
+/// converted to `T` (a migration); any other header is refused with the current format's error.
+pub fn decode_migrating<T, Old>(
+    bytes: &[u8],
+    magic: &[u8; 8],
+    version: u32,
+    previous: u32,
+) -> Result<T, String>
+where
+    T: serde::de::DeserializeOwned,
+    Old: serde::de::DeserializeOwned + Into<T>,
+{
+    match strip_header(bytes, magic, version) {
+        Ok(body) => decode_exact(body),
+        Err(e) => match strip_header(bytes, magic, previous) {
+            Ok(body) => decode_exact::<Old>(body).map(Into::into),
+            Err(_) => Err(e),
+        },
+    }
+}
+
 /// Reads a file written by [`write_versioned`]: `None` when it does not exist; an error naming
 /// the file when it cannot be read, has another header or does not decode.
 pub fn read_versioned<T: serde::de::DeserializeOwned>(

@@ -85,6 +85,32 @@ fn start_nodes(p: &Prepared) -> Vec<Child> {
         .collect()
 }
 
+/// Starts silo `i` alone, its log in `<nodes_dir>/<log>`.
+fn start_silo(p: &Prepared, i: usize, log: &str) -> Child {
+    launch::start_node(Path::new(EXE), &p.configs[i], &p.nodes_dir.join(log)).unwrap()
+}
+
+/// Sets the coordinator's `join_s` in its config file.
+fn set_join_s(s: &Setup, join_s: f64) {
+    let mut cc = federico::net::coordinator::CoordinatorConfig::load(&s.coord.config).unwrap();
+    cc.join_s = Some(join_s);
+    std::fs::write(&s.coord.config, toml::to_string(&cc).unwrap()).unwrap();
+}
+
+/// The quick start with 4 silos running `algorithm` alone on seed 1, over `rounds` rounds
+/// evaluated every `eval_every`, with `extra` overrides.
+fn four_silos(algorithm: Algorithm, rounds: usize, eval_every: usize, extra: &[&str]) -> Scenario {
+    let mut over: Vec<String> = vec![
+        "split.clients=4".into(),
+        format!("rounds={rounds}"),
+        format!("eval_every={eval_every}"),
+        format!("algorithms=[\"{}\"]", algorithm.name()),
+        "seeds=[1]".into(),
+    ];
+    over.extend(extra.iter().map(|s| s.to_string()));
+    Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap()
+}
+
 /// SIGKILLs node `victim` once its run log has `after` lines (of `rounds`), restarts it
 /// `pause` later (its log in `<name>-restarted.log`) and waits for every node to finish.
 /// Returns the lines logged at the kill and the restarted node's log.
@@ -851,17 +877,7 @@ fn fedcollab_silos_killed_while_their_pairs_run_end_with_the_undisturbed_distanc
 fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_when_it_does() {
     let _one_at_a_time = serial();
     let started = Instant::now();
-    let over: Vec<String> = [
-        "split.clients=4",
-        "rounds=10",
-        "eval_every=5",
-        "algorithms=[\"fedcollab\"]",
-        "seeds=[1]",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let sc = four_silos(Algorithm::Fedcollab, 10, 5, &[]);
     let tmp = tempfile::tempdir().unwrap();
     let s = setup(tmp.path(), &sc, 2.0, 5.0, Algorithm::Fedcollab);
     let sizes: Vec<usize> =
@@ -872,13 +888,9 @@ fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_wh
             .collect();
     let out = (0..4).max_by_key(|&i| (sizes[i], i)).unwrap();
     let planned: Vec<usize> = (0..4).filter(|&i| i != out).collect();
-    let mut cc = federico::net::coordinator::CoordinatorConfig::load(&s.coord.config).unwrap();
-    cc.join_s = Some(2.0);
-    std::fs::write(&s.coord.config, toml::to_string(&cc).unwrap()).unwrap();
+    set_join_s(&s, 2.0);
     let mut coord = start_coordinator(&s, "coordinator.log");
-    let start = |i: usize, log: &str| {
-        launch::start_node(Path::new(EXE), &s.p.configs[i], &s.p.nodes_dir.join(log)).unwrap()
-    };
+    let start = |i: usize, log: &str| start_silo(&s.p, i, log);
     let mut nodes: Vec<Child> = planned
         .iter()
         .map(|&i| start(i, &format!("{}.log", s.p.names[i])))
@@ -980,27 +992,14 @@ fn join_s_leaves_out_a_silo_that_never_came(algorithm: Algorithm, extra: &[&str]
     let _one_at_a_time = serial();
     let started = Instant::now();
     let rounds = 30;
-    let mut over: Vec<String> = [
-        "split.clients=4".to_string(),
-        format!("rounds={rounds}"),
-        "eval_every=10".into(),
-        format!("algorithms=[\"{}\"]", algorithm.name()),
-        "seeds=[1]".into(),
-    ]
-    .to_vec();
-    over.extend(extra.iter().map(|s| s.to_string()));
-    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let sc = four_silos(algorithm, rounds, 10, extra);
     let tmp = tempfile::tempdir().unwrap();
     let fetch_s = 5.0;
     // τ = 3 s: rounds close when the three silos sent; the coordinator lingers τ at the end.
     let s = setup(tmp.path(), &sc, 3.0, fetch_s, algorithm);
-    let mut cc = federico::net::coordinator::CoordinatorConfig::load(&s.coord.config).unwrap();
-    cc.join_s = Some(2.0);
-    std::fs::write(&s.coord.config, toml::to_string(&cc).unwrap()).unwrap();
+    set_join_s(&s, 2.0);
     let mut coord = start_coordinator(&s, "coordinator.log");
-    let start = |i: usize, log: &str| {
-        launch::start_node(Path::new(EXE), &s.p.configs[i], &s.p.nodes_dir.join(log)).unwrap()
-    };
+    let start = |i: usize, log: &str| start_silo(&s.p, i, log);
     let (out, came) = (3, [0, 1, 2]);
     let mut nodes: Vec<Child> = came
         .iter()
@@ -1317,19 +1316,14 @@ fn kill_a_silo_mid_run(algorithm: Algorithm, extra: &[&str]) {
     let _one_at_a_time = serial();
     let started = Instant::now();
     let rounds = 60;
-    let mut over: Vec<String> = [
-        "split.clients=4".to_string(),
-        format!("rounds={rounds}"),
-        "eval_every=20".into(),
-        // Batches smaller than a silo's 40 rows: their order matters (full batches would not
-        // notice a restart that reshuffles).
-        "train.batch_size=8".into(),
-        format!("algorithms=[\"{}\"]", algorithm.name()),
-        "seeds=[1]".into(),
-    ]
-    .to_vec();
-    over.extend(extra.iter().map(|s| s.to_string()));
-    let sc = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    // Batches smaller than a silo's 40 rows: their order matters (full batches would not
+    // notice a restart that reshuffles).
+    let extra: Vec<&str> = ["train.batch_size=8"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let sc = four_silos(algorithm, rounds, 20, &extra);
     let tmp = tempfile::tempdir().unwrap();
     let s = setup(tmp.path(), &sc, 10.0, 20.0, algorithm);
     let mut coord = start_coordinator(&s, "coordinator.log");

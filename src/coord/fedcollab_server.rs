@@ -123,9 +123,7 @@ impl FedCollabServer {
 
     /// Silos that have not joined, ascending.
     pub fn missing(&self) -> Vec<usize> {
-        (0..self.nodes())
-            .filter(|&i| self.sizes[i].is_none())
-            .collect()
+        super::silos_joined(&self.sizes, false)
     }
 
     /// The planned silos, once the plan is out.
@@ -141,9 +139,7 @@ impl FedCollabServer {
         if self.ready() {
             return Err("the plan is already out".into());
         }
-        let joined: Vec<usize> = (0..self.nodes())
-            .filter(|&i| self.sizes[i].is_some())
-            .collect();
+        let joined = super::silos_joined(&self.sizes, true);
         if joined.len() < 2 {
             return Err(format!(
                 "{} of {} silos joined; a plan needs at least 2",
@@ -153,6 +149,16 @@ impl FedCollabServer {
         }
         self.participants = Some(joined);
         Ok(self.missing())
+    }
+
+    /// Joining may close now: the plan is not out and a pair has joined.
+    pub fn may_close_joining(&self) -> bool {
+        !self.ready() && self.registered() >= 2
+    }
+
+    /// The plan went out without silo `i`.
+    pub fn left_out(&self, i: usize) -> bool {
+        self.ready() && !self.planned(i)
     }
 
     fn planned(&self, i: usize) -> bool {
@@ -361,13 +367,7 @@ impl FedCollabServer {
     /// Restores a checkpoint for this run's settings (version 1, written before joining could
     /// close early, is read as a plan of every silo once all had joined).
     pub fn decode(cfg: FedCollabConfig, seed: u64, bytes: &[u8]) -> Result<Self, String> {
-        let s = match crate::store::strip_header(bytes, MAGIC, VERSION) {
-            Ok(body) => decode_exact::<Saved>(body)?,
-            Err(e) => match crate::store::strip_header(bytes, MAGIC, 1) {
-                Ok(body) => decode_exact::<SavedV1>(body)?.into(),
-                Err(_) => return Err(e),
-            },
-        };
+        let s = crate::store::decode_migrating::<Saved, SavedV1>(bytes, MAGIC, VERSION, 1)?;
         let n = s.sizes.len();
         let mut out = Self::new(cfg, n, seed)?;
         if s.reports.len() != n {
@@ -406,15 +406,6 @@ impl FedCollabServer {
         out.solved = s.solved;
         Ok(out)
     }
-}
-
-fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
-    let (s, used): (T, usize) =
-        crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
-    if used != body.len() {
-        return Err("trailing bytes".into());
-    }
-    Ok(s)
 }
 
 /// The checkpoint before joining could close early: the plan went out once every silo joined.

@@ -171,9 +171,17 @@ impl HcctServer {
 
     /// Silos that have not registered.
     pub fn missing(&self) -> Vec<usize> {
-        (0..self.sizes.len())
-            .filter(|&i| self.sizes[i].is_none())
-            .collect()
+        super::silos_joined(&self.sizes, false)
+    }
+
+    /// Joining may close now: the run has not started and a silo has registered.
+    pub fn may_close_joining(&self) -> bool {
+        !self.ready() && self.registered() > 0
+    }
+
+    /// The run started without silo `i`: it trains alone.
+    pub fn left_out(&self, i: usize) -> bool {
+        self.ready() && !self.in_run(i)
     }
 
     /// The silos in the run, ascending (empty before it started).
@@ -219,9 +227,7 @@ impl HcctServer {
         if self.ready() {
             return Err("the run has already started".into());
         }
-        let joined: Vec<usize> = (0..self.sizes.len())
-            .filter(|&i| self.sizes[i].is_some())
-            .collect();
+        let joined = super::silos_joined(&self.sizes, true);
         if joined.is_empty() {
             return Err("no silo has registered".into());
         }
@@ -430,13 +436,7 @@ impl HcctServer {
     /// could close) restores with every silo in the run.
     pub fn decode(cfg: HcctConfig, rounds: u64, bytes: &[u8]) -> Result<Self, String> {
         Self::check_config(&cfg)?;
-        let s = match crate::store::strip_header(bytes, MAGIC, VERSION) {
-            Ok(body) => decode_exact::<Saved>(body)?,
-            Err(e) => match crate::store::strip_header(bytes, MAGIC, 1) {
-                Ok(body) => decode_exact::<SavedV1>(body)?.into(),
-                Err(_) => return Err(e),
-            },
-        };
+        let s = crate::store::decode_migrating::<Saved, SavedV1>(bytes, MAGIC, VERSION, 1)?;
         let n = s.sizes.len();
         if n == 0 || s.models.len() != n {
             return Err(format!("{} models for {n} silos", s.models.len()));
@@ -525,15 +525,6 @@ impl From<SavedV1> for Saved {
             members,
         }
     }
-}
-
-fn decode_exact<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
-    let (s, used): (T, usize) =
-        crate::store::decode_bounded(body).map_err(|e| format!("undecodable ({e})"))?;
-    if used != body.len() {
-        return Err("trailing bytes".into());
-    }
-    Ok(s)
 }
 
 #[cfg(test)]

@@ -14,3 +14,12 @@ pub mod fedsac;
 pub mod fedsac_server;
 pub mod hcct;
 pub mod hcct_server;
+
+/// The silos whose sample count a coordinator has (`joined`) or still awaits (`!joined`),
+/// ascending: the servers that wait for every silo, or close joining on those that came, share
+/// it.
+pub(crate) fn silos_joined<T>(sizes: &[Option<T>], joined: bool) -> Vec<usize> {
+    (0..sizes.len())
+        .filter(|&i| sizes[i].is_some() == joined)
+        .collect()
+}

@@ -314,19 +314,20 @@ impl Server {
     fn left_out(&self, index: Option<usize>) -> bool {
         let Some(i) = index else { return false };
         match self {
-            Server::Collab(s) => s.participants().is_some_and(|p| !p.contains(&i)),
-            Server::Hcct(s) => s.ready() && !s.members().contains(&i),
-            Server::Fedsac(s) => s.ready() && !s.members().contains(&i),
+            Server::Collab(s) => s.left_out(i),
+            Server::Hcct(s) => s.left_out(i),
+            Server::Fedsac(s) => s.left_out(i),
             Server::Disco(..) => false,
         }
     }
 
-    /// Silos that must have joined before joining may close without the rest: a FedCollab
-    /// plan needs a pair, HCCT and FedSaC run with whoever came.
-    fn min_joined(&self) -> usize {
+    /// Joining may close on the silos that came (the algorithm says how many it needs).
+    fn may_close_joining(&self) -> bool {
         match self {
-            Server::Collab(_) => 2,
-            _ => 1,
+            Server::Collab(s) => s.may_close_joining(),
+            Server::Hcct(s) => s.may_close_joining(),
+            Server::Fedsac(s) => s.may_close_joining(),
+            Server::Disco(..) => false,
         }
     }
 
@@ -681,7 +682,7 @@ pub async fn run(
         {
             let at =
                 *join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
-            if (join_due || Instant::now() >= at) && state.registered() >= state.min_joined() {
+            if (join_due || Instant::now() >= at) && state.may_close_joining() {
                 let absent = state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
                 warn!(
                     ?absent,
