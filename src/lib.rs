@@ -39,6 +39,7 @@ pub mod learn;
 pub mod net;
 pub mod report;
 pub mod scenario;
+pub mod silo;
 pub mod sim;
 pub mod store;
 pub mod trace;

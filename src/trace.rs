@@ -68,6 +68,16 @@ pub struct EvalRecord {
     pub count: usize,
 }
 
+impl From<crate::core::round::Score> for EvalRecord {
+    fn from(e: crate::core::round::Score) -> Self {
+        Self {
+            loss_sum: e.loss_sum,
+            correct: e.correct,
+            count: e.count,
+        }
+    }
+}
+
 impl From<Evaluation> for EvalRecord {
     fn from(e: Evaluation) -> Self {
         Self {

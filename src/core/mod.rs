@@ -16,6 +16,7 @@
 //!    step on the sum.
 
 mod inbox;
+pub mod round;
 mod sampling;
 mod softmax;
 mod table;

@@ -1012,7 +1012,7 @@ async fn run_rest_as_federico(
     let eval = last
         .eval
         .ok_or_else(|| anyhow::anyhow!("FedeRiCo's last round was not evaluated"))?;
-    let ckpt = super::trainer::Checkpoint::read(&dir.join("checkpoint.bin"))
+    let ckpt = crate::silo::federico::Checkpoint::read(&dir.join("checkpoint.bin"))
         .map_err(|e| anyhow::anyhow!(e))?
         .ok_or_else(|| anyhow::anyhow!("the FedeRiCo run left no checkpoint"))?;
     Ok(Some(FinalLine {

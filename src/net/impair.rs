@@ -86,13 +86,14 @@ impl<T> Impairment<T> {
         lost
     }
 
-    /// The fate of one message this node sends to `peer`: lost, held for the delay, or sent.
-    pub(crate) fn route(&mut self, peer: &PeerId) -> Route {
+    /// The fate of one message this node sends to `peer` at `now`: lost, held for the delay,
+    /// or sent.
+    pub(crate) fn route(&mut self, now: Instant, peer: &PeerId) -> Route {
         if self.lost(peer) {
             Route::Lost
         } else if self.delay > Duration::ZERO {
             self.delayed += 1;
-            Route::At(Instant::now() + self.delay)
+            Route::At(now + self.delay)
         } else {
             Route::Now
         }
@@ -138,7 +139,7 @@ mod tests {
         let mut im: Impairment<u32> = Impairment::new(1);
         let p = PeerId::random();
         for _ in 0..100 {
-            assert_eq!(im.route(&p), Route::Now);
+            assert_eq!(im.route(Instant::now(), &p), Route::Now);
         }
         assert_eq!(im.describe()["lost"], 0);
         assert_eq!(im.describe()["delayed"], 0);
@@ -149,7 +150,7 @@ mod tests {
         let mut im: Impairment<u32> = Impairment::new(1);
         let p = PeerId::random();
         im.set_delay(Duration::from_millis(3000));
-        let Route::At(at) = im.route(&p) else {
+        let Route::At(at) = im.route(Instant::now(), &p) else {
             panic!("a delayed message must be held")
         };
         assert!(at >= Instant::now() + Duration::from_millis(2900));
@@ -161,7 +162,7 @@ mod tests {
         assert_eq!(im.due(at + Duration::from_secs(5)), vec![8]);
         assert_eq!(im.next_due(), None);
         im.set_delay(Duration::ZERO);
-        assert_eq!(im.route(&p), Route::Now);
+        assert_eq!(im.route(Instant::now(), &p), Route::Now);
     }
 
     #[test]
@@ -169,11 +170,13 @@ mod tests {
         let (a, b) = (PeerId::random(), PeerId::random());
         let mut im: Impairment<u32> = Impairment::new(42);
         im.set_loss(0.2, vec![a]);
-        let lost = (0..10_000).filter(|_| im.route(&a) == Route::Lost).count();
+        let lost = (0..10_000)
+            .filter(|_| im.route(Instant::now(), &a) == Route::Lost)
+            .count();
         assert!((1800..2200).contains(&lost), "{lost} of 10000 lost at 0.2");
-        assert!((0..1000).all(|_| im.route(&b) == Route::Now));
+        assert!((0..1000).all(|_| im.route(Instant::now(), &b) == Route::Now));
         im.set_loss(0.0, vec![]);
-        assert!((0..1000).all(|_| im.route(&a) == Route::Now));
+        assert!((0..1000).all(|_| im.route(Instant::now(), &a) == Route::Now));
         // Same seed, same draws.
         let draws = |seed| {
             let mut im: Impairment<u32> = Impairment::new(seed);

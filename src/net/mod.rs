@@ -17,6 +17,6 @@ mod metrics;
 pub mod node;
 mod trainer;
 
+pub use crate::silo::federico::Checkpoint;
 pub use config::NodeConfig;
 pub use identity::{Manifest, Member, keygen, load_key};
-pub use trainer::Checkpoint;

@@ -10,7 +10,7 @@ use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
-use crate::net::Checkpoint;
+use crate::silo::federico::Checkpoint;
 use crate::trace::NodeRound;
 use rand::SeedableRng;
 use rand::rngs::StdRng;

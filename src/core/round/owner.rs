@@ -1,0 +1,104 @@
+//! The owner's side of a round: whom it serves, which requests it holds, and when its round is
+//! over — the one place that answers "how does a peer decide a round is over?".
+//!
+//! Owns: the round-over rule, the optimizer step it triggers (the inbox handed to the learner,
+//! the stragglers' bookkeeping), serving and holding model requests.
+//! Must not: read a clock or touch the network: `now` comes in, [`Action`]s go out.
+//!
+//! # When is a round over?
+//!
+//! An owner in round r holds version v and has its own weighted gradient in its inbox. Its
+//! round is over when either
+//! - its inbox is complete — every sampler it served version v sent a gradient or a skip
+//!   (samplers that keep missing the step, [`crate::core::Stragglers`], are served but not waited for) —
+//!   *and* every connected peer has said what it does in round r (a pull or a notice for round
+//!   r or later) or that it finished; or
+//! - τ_grad has passed since its own gradient went in.
+//!
+//! The second condition lets a round end on a partition, a crash or a silent sampler; the first
+//! makes a fault-free round end as soon as the last gradient arrives, exactly the simulator's
+//! lock-step round.
+
+use super::{Action, Event, Job, Phase, Round};
+use crate::core::GradientInbox;
+use crate::ids::NodeId;
+use std::time::Instant;
+
+impl<H> Round<H> {
+    /// Whether the owner's round is over at `now` (see the module doc).
+    pub(super) fn round_is_over(&self, now: Instant, deadline: Instant) -> bool {
+        self.gradients_in() || now >= deadline
+    }
+
+    /// Everything the owner waits for in this round came.
+    fn gradients_in(&self) -> bool {
+        let r = self.current_round();
+        let notices_in = self.connected.iter().all(|k| {
+            self.done_peers.contains(k) || self.seen_round.get(k).is_some_and(|&s| s >= r)
+        });
+        self.inbox.is_complete() && notices_in
+    }
+
+    /// The round is over: step on what arrived.
+    pub(super) fn step(&mut self) {
+        let r = self.current_round();
+        if !self.gradients_in() {
+            let missing = self.inbox.missing().collect();
+            self.log(Event::SteppingAtDeadline { round: r, missing });
+        }
+        let inbox = std::mem::replace(
+            &mut self.inbox,
+            GradientInbox::new(self.version + 1, self.cfg.num_params)
+                .with_clip_norm(self.cfg.clip_norm),
+        );
+        let before: Vec<bool> = (0..self.known)
+            .map(|i| self.stragglers.awaits(NodeId(i)))
+            .collect();
+        self.stragglers.handle_step(&inbox);
+        for (i, was) in before.into_iter().enumerate() {
+            let id = NodeId(i as u32);
+            if was && !self.stragglers.awaits(id) {
+                self.log(Event::Straggler { peer: id, round: r });
+            }
+        }
+        if let Some(rec) = self.pending.as_mut() {
+            rec.gradients = inbox.gradients();
+        }
+        self.inbox.expect(self.cfg.me);
+        self.phase = Phase::Stepping;
+        self.actions.push_back(Action::Run(Job::Step { inbox }));
+    }
+
+    /// Serves held requests that can be answered now. Lingering, the model is final: every
+    /// request is answered with it (a peer that ran more rounds asks for versions this peer
+    /// will never reach).
+    pub(super) fn serve_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        let last = self.is_lingering();
+        for h in held {
+            let ready = last
+                || match h.pull_round {
+                    Some(round) => round <= self.current_round(),
+                    None => self.version >= h.version,
+                };
+            if ready {
+                self.serve(h.from, h.handle, h.pull_round.is_some());
+            } else {
+                self.held.push(h);
+            }
+        }
+    }
+
+    /// Answers `from` with the current model; for a pull (`expect`), its gradient is expected.
+    pub(super) fn serve(&mut self, from: NodeId, handle: H, expect: bool) {
+        if expect {
+            self.stragglers.expect(&mut self.inbox, from);
+        }
+        self.actions.push_back(Action::Serve {
+            to: from,
+            handle,
+            version: self.version,
+            params: self.snapshot.clone(),
+        });
+    }
+}

@@ -1,0 +1,857 @@
+//! Several peers' round engines driven against each other on a virtual clock, with a step bound
+//! (quinn's `drive_bounded`): messages take a latency, jobs a fixed time, a link can be cut,
+//! a peer can stay silent, be slow, or be killed and restarted from its checkpoint.
+
+use super::*;
+use crate::core::FedericoConfig;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+const MS: Duration = Duration::from_millis(1);
+const TAU_MODEL: Duration = Duration::from_secs(2);
+const TAU_GRAD: Duration = Duration::from_secs(3);
+const JOB: Duration = Duration::from_millis(10);
+const LATENCY: Duration = Duration::from_millis(1);
+const LEN: usize = 3;
+
+/// A request's handle on the owner's side: the requester and its request id.
+type Handle = (usize, ReqId);
+
+#[derive(Debug)]
+enum Msg {
+    Pull {
+        from: usize,
+        round: u64,
+        req: ReqId,
+    },
+    Notice {
+        from: usize,
+        round: u64,
+        req: ReqId,
+    },
+    Fetch {
+        from: usize,
+        version: u64,
+        req: ReqId,
+    },
+    Finished {
+        from: usize,
+        req: ReqId,
+    },
+    Model {
+        req: ReqId,
+        version: u64,
+        params: Arc<Vec<f32>>,
+    },
+    Ack {
+        req: ReqId,
+    },
+    Gradient {
+        from: usize,
+        version: u64,
+        grad: Vec<f32>,
+    },
+    Skip {
+        from: usize,
+        version: u64,
+    },
+}
+
+enum Ev {
+    Deliver { from: usize, to: usize, msg: Msg },
+    Done { node: usize, done: Done },
+}
+
+/// A toy learner: the loss of model p on silo i is |p − t_i|², its gradient 2(p − t_i).
+#[derive(Clone)]
+struct Silo {
+    target: Vec<f32>,
+    params: Vec<f32>,
+    version: u64,
+    pending: Vec<(NodeId, Vec<f32>)>,
+}
+
+impl Silo {
+    fn run(&mut self, job: Job) -> Done {
+        match job {
+            Job::Measure { models } => {
+                self.pending.clear();
+                let mut losses = Vec::new();
+                for (b, p) in models {
+                    let d: Vec<f32> = p.iter().zip(&self.target).map(|(x, t)| x - t).collect();
+                    losses.push((b, d.iter().map(|x| (x * x) as f64).sum()));
+                    self.pending.push((b, d.iter().map(|x| 2.0 * x).collect()));
+                }
+                Done::Measured { losses }
+            }
+            Job::Scale { weights } => {
+                let mut grads = std::mem::take(&mut self.pending);
+                for (b, g) in &mut grads {
+                    let w = weights.iter().find(|x| x.0 == *b).map_or(0.0, |x| x.1) as f32;
+                    g.iter_mut().for_each(|x| *x *= w);
+                }
+                Done::Scaled { grads }
+            }
+            Job::Step { inbox } => {
+                for (p, g) in self.params.iter_mut().zip(inbox.sum()) {
+                    *p -= 0.1 * g;
+                }
+                self.version += 1;
+                Done::Stepped {
+                    params: Arc::new(self.params.clone()),
+                    version: self.version,
+                }
+            }
+            Job::Evaluate { round, parts } => {
+                let total: f64 = parts.iter().map(|p| p.2).sum();
+                Done::Evaluated {
+                    round,
+                    score: Score {
+                        loss_sum: total,
+                        correct: parts.len(),
+                        count: 1,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// A saved peer: what a restart comes back from.
+struct Saved {
+    round: u64,
+    peer: Peer,
+    silo: Silo,
+}
+
+struct Node {
+    round: Option<Round<Handle>>,
+    silo: Silo,
+    saved: Option<Saved>,
+    reports: Vec<RoundReport>,
+    events: Vec<Event>,
+    /// Extra latency of everything this node sends.
+    slow: Duration,
+    /// Drops the gradients and skips it would send.
+    silent: bool,
+}
+
+struct Net {
+    t0: Instant,
+    now: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    pending: BTreeMap<u64, Ev>,
+    nodes: Vec<Node>,
+    cut: BTreeSet<(usize, usize)>,
+    cfg: FedericoConfig,
+}
+
+fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
+    RoundConfig {
+        me: NodeId(me as u32),
+        members: k,
+        rounds: Some(rounds),
+        eval_every: 2,
+        n_train: 10,
+        num_params: LEN,
+        clip_norm: None,
+        suspect_after: 2,
+        model_deadline: TAU_MODEL,
+        gradient_deadline: TAU_GRAD,
+        start_deadline: Duration::from_secs(5),
+        linger: Duration::from_secs(5),
+    }
+}
+
+impl Net {
+    fn new(k: usize, rounds: u64) -> Self {
+        let t0 = Instant::now();
+        let cfg = FedericoConfig {
+            neighbours: 2,
+            epsilon: 0.3,
+            ..FedericoConfig::default()
+        };
+        let ids: Vec<NodeId> = (0..k as u32).map(NodeId).collect();
+        let nodes = (0..k)
+            .map(|i| {
+                // Two groups: even silos want 1s, odd silos want −1s.
+                let v = if i % 2 == 0 { 1.0 } else { -1.0 };
+                let silo = Silo {
+                    target: vec![v; LEN],
+                    params: vec![0.0; LEN],
+                    version: 0,
+                    pending: Vec::new(),
+                };
+                let peer = Peer::new(ids[i], ids.iter().copied(), cfg.clone(), 7 + i as u64);
+                let round = Round::new(
+                    config(i, k, rounds),
+                    peer,
+                    0,
+                    0,
+                    Arc::new(silo.params.clone()),
+                    t0,
+                );
+                Node {
+                    round: Some(round),
+                    silo,
+                    saved: None,
+                    reports: Vec::new(),
+                    events: Vec::new(),
+                    slow: Duration::ZERO,
+                    silent: false,
+                }
+            })
+            .collect();
+        let mut net = Self {
+            t0,
+            now: t0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            pending: BTreeMap::new(),
+            nodes,
+            cut: BTreeSet::new(),
+            cfg,
+        };
+        for i in 0..k {
+            net.connect_all(i);
+        }
+        net
+    }
+
+    fn k(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn linked(&self, a: usize, b: usize) -> bool {
+        self.nodes[a].round.is_some()
+            && self.nodes[b].round.is_some()
+            && !self.cut.contains(&(a.min(b), a.max(b)))
+    }
+
+    fn connect_all(&mut self, i: usize) {
+        let now = self.now;
+        for j in 0..self.k() {
+            if i != j && self.linked(i, j) {
+                for (a, b) in [(i, j), (j, i)] {
+                    let r = self.nodes[a].round.as_mut().expect("linked");
+                    r.handle_connected(now, NodeId(b as u32));
+                    r.handle_speaking(now, NodeId(b as u32));
+                }
+            }
+        }
+    }
+
+    fn at(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.pending.insert(self.seq, ev);
+    }
+
+    /// Sends `msg` from `from` to `to`; see [`Self::lose`] for a cut link or a dead node.
+    fn send(&mut self, from: usize, to: usize, msg: Msg) {
+        if !self.linked(from, to) {
+            return self.lose(from, to, msg);
+        }
+        let at = self.now + LATENCY + self.nodes[from].slow;
+        self.at(at, Ev::Deliver { from, to, msg });
+    }
+
+    /// A message on a link that is cut (or to or from a dead node) is lost, and the request
+    /// it belongs to fails at its requester, as a closed connection fails it.
+    fn lose(&mut self, from: usize, to: usize, msg: Msg) {
+        let (requester, req) = match msg {
+            Msg::Pull { req, .. }
+            | Msg::Notice { req, .. }
+            | Msg::Fetch { req, .. }
+            | Msg::Finished { req, .. } => (from, req),
+            Msg::Model { req, .. } | Msg::Ack { req } => (to, req),
+            Msg::Gradient { .. } | Msg::Skip { .. } => return,
+        };
+        let now = self.now;
+        if let Some(r) = self.nodes[requester].round.as_mut() {
+            r.handle_failed(now, req);
+        }
+    }
+
+    /// Executes every action of node `i`.
+    fn flush(&mut self, i: usize) {
+        loop {
+            let Some(r) = self.nodes[i].round.as_mut() else {
+                return;
+            };
+            let Some(action) = r.poll_action() else {
+                return;
+            };
+            let me = i;
+            match action {
+                Action::Pull { req, to, round } => self.send(
+                    me,
+                    to.index(),
+                    Msg::Pull {
+                        from: me,
+                        round,
+                        req,
+                    },
+                ),
+                Action::Notice { req, to, round } => self.send(
+                    me,
+                    to.index(),
+                    Msg::Notice {
+                        from: me,
+                        round,
+                        req,
+                    },
+                ),
+                Action::Fetch { req, to, version } => self.send(
+                    me,
+                    to.index(),
+                    Msg::Fetch {
+                        from: me,
+                        version,
+                        req,
+                    },
+                ),
+                Action::Finished { req, to } => {
+                    self.send(me, to.index(), Msg::Finished { from: me, req })
+                }
+                Action::Serve {
+                    to,
+                    handle,
+                    version,
+                    params,
+                } => {
+                    debug_assert_eq!(to.index(), handle.0);
+                    let msg = Msg::Model {
+                        req: handle.1,
+                        version,
+                        params,
+                    };
+                    self.send(me, handle.0, msg)
+                }
+                Action::Gradient {
+                    to, version, grad, ..
+                } => {
+                    if !self.nodes[me].silent {
+                        self.send(
+                            me,
+                            to.index(),
+                            Msg::Gradient {
+                                from: me,
+                                version,
+                                grad,
+                            },
+                        )
+                    }
+                }
+                Action::Skip { to, version } => {
+                    if !self.nodes[me].silent {
+                        self.send(me, to.index(), Msg::Skip { from: me, version })
+                    }
+                }
+                Action::Checkpoint { round, peer } => {
+                    self.nodes[me].saved = Some(Saved {
+                        round,
+                        peer: *peer,
+                        silo: self.nodes[me].silo.clone(),
+                    });
+                }
+                Action::Run(job) => {
+                    let done = self.nodes[me].silo.run(job);
+                    let at = self.now + JOB;
+                    self.at(at, Ev::Done { node: me, done });
+                }
+                Action::Report(rep) => self.nodes[me].reports.push(rep),
+                Action::Log(e) => self.nodes[me].events.push(e),
+            }
+        }
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        let now = self.now;
+        match ev {
+            Ev::Done { node, done } => {
+                if let Some(r) = self.nodes[node].round.as_mut() {
+                    r.handle_done(now, done).expect("own gradient fits");
+                }
+                self.flush(node);
+            }
+            Ev::Deliver { from, to, msg } => {
+                if !self.linked(from, to) {
+                    self.lose(from, to, msg);
+                    self.flush(from);
+                    self.flush(to);
+                    return;
+                }
+                let Some(r) = self.nodes[to].round.as_mut() else {
+                    return;
+                };
+                let mut reply = None;
+                match msg {
+                    Msg::Pull { from, round, req } => {
+                        r.handle_pull(now, NodeId(from as u32), round, (from, req))
+                    }
+                    Msg::Notice { from, round, req } => {
+                        r.handle_notice(now, NodeId(from as u32), round);
+                        reply = Some((from, Msg::Ack { req }));
+                    }
+                    Msg::Fetch { from, version, req } => {
+                        r.handle_fetch(now, NodeId(from as u32), version, (from, req))
+                    }
+                    Msg::Finished { from, req } => {
+                        r.handle_peer_finished(now, NodeId(from as u32));
+                        reply = Some((from, Msg::Ack { req }));
+                    }
+                    Msg::Model {
+                        req,
+                        version,
+                        params,
+                    } => r.handle_model(now, req, version, params),
+                    Msg::Ack { req } => r.handle_ack(req),
+                    Msg::Gradient {
+                        from,
+                        version,
+                        grad,
+                    } => {
+                        let _ = r.handle_gradient(now, NodeId(from as u32), version, grad);
+                    }
+                    Msg::Skip { from, version } => {
+                        let _ = r.handle_skip(now, NodeId(from as u32), version);
+                    }
+                }
+                if let Some((back, m)) = reply {
+                    self.send(to, back, m);
+                }
+                self.flush(to);
+            }
+        }
+    }
+
+    /// Runs until `done` holds, or gives up after `steps` steps (a livelock or a stall).
+    fn drive(&mut self, steps: usize, done: impl Fn(&Self) -> bool) -> bool {
+        for _ in 0..steps {
+            for i in 0..self.k() {
+                self.flush(i);
+            }
+            if done(self) {
+                return true;
+            }
+            let timers = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.round.as_ref().and_then(Round::poll_timeout));
+            let next = self
+                .queue
+                .peek()
+                .map(|Reverse((t, _))| *t)
+                .into_iter()
+                .chain(timers)
+                .min();
+            let Some(next) = next else {
+                return done(self);
+            };
+            self.now = self.now.max(next);
+            while let Some(&Reverse((t, seq))) = self.queue.peek() {
+                if t > self.now {
+                    break;
+                }
+                self.queue.pop();
+                let ev = self.pending.remove(&seq).expect("queued");
+                self.dispatch(ev);
+            }
+            let now = self.now;
+            for i in 0..self.k() {
+                if let Some(r) = self.nodes[i].round.as_mut()
+                    && r.poll_timeout().is_some_and(|t| t <= now)
+                {
+                    r.handle_timeout(now);
+                }
+                self.flush(i);
+            }
+        }
+        false
+    }
+
+    fn rounds_done(&self, i: usize) -> u64 {
+        self.nodes[i].round.as_ref().map_or(0, Round::rounds_done)
+    }
+
+    fn all_done(&self, rounds: u64) -> bool {
+        (0..self.k()).all(|i| self.rounds_done(i) >= rounds)
+    }
+
+    fn all_finished(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.round.as_ref().is_none_or(Round::is_finished))
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.nodes[i].round = None;
+        let now = self.now;
+        for j in 0..self.k() {
+            if let Some(r) = self.nodes[j].round.as_mut() {
+                r.handle_disconnected(now, NodeId(i as u32));
+            }
+        }
+    }
+
+    fn restart(&mut self, i: usize, rounds: u64) {
+        let saved = self.nodes[i].saved.take().expect("a checkpoint");
+        self.nodes[i].silo = saved.silo;
+        let round = Round::new(
+            config(i, self.k(), rounds),
+            saved.peer,
+            saved.round,
+            self.nodes[i].silo.version,
+            Arc::new(self.nodes[i].silo.params.clone()),
+            self.now,
+        );
+        self.nodes[i].round = Some(round);
+        self.connect_all(i);
+    }
+
+    fn set_cut(&mut self, side: &[usize], cut: bool) {
+        let now = self.now;
+        for a in 0..self.k() {
+            for b in 0..self.k() {
+                if a < b && side.contains(&a) != side.contains(&b) {
+                    if cut {
+                        self.cut.insert((a, b));
+                    } else {
+                        self.cut.remove(&(a, b));
+                    }
+                    for (x, y) in [(a, b), (b, a)] {
+                        if let Some(r) = self.nodes[x].round.as_mut() {
+                            if cut {
+                                r.handle_disconnected(now, NodeId(y as u32));
+                            } else {
+                                r.handle_connected(now, NodeId(y as u32));
+                                r.handle_speaking(now, NodeId(y as u32));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn deadline_steps(&self, i: usize) -> usize {
+        self.nodes[i]
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::SteppingAtDeadline { .. }))
+            .count()
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+}
+
+#[test]
+fn a_fault_free_round_ends_on_the_last_gradient_never_on_a_deadline() {
+    let mut net = Net::new(4, 6);
+    assert!(
+        net.drive(10_000, |n| n.all_finished()),
+        "a fault-free run stalls"
+    );
+    for (i, n) in net.nodes.iter().enumerate() {
+        assert_eq!(n.reports.len(), 6, "silo {i}");
+        assert_eq!(net.deadline_steps(i), 0, "silo {i}: {:?}", n.events);
+        for rep in &n.reports {
+            // Every sampled model came, and every sampler of this owner sent its gradient.
+            assert_eq!(rep.answered, rep.sampled, "silo {i} round {}", rep.round);
+            assert_eq!(rep.round, rep.version);
+        }
+        // Rounds 2, 4 and 6 are evaluation rounds.
+        let evals: Vec<u64> = n
+            .reports
+            .iter()
+            .filter(|r| r.eval.is_some())
+            .map(|r| r.round)
+            .collect();
+        assert_eq!(evals, vec![2, 4, 6]);
+    }
+    // Each owner summed its own gradient and those of the silos that pulled from it.
+    let pulls: usize = net.nodes.iter().map(|n| n.reports[0].sampled.len()).sum();
+    let summed: usize = net.nodes.iter().map(|n| n.reports[0].gradients).sum();
+    assert_eq!(summed, pulls + 4);
+    // Six rounds of jobs and latencies, no deadline anywhere near.
+    assert!(net.elapsed() < TAU_MODEL, "{:?}", net.elapsed());
+}
+
+#[test]
+fn a_silent_sampler_makes_its_owners_step_at_the_gradient_deadline_then_not_wait_for_it() {
+    let mut net = Net::new(4, 8);
+    net.nodes[3].silent = true;
+    assert!(net.drive(20_000, |n| n.all_finished()));
+    let waited: usize = (0..3).map(|i| net.deadline_steps(i)).sum();
+    assert!(waited > 0, "no owner waited for the silent sampler");
+    for i in 0..3 {
+        for e in &net.nodes[i].events {
+            if let Event::SteppingAtDeadline { missing, .. } = e {
+                assert_eq!(missing, &vec![NodeId(3)], "silo {i}");
+            }
+        }
+    }
+    // After `suspect_after` missed steps an owner stops waiting: each owner waits for silo 3
+    // at most twice (suspect_after = 2), not in each of its 8 rounds.
+    let stragglers: Vec<usize> = (0..3)
+        .filter(|&i| {
+            net.nodes[i].events.iter().any(|e| {
+                matches!(
+                    e,
+                    Event::Straggler {
+                        peer: NodeId(3),
+                        ..
+                    }
+                )
+            })
+        })
+        .collect();
+    assert!(!stragglers.is_empty());
+    for i in 0..3 {
+        assert!(
+            net.deadline_steps(i) <= 2,
+            "silo {i}: {:?}",
+            net.nodes[i].events
+        );
+    }
+}
+
+#[test]
+fn a_slow_peer_misses_the_pull_deadline_and_its_model_is_skipped_not_used() {
+    let mut net = Net::new(4, 4);
+    // Everything silo 2 sends arrives after τ_model.
+    net.nodes[2].slow = TAU_MODEL + Duration::from_millis(500);
+    assert!(net.drive(20_000, |n| n.all_finished()));
+    let mut late = 0;
+    for i in [0, 1, 3] {
+        for rep in &net.nodes[i].reports {
+            assert!(
+                !rep.answered.contains(&NodeId(2)),
+                "silo {i} used a late model"
+            );
+        }
+        late += net.nodes[i]
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::ModelLate {
+                        peer: NodeId(2),
+                        ..
+                    }
+                )
+            })
+            .count();
+    }
+    assert!(late > 0, "nobody pulled from the slow silo");
+    // The slow silo still completes every round.
+    assert_eq!(net.nodes[2].reports.len(), 4);
+}
+
+#[test]
+fn a_partition_splits_the_rounds_without_deadlines_and_heals() {
+    let mut net = Net::new(4, 12);
+    assert!(net.drive(10_000, |n| n.all_done(2)));
+    net.set_cut(&[0, 1], true);
+    let cut_at = net.now;
+    assert!(net.drive(10_000, |n| n.all_done(6)));
+    // Pulls across the cut fail at once (the connection is gone): no round waits a deadline.
+    for i in 0..4 {
+        assert_eq!(
+            net.deadline_steps(i),
+            0,
+            "silo {i}: {:?}",
+            net.nodes[i].events
+        );
+        for rep in net.nodes[i].reports.iter().filter(|r| r.round > 3) {
+            assert!(
+                rep.answered.iter().all(|b| (b.index() < 2) == (i < 2)),
+                "silo {i} got a model across the cut in round {}",
+                rep.round
+            );
+        }
+    }
+    assert!(net.now - cut_at < TAU_MODEL);
+    net.set_cut(&[0, 1], false);
+    assert!(net.drive(20_000, |n| n.all_finished()));
+    // After healing, models cross again.
+    let crossed = (0..4).any(|i| {
+        net.nodes[i]
+            .reports
+            .iter()
+            .filter(|r| r.round > 8)
+            .any(|r| r.answered.iter().any(|b| (b.index() < 2) != (i < 2)))
+    });
+    assert!(crossed, "no model crossed the healed partition");
+}
+
+#[test]
+fn a_killed_peer_restarts_from_its_checkpoint_and_the_others_keep_going() {
+    let mut net = Net::new(4, 8);
+    assert!(net.drive(10_000, |n| n.all_done(3)));
+    net.kill(2);
+    // The others go on without silo 2.
+    assert!(net.drive(20_000, |n| [0, 1, 3].iter().all(|&i| n.rounds_done(i) >= 5)));
+    let saved_round = net.nodes[2].saved.as_ref().expect("a checkpoint").round;
+    net.restart(2, 8);
+    assert_eq!(net.rounds_done(2), saved_round);
+    assert!(net.drive(40_000, |n| n.all_finished()));
+    let reports = &net.nodes[2].reports;
+    let first_after = reports
+        .iter()
+        .find(|r| r.round == saved_round + 1 && r.resumed)
+        .expect("the restarted silo logs its next round as resumed");
+    assert!(first_after.resumed);
+    assert_eq!(reports.last().map(|r| r.round), Some(8));
+    for i in 0..4 {
+        assert_eq!(net.rounds_done(i), 8, "silo {i}");
+    }
+}
+
+#[test]
+fn a_pull_for_the_next_round_waits_for_the_step_and_gets_the_new_version() {
+    let t0 = Instant::now();
+    let ids = [NodeId(0), NodeId(1)];
+    let peer = Peer::new(ids[0], ids, FedericoConfig::default(), 1);
+    let mut r: Round<u32> = Round::new(config(0, 2, 5), peer, 0, 0, Arc::new(vec![0.0; LEN]), t0);
+    r.handle_connected(t0, ids[1]);
+    r.handle_speaking(t0, ids[1]);
+    let actions: Vec<_> = std::iter::from_fn(|| r.poll_action()).collect();
+    let pull = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Pull { req, round: 1, .. } => Some(*req),
+            _ => None,
+        })
+        .expect("round 1 pulls from the only other peer");
+    // Silo 1 is already in round 2 and pulls: held until our step.
+    r.handle_pull(t0, ids[1], 2, 7);
+    assert!(r.poll_action().is_none(), "served before the step");
+    r.handle_model(t0, pull, 0, Arc::new(vec![1.0; LEN]));
+    let Some(Action::Run(Job::Measure { models })) = r.poll_action() else {
+        panic!("no measure job")
+    };
+    assert_eq!(models.len(), 2);
+    r.handle_done(
+        t0,
+        Done::Measured {
+            losses: vec![(ids[1], 1.0), (ids[0], 2.0)],
+        },
+    )
+    .unwrap();
+    let Some(Action::Run(Job::Scale { .. })) = r.poll_action() else {
+        panic!("no scale job")
+    };
+    r.handle_done(
+        t0,
+        Done::Scaled {
+            grads: vec![(ids[1], vec![0.5; LEN]), (ids[0], vec![0.5; LEN])],
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Gradient { version: 0, .. })
+    ));
+    // Nobody pulled from us in round 1 and silo 1 said it is in round 2: the round is over.
+    let Some(Action::Run(Job::Step { inbox })) = r.poll_action() else {
+        panic!("no step on a complete inbox")
+    };
+    assert_eq!(inbox.gradients(), 1);
+    r.handle_done(
+        t0,
+        Done::Stepped {
+            params: Arc::new(vec![9.0; LEN]),
+            version: 1,
+        },
+    )
+    .unwrap();
+    let served = std::iter::from_fn(|| r.poll_action())
+        .find_map(|a| match a {
+            Action::Serve {
+                handle: 7, version, ..
+            } => Some(version),
+            _ => None,
+        })
+        .expect("the held pull is served after the step");
+    assert_eq!(served, 1);
+}
+
+#[test]
+fn an_owner_waits_for_a_served_sampler_until_the_gradient_deadline() {
+    let t0 = Instant::now();
+    let ids = [NodeId(0), NodeId(1)];
+    let cfg = FedericoConfig {
+        neighbours: 0,
+        ..FedericoConfig::default()
+    };
+    let peer = Peer::new(ids[0], ids, cfg, 1);
+    let mut r: Round<u32> = Round::new(config(0, 2, 5), peer, 0, 0, Arc::new(vec![0.0; LEN]), t0);
+    r.handle_connected(t0, ids[1]);
+    r.handle_speaking(t0, ids[1]);
+    r.handle_pull(t0, ids[1], 1, 3);
+    let _: Vec<_> = std::iter::from_fn(|| r.poll_action()).collect();
+    r.handle_done(
+        t0,
+        Done::Measured {
+            losses: vec![(ids[0], 1.0)],
+        },
+    )
+    .unwrap();
+    let _ = r.poll_action();
+    r.handle_done(
+        t0,
+        Done::Scaled {
+            grads: vec![(ids[0], vec![0.1; LEN])],
+        },
+    )
+    .unwrap();
+    assert_eq!(r.poll_timeout(), Some(t0 + TAU_GRAD));
+    // Just before τ_grad nothing happens; at τ_grad the owner steps without silo 1.
+    r.handle_timeout(t0 + TAU_GRAD - MS);
+    assert!(r.poll_action().is_none());
+    r.handle_timeout(t0 + TAU_GRAD);
+    let actions: Vec<_> = std::iter::from_fn(|| r.poll_action()).collect();
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Log(Event::SteppingAtDeadline { missing, .. }) if missing == &vec![ids[1]]
+    )));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Run(Job::Step { .. })))
+    );
+    // A gradient for the old version is now stale.
+    r.handle_done(
+        t0 + TAU_GRAD,
+        Done::Stepped {
+            params: Arc::new(vec![0.0; LEN]),
+            version: 1,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        r.handle_gradient(t0 + TAU_GRAD, ids[1], 0, vec![0.0; LEN]),
+        Err(Rejection::Stale { .. })
+    ));
+}
+
+#[test]
+fn the_same_seeds_give_the_same_run() {
+    let run = || {
+        let mut net = Net::new(5, 5);
+        net.nodes[4].slow = Duration::from_millis(2500);
+        assert!(net.drive(40_000, |n| n.all_finished()));
+        let _ = &net.cfg;
+        net.nodes
+            .iter()
+            .map(|n| (n.reports.clone(), n.silo.params.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}

@@ -1,0 +1,650 @@
+//! The libp2p driver of one FedeRiCo peer (`federico node`): spec `federico.md` §6 over libp2p.
+//!
+//! Owns: setting a node up (key, manifest, data, checkpoint, swarm, metrics, control channel,
+//! training thread), the event loop, and executing the round engine's actions on the network
+//! (requests, responses, scheduled delay and loss), on the training thread and in the run log.
+//! Must not: decide anything about a round — when it starts, is over, which request waits,
+//! what a deadline means: [`crate::core::round`] decides, with the time this driver passes in —
+//! compare a deadline with the clock, or run tensor work (the training thread does).
+//!
+//! [`setup`] builds what a node runs with; [`translate`] turns swarm events into the engine's
+//! inputs.
+
+mod setup;
+mod translate;
+
+use super::behaviour::Behaviour;
+use super::config::NodeConfig;
+use super::control;
+use super::identity::{self, Manifest};
+use super::impair::{Impairment, LOST_HOLD, Route};
+use super::metrics::{self, Metrics};
+use super::trainer::{Output, QUEUE, Trainer, Work};
+use crate::core::Peer;
+use crate::core::round::{Action, Done, Event, ReqId, Round, RoundConfig, RoundReport};
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::{Evaluation, Learner};
+use crate::silo::federico::FedericoSilo;
+pub use crate::trace::{EvalRecord, NodeRound};
+use crate::wire::{GradientRequest, ModelPayload, ModelRequest, ModelResponse};
+use libp2p::futures::StreamExt;
+use libp2p::request_response::{OutboundRequestId, ResponseChannel};
+use libp2p::{Multiaddr, PeerId, Swarm};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// Why a node could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Keys or manifest.
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
+    /// The data shard.
+    #[error(transparent)]
+    Data(#[from] crate::learn::DataError),
+    /// Anything else that stops the node, in words.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+fn fatal(e: impl std::fmt::Display) -> NodeError {
+    NodeError::Fatal(e.to_string())
+}
+
+/// How a node run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Every configured round ran.
+    Finished,
+    /// Stopped by a signal after the last completed round's checkpoint.
+    Interrupted,
+}
+
+/// The driver's handle of an inbound model request: its response channel.
+type Channel = ResponseChannel<ModelResponse>;
+
+/// A message held back by a scheduled delay or loss (`impair`).
+enum Deferred {
+    /// A model answer, sent when due.
+    Model {
+        from: NodeId,
+        channel: Channel,
+        resp: ModelResponse,
+    },
+    /// A weighted gradient, sent when due.
+    Gradient { to: NodeId, req: GradientRequest },
+    /// A lost answer: its channel is dropped unanswered when due (the requester has timed out).
+    Forget(#[allow(dead_code)] Channel),
+}
+
+/// The running node.
+struct Driver {
+    cfg: NodeConfig,
+    me: NodeId,
+    name: String,
+    manifest: Manifest,
+    swarm: Swarm<Behaviour>,
+    round: Round<Channel>,
+    metrics: Metrics,
+    registry: Arc<prometheus_client::registry::Registry>,
+    /// Peer id of every known node, by node id (manifest order, then late joiners).
+    peer_ids: Vec<PeerId>,
+    nodes: HashMap<PeerId, NodeId>,
+    fingerprint: u64,
+    num_params: usize,
+    n_train: usize,
+    /// The engine's name of each request in flight.
+    reqs: HashMap<OutboundRequestId, ReqId>,
+    /// Rounds completed, as the metrics last showed them.
+    shown_rounds: u64,
+    /// Peers cut off by the control channel (a scheduled partition).
+    blocked: HashSet<PeerId>,
+    /// Delay and loss set by the control channel (a scheduled straggler or lossy network).
+    impair: Impairment<Deferred>,
+    jobs: Option<std::sync::mpsc::SyncSender<Work>>,
+    log: std::io::BufWriter<std::fs::File>,
+    log_path: PathBuf,
+}
+
+/// Runs a node until its rounds are done or `shutdown` resolves.
+pub async fn run(
+    cfg: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Ending, NodeError> {
+    run_from(cfg, None, shutdown).await
+}
+
+/// What a node starts from: its core, model and round (fresh or from its checkpoint).
+struct Start {
+    peer: Peer,
+    silo: FedericoSilo,
+    round: u64,
+}
+
+/// [`run`], starting a run without a checkpoint from `start` instead of the seeded
+/// initialisation (a coordinated node falling back to FedeRiCo carries its model over).
+pub(crate) async fn run_from(
+    cfg: NodeConfig,
+    start: Option<Vec<f32>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Ending, NodeError> {
+    let key = identity::load_key(&cfg.key)?;
+    let peer_id = key.public().to_peer_id();
+    let manifest = Manifest::load(&cfg.manifest)?;
+    let me = setup::member_of(&cfg, &manifest, peer_id)?;
+    let data = setup::load_data(&cfg, me)?;
+    let train = &data.train;
+    let spec = cfg
+        .model
+        .spec(&train.sample_shape, train.num_classes())
+        .map_err(fatal)?;
+    let fingerprint = spec.fingerprint();
+    let n_train = train.len();
+    std::fs::create_dir_all(&cfg.state_dir)
+        .map_err(|e| fatal(format!("creating {}: {e}", cfg.state_dir.display())))?;
+    let ckpt_path = cfg.state_dir.join("checkpoint.bin");
+    let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
+    let Start { peer, silo, round } =
+        setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
+    let num_params = silo.params.len();
+    drop(learner);
+
+    // Metrics: ours plus libp2p's transport bandwidth, in one registry.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let swarm = setup::build_swarm(&cfg, &manifest, me, key, &mut registry, &metrics)?;
+    let registry = Arc::new(registry);
+    if let Some(addr) = &cfg.metrics {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| fatal(format!("metrics address {addr}: {e}")))?;
+        info!(%addr, "serving metrics");
+        tokio::spawn(metrics::serve(listener, registry.clone()));
+    }
+    let mut control_rx = setup::start_control(&cfg).await?;
+
+    let peer_ids: Vec<PeerId> = manifest.members.iter().map(|m| m.peer_id).collect();
+    let nodes = peer_ids
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (*p, NodeId(i as u32)))
+        .collect();
+
+    let round_cfg = RoundConfig {
+        me,
+        members: manifest.members.len(),
+        rounds: (cfg.rounds > 0).then_some(cfg.rounds),
+        eval_every: cfg.eval_every,
+        n_train,
+        num_params,
+        clip_norm: cfg.federico.clip_norm,
+        suspect_after: cfg.federico.suspect_after,
+        model_deadline: cfg.model_deadline(),
+        gradient_deadline: cfg.gradient_deadline(),
+        start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
+        linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
+    };
+    let snapshot = Arc::new(silo.params.clone());
+    let engine = Round::new(
+        round_cfg,
+        peer,
+        round,
+        silo.version,
+        snapshot,
+        Instant::now(),
+    );
+
+    // The training thread, over bounded channels both ways.
+    let (job_tx, job_rx) = std::sync::mpsc::sync_channel(QUEUE);
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::channel(QUEUE);
+    let trainer = Trainer::new(
+        &spec,
+        cfg.train.batch_size,
+        data,
+        silo,
+        peer_id.to_string(),
+        ckpt_path,
+    )
+    .map_err(fatal)?;
+    let trainer_thread = std::thread::Builder::new()
+        .name("trainer".into())
+        .spawn(move || trainer.run(job_rx, done_tx))
+        .map_err(fatal)?;
+
+    let (log, log_path) = setup::open_log(&cfg, round)?;
+    let mut d = Driver {
+        name: cfg.name.clone(),
+        me,
+        manifest,
+        swarm,
+        round: engine,
+        metrics,
+        registry,
+        peer_ids,
+        nodes,
+        fingerprint,
+        num_params,
+        n_train,
+        reqs: HashMap::new(),
+        shown_rounds: round,
+        blocked: HashSet::new(),
+        impair: Impairment::new(stream_seed(cfg.seed, me, Stream::Faults)),
+        jobs: Some(job_tx),
+        log,
+        log_path,
+        cfg,
+    };
+    d.metrics.rounds.set(round as i64);
+    d.dial_members();
+    info!(node = %me, peer = %peer_id, name = %d.name, round, "node started");
+
+    let result = d.event_loop(&mut done_rx, &mut control_rx, shutdown).await;
+    // Closing the job channel ends the trainer after the jobs already queued (a checkpoint
+    // among them is written whole).
+    d.jobs = None;
+    drop(done_rx);
+    if trainer_thread.join().is_err() {
+        return Err(fatal("the training thread panicked"));
+    }
+    result
+}
+
+impl Driver {
+    fn dial_members(&mut self) {
+        for (i, m) in self.manifest.members.iter().enumerate() {
+            if i != self.me.index()
+                && !m.addrs.is_empty()
+                && !self.round.is_connected(NodeId(i as u32))
+                && !self.blocked.contains(&m.peer_id)
+            {
+                if let Err(e) = self.swarm.dial(m.peer_id) {
+                    debug!(peer = %m.name, "dial: {e}");
+                }
+            }
+        }
+        for b in self.cfg.bootstrap.clone() {
+            if let Ok(addr) = b.parse::<Multiaddr>() {
+                let _ = self.swarm.dial(addr);
+            }
+        }
+    }
+
+    /// A command of the control channel: cut or restore links (a scheduled partition).
+    fn handle_control(&mut self, cmd: control::Command) -> serde_json::Value {
+        match cmd {
+            control::Command::Block(peers) => {
+                for p in peers {
+                    // Closes the open connections and refuses new ones, both ways.
+                    self.swarm.behaviour_mut().blocked.block_peer(p);
+                    self.blocked.insert(p);
+                }
+                info!(
+                    blocked = self.blocked.len(),
+                    "links cut by the control channel"
+                );
+            }
+            control::Command::Unblock(peers) => {
+                for p in peers {
+                    self.swarm.behaviour_mut().blocked.unblock_peer(p);
+                    self.blocked.remove(&p);
+                    if let Err(e) = self.swarm.dial(p) {
+                        debug!(peer = %p, "dial after unblock: {e}");
+                    }
+                }
+                info!(
+                    blocked = self.blocked.len(),
+                    "links restored by the control channel"
+                );
+            }
+            control::Command::Delay(d) => {
+                self.impair.set_delay(d);
+                info!(
+                    delay_ms = d.as_millis() as u64,
+                    "delay of what this node sends set by the control channel"
+                );
+            }
+            control::Command::Loss { fraction, peers } => {
+                let n = peers.len();
+                self.impair.set_loss(fraction, peers);
+                info!(
+                    fraction,
+                    peers = n,
+                    "message loss set by the control channel (0 peers: every peer)"
+                );
+            }
+            control::Command::Status => {}
+        }
+        serde_json::json!({"ok": true, "round": self.round.rounds_done(),
+            "version": self.round.version(), "connected": self.round.connected(),
+            "blocked": self.blocked.len(), "impairment": self.impair.describe()})
+    }
+
+    async fn event_loop(
+        &mut self,
+        done_rx: &mut tokio::sync::mpsc::Receiver<Output>,
+        control_rx: &mut tokio::sync::mpsc::Receiver<control::Request>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<Ending, NodeError> {
+        tokio::pin!(shutdown);
+        let mut redial = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            self.apply_actions()?;
+            if self.round.is_finished() {
+                return Ok(Ending::Finished);
+            }
+            let timeout = self.round.poll_timeout();
+            let sleep = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let held_due = self.impair.next_due();
+            let release = async {
+                match held_due {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => {
+                    info!(round = self.round.rounds_done(), "stopping: the round in flight is abandoned; the last checkpoint stands");
+                    return Ok(Ending::Interrupted);
+                }
+                event = self.swarm.select_next_some() => self.handle_swarm(event),
+                out = done_rx.recv() => match out {
+                    Some(out) => self.handle_output(out)?,
+                    None => return Err(fatal("the training thread stopped")),
+                },
+                _ = sleep => self.round.handle_timeout(Instant::now()),
+                _ = release => self.release_held(),
+                Some((cmd, reply)) = control_rx.recv() => {
+                    let _ = reply.send(self.handle_control(cmd));
+                }
+                _ = redial.tick() => {
+                    if self.round.connected() + 1 < self.manifest.members.len() {
+                        self.dial_members();
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the training thread produced.
+    fn handle_output(&mut self, out: Output) -> Result<(), NodeError> {
+        let done = match out {
+            Output::Failed(e) => return Err(fatal(format!("training thread: {e}"))),
+            Output::Saved { round } => {
+                debug!(round, "checkpoint written");
+                return Ok(());
+            }
+            Output::Done(done) => done,
+        };
+        if let Done::Evaluated { round, score } = &done {
+            let eval = Evaluation {
+                loss_sum: score.loss_sum,
+                correct: score.correct,
+                count: score.count,
+            };
+            self.metrics.test_accuracy.set(eval.accuracy());
+            info!(
+                round,
+                accuracy = eval.accuracy(),
+                loss = eval.mean_loss(),
+                "evaluated"
+            );
+        }
+        self.round
+            .handle_done(Instant::now(), done)
+            .map_err(fatal)?;
+        if self.round.rounds_done() != self.shown_rounds {
+            self.shown_rounds = self.round.rounds_done();
+            self.metrics.rounds.set(self.shown_rounds as i64);
+            self.update_peer_metrics();
+        }
+        Ok(())
+    }
+
+    fn send_work(&mut self, work: Work) -> Result<(), NodeError> {
+        let Some(jobs) = self.jobs.as_ref() else {
+            return Err(fatal("the training thread stopped"));
+        };
+        jobs.try_send(work).map_err(|e| match e {
+            std::sync::mpsc::TrySendError::Full(_) => {
+                fatal("the training thread's queue is full (more than one round in flight)")
+            }
+            std::sync::mpsc::TrySendError::Disconnected(_) => fatal("the training thread stopped"),
+        })
+    }
+
+    /// Carries out what the round engine asks for, in order.
+    fn apply_actions(&mut self) -> Result<(), NodeError> {
+        while let Some(action) = self.round.poll_action() {
+            match action {
+                Action::Pull { req, to, round } => {
+                    if self.impair.lost(&self.peer_ids[to.index()]) {
+                        // Never sent: the pull runs out its deadline, as a lost request would.
+                        debug!(peer = %to, round, "pull lost (scheduled message loss)");
+                        self.round.forget(req);
+                    } else {
+                        self.request(req, to, ModelRequest::Pull { round });
+                    }
+                }
+                Action::Notice { req, to, round } => {
+                    self.request(req, to, ModelRequest::Notice { round })
+                }
+                Action::Fetch { req, to, version } => {
+                    self.request(req, to, ModelRequest::Fetch { version })
+                }
+                Action::Finished { req, to } => self.request(req, to, ModelRequest::Done),
+                Action::Serve {
+                    to,
+                    handle,
+                    version,
+                    params,
+                } => self.serve(to, handle, version, params),
+                Action::Gradient {
+                    to,
+                    version,
+                    weight,
+                    grad,
+                } => {
+                    let req = GradientRequest::Gradient {
+                        version,
+                        fingerprint: self.fingerprint,
+                        n_train: self.n_train as u64,
+                        weight,
+                        grad,
+                    };
+                    self.send_gradient(to, req);
+                }
+                Action::Skip { to, version } => {
+                    // Its acknowledgement (or a rejection) is only logged.
+                    self.swarm.behaviour_mut().gradient.send_request(
+                        &self.peer_ids[to.index()],
+                        GradientRequest::Skip { version },
+                    );
+                }
+                Action::Run(job) => self.send_work(Work::Learn(job))?,
+                Action::Checkpoint { round, peer } => {
+                    self.send_work(Work::Checkpoint { round, peer })?
+                }
+                Action::Report(rep) => self.append_log(rep)?,
+                Action::Log(e) => log_event(&e),
+            }
+        }
+        Ok(())
+    }
+
+    fn request(&mut self, req: ReqId, to: NodeId, request: ModelRequest) {
+        let id = self
+            .swarm
+            .behaviour_mut()
+            .model
+            .send_request(&self.peer_ids[to.index()], request);
+        self.reqs.insert(id, req);
+    }
+
+    fn serve(&mut self, from: NodeId, channel: Channel, version: u64, params: Arc<Vec<f32>>) {
+        let resp = ModelResponse::Model(ModelPayload {
+            version,
+            fingerprint: self.fingerprint,
+            params,
+        });
+        let now = Instant::now();
+        match self.impair.route(now, &self.peer_ids[from.index()]) {
+            Route::Now => self.send_model(from, channel, resp),
+            Route::At(t) => self.impair.hold(
+                t,
+                Deferred::Model {
+                    from,
+                    channel,
+                    resp,
+                },
+            ),
+            Route::Lost => {
+                debug!(peer = %from, "model lost (scheduled message loss)");
+                self.impair.hold(now + LOST_HOLD, Deferred::Forget(channel));
+            }
+        }
+    }
+
+    fn send_gradient(&mut self, to: NodeId, req: GradientRequest) {
+        // Its acknowledgement (or a rejection) is only logged.
+        match self
+            .impair
+            .route(Instant::now(), &self.peer_ids[to.index()])
+        {
+            Route::Now => {
+                self.swarm
+                    .behaviour_mut()
+                    .gradient
+                    .send_request(&self.peer_ids[to.index()], req);
+            }
+            Route::At(t) => self.impair.hold(t, Deferred::Gradient { to, req }),
+            Route::Lost => debug!(peer = %to, "gradient lost (scheduled message loss)"),
+        }
+    }
+
+    fn send_model(&mut self, from: NodeId, channel: Channel, resp: ModelResponse) {
+        if self
+            .swarm
+            .behaviour_mut()
+            .model
+            .send_response(channel, resp)
+            .is_err()
+        {
+            debug!(peer = %from, "requester left before the model was sent");
+        }
+    }
+
+    /// Sends the messages a scheduled delay held back that are due now.
+    fn release_held(&mut self) {
+        for d in self.impair.due(Instant::now()) {
+            match d {
+                Deferred::Model {
+                    from,
+                    channel,
+                    resp,
+                } => self.send_model(from, channel, resp),
+                Deferred::Gradient { to, req } => {
+                    self.swarm
+                        .behaviour_mut()
+                        .gradient
+                        .send_request(&self.peer_ids[to.index()], req);
+                }
+                Deferred::Forget(channel) => drop(channel),
+            }
+        }
+    }
+
+    /// Appends one round to the run log and flushes it.
+    fn append_log(&mut self, rep: RoundReport) -> Result<(), NodeError> {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let seconds = rep.duration.as_secs_f64();
+        let ids = |v: Vec<NodeId>| v.into_iter().map(|b| b.0).collect();
+        let pairs = |v: Vec<(NodeId, f64)>| v.into_iter().map(|(b, x)| (b.0, x)).collect();
+        let rec = NodeRound {
+            node: self.me.0,
+            round: rep.round,
+            version: rep.version,
+            sampled: ids(rep.sampled),
+            answered: ids(rep.answered),
+            gradients: rep.gradients,
+            weights: pairs(rep.weights),
+            eval: rep.eval.map(EvalRecord::from),
+            seconds,
+            bytes_sent: self.metrics.sent.get(),
+            stream_bytes_sent: metrics::stream_bytes_sent(&self.registry),
+            at,
+            start: at - seconds,
+            tracked: pairs(rep.tracked),
+            last: pairs(rep.last),
+            suspects: ids(rep.suspects),
+            resumed: rep.resumed,
+        };
+        let path = &self.log_path;
+        serde_json::to_writer(&mut self.log, &rec)
+            .map_err(|e| fatal(format!("{}: {e}", path.display())))?;
+        writeln!(self.log).map_err(|e| fatal(format!("{}: {e}", path.display())))?;
+        self.log
+            .flush()
+            .map_err(|e| fatal(format!("{}: {e}", path.display())))
+    }
+
+    fn update_peer_metrics(&self) {
+        let peer = self.round.peer();
+        let suspects = (0..self.round.known())
+            .filter(|&i| peer.is_suspect(NodeId(i)))
+            .count();
+        self.metrics.suspects.set(suspects as i64);
+        for (id, e, w) in peer.table().iter() {
+            self.metrics.set_peer(&id.to_string(), w, e.tracked_loss);
+        }
+    }
+}
+
+/// The engine's events, as log lines.
+fn log_event(e: &Event) {
+    match e {
+        Event::StartingWithout {
+            connected,
+            running,
+            members,
+        } => warn!(
+            connected,
+            running_federico = running,
+            members,
+            "starting without every member"
+        ),
+        Event::RoundStarts { round, sampled } => debug!(round, ?sampled, "round starts"),
+        Event::ModelLate { peer, round } => {
+            warn!(peer = %peer, round, "model did not arrive in time")
+        }
+        Event::SteppingAtDeadline { round, missing } => {
+            let missing: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+            warn!(round, ?missing, "stepping at the gradient deadline");
+        }
+        Event::Straggler { peer, round } => info!(
+            peer = %peer,
+            round,
+            "a sampler keeps missing the step: its gradients are taken but no longer waited for"
+        ),
+        Event::FetchLate { peer } => {
+            warn!(peer = %peer, "final model did not arrive; dropped from the mixture")
+        }
+        Event::RoundDone { round, duration } => {
+            info!(round, seconds = duration.as_secs_f64(), "round done")
+        }
+        Event::Lingering { round } => info!(
+            round,
+            "last round done; serving the final model until peers are done"
+        ),
+    }
+}

@@ -1,0 +1,251 @@
+//! Setting a node up: its place in the manifest, its data, its state (fresh or from its
+//! checkpoint), its swarm, its control channel and its run log.
+//!
+//! Owns: refusing a key, a checkpoint or a model that does not belong to this node, by name.
+//! Must not: start a round or touch the round engine.
+
+use super::{NodeError, Start, fatal};
+use crate::core::Peer;
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::{Adam, ClientData, Learner, Shard};
+use crate::net::behaviour::{Behaviour, BehaviourConfig};
+use crate::net::config::NodeConfig;
+use crate::net::control;
+use crate::net::identity::Manifest;
+use crate::net::metrics::Metrics;
+use crate::silo::federico::{Checkpoint, FedericoSilo};
+use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// This node's id in the manifest, checked against its key.
+pub(super) fn member_of(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+    peer_id: PeerId,
+) -> Result<NodeId, NodeError> {
+    let (me, member) = manifest.by_name(&cfg.name).ok_or_else(|| {
+        fatal(format!(
+            "name {:?} is not a member of the manifest {} (members: {})",
+            cfg.name,
+            cfg.manifest.display(),
+            manifest
+                .members
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })?;
+    if member.peer_id != peer_id {
+        return Err(fatal(format!(
+            "key {} has peer ID {peer_id}, but the manifest lists {} for {:?}",
+            cfg.key.display(),
+            member.peer_id,
+            cfg.name
+        )));
+    }
+    Ok(me)
+}
+
+/// The silo's data: its shard, or the data set the config names.
+pub(super) fn load_data(cfg: &NodeConfig, me: NodeId) -> Result<ClientData, NodeError> {
+    Ok(match &cfg.data.shard {
+        Some(path) => {
+            let shard = Shard::read(path)?;
+            if shard.node != me.0 {
+                warn!(
+                    shard_node = shard.node,
+                    manifest_node = me.0,
+                    "shard was written for another position in the federation"
+                );
+            }
+            shard.data
+        }
+        None => cfg.data.load()?,
+    })
+}
+
+/// The node's state: from its checkpoint when there is one, else fresh (from `start`, or the
+/// seeded initialisation).
+pub(super) fn resume(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+    me: NodeId,
+    peer_id: PeerId,
+    ckpt_path: &std::path::Path,
+    learner: &Learner,
+    start: Option<Vec<f32>>,
+) -> Result<Start, NodeError> {
+    let num_params = learner.num_params();
+    if let Some(c) = Checkpoint::read(ckpt_path).map_err(fatal)? {
+        if c.peer_id != peer_id.to_string() {
+            return Err(fatal(format!(
+                "checkpoint {} belongs to peer {}, not to this key ({peer_id})",
+                ckpt_path.display(),
+                c.peer_id
+            )));
+        }
+        if c.params.len() != num_params {
+            return Err(fatal(format!(
+                "checkpoint {} holds {} parameters, the configured model has {num_params}",
+                ckpt_path.display(),
+                c.params.len()
+            )));
+        }
+        info!(
+            round = c.round,
+            version = c.version,
+            "resuming from checkpoint"
+        );
+        return Ok(Start {
+            peer: c.peer,
+            silo: FedericoSilo::new(c.params, c.adam, c.version),
+            round: c.round,
+        });
+    }
+    let params = match start {
+        Some(p) if p.len() == num_params => p,
+        Some(p) => {
+            return Err(fatal(format!(
+                "a starting model of {} parameters, the configured model has {num_params}",
+                p.len()
+            )));
+        }
+        None => learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
+            cfg.seed,
+            me,
+            Stream::Init,
+        ))),
+    };
+    let ids = (0..manifest.members.len() as u32).map(NodeId);
+    let peer = Peer::new(
+        me,
+        ids,
+        cfg.federico.clone(),
+        stream_seed(cfg.seed, me, Stream::Sampling),
+    );
+    let adam = Adam::new(num_params, cfg.train.lr as f32);
+    Ok(Start {
+        peer,
+        silo: FedericoSilo::new(params, adam, 0),
+        round: 0,
+    })
+}
+
+/// The node's swarm, listening, with the members' and bootstrap addresses known.
+pub(super) fn build_swarm(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+    me: NodeId,
+    key: libp2p::identity::Keypair,
+    registry: &mut prometheus_client::registry::Registry,
+    metrics: &Metrics,
+) -> Result<Swarm<Behaviour>, NodeError> {
+    let allowed = (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
+    let behaviour_cfg = BehaviourConfig {
+        allowed,
+        max_message: cfg.max_message(),
+        request_timeout: cfg.model_deadline() + cfg.gradient_deadline(),
+        mdns: cfg.mdns,
+    };
+    let behaviour_metrics = metrics.clone();
+    let mut swarm = SwarmBuilder::with_existing_identity(key)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .map_err(fatal)?
+        .with_quic()
+        .with_bandwidth_metrics(registry)
+        .with_behaviour(|key| {
+            Behaviour::new(key, behaviour_cfg, behaviour_metrics)
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        })
+        .map_err(fatal)?
+        // Rounds must not drop connections: idle means "between rounds" here.
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .build();
+    for a in &cfg.listen {
+        let addr: Multiaddr = a.parse().map_err(fatal)?;
+        swarm
+            .listen_on(addr.clone())
+            .map_err(|e| fatal(format!("listen on {addr}: {e}")))?;
+    }
+    for (i, m) in manifest.members.iter().enumerate() {
+        if i == me.index() {
+            continue;
+        }
+        for a in &m.addrs {
+            swarm.add_peer_address(m.peer_id, a.clone());
+            swarm.behaviour_mut().kad.add_address(&m.peer_id, a.clone());
+        }
+    }
+    for b in &cfg.bootstrap {
+        let addr: Multiaddr = b.parse().map_err(fatal)?;
+        if let Some(libp2p::multiaddr::Protocol::P2p(p)) = addr.iter().last() {
+            swarm.add_peer_address(p, addr.clone());
+            swarm.behaviour_mut().kad.add_address(&p, addr.clone());
+        }
+    }
+    Ok(swarm)
+}
+
+/// The control channel of a swarm's fault schedule (only with the token it wrote).
+pub(super) async fn start_control(
+    cfg: &NodeConfig,
+) -> Result<tokio::sync::mpsc::Receiver<control::Request>, NodeError> {
+    let (control_tx, control_rx) = tokio::sync::mpsc::channel::<control::Request>(16);
+    let Some(c) = &cfg.control else {
+        return Ok(control_rx);
+    };
+    let token = std::fs::read_to_string(&c.token_file)
+        .map_err(|e| fatal(format!("control token {}: {e}", c.token_file.display())))?
+        .trim()
+        .to_string();
+    if token.is_empty() {
+        return Err(fatal(format!(
+            "control token {} is empty",
+            c.token_file.display()
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(&c.listen)
+        .await
+        .map_err(|e| fatal(format!("control address {}: {e}", c.listen)))?;
+    let addr = listener.local_addr().map_err(fatal)?;
+    crate::store::write_atomic(
+        &cfg.state_dir.join("control.addr"),
+        addr.to_string().as_bytes(),
+    )
+    .map_err(fatal)?;
+    info!(%addr, "control channel listening");
+    tokio::spawn(control::serve(listener, token, control_tx));
+    Ok(control_rx)
+}
+
+/// The run log, cut back to the checkpoint's round.
+pub(super) fn open_log(
+    cfg: &NodeConfig,
+    round: u64,
+) -> Result<(std::io::BufWriter<std::fs::File>, PathBuf), NodeError> {
+    let log_path = cfg.state_dir.join("rounds.jsonl");
+    let cut = crate::trace::trim_log(&log_path, round + 1).map_err(fatal)?;
+    if cut > 0 {
+        warn!(
+            lines = cut,
+            checkpoint_round = round,
+            "run log cut back to the checkpoint (rounds it had not saved, or a torn line)"
+        );
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| fatal(format!("{}: {e}", log_path.display())))?;
+    Ok((std::io::BufWriter::new(log), log_path))
+}
