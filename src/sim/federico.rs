@@ -1,8 +1,11 @@
 //! FedeRiCo in lock-step rounds (spec §3.2), every silo in this process.
-//! Owns: moving models, losses and gradients between the [`Peer`] state machines and the
-//! learners, in the order of Algorithm 1, with silos computed in parallel.
+//! Owns: choosing how a run is driven — without faults and with `mstep = "full"` (what the
+//! nodes run), by the nodes' own round engines ([`Engines`]); the simulator's other M-step
+//! modes and fault schedules, by moving models, losses and gradients between the [`Peer`]
+//! state machines and the learners in the order of Algorithm 1 — and scoring the silos.
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients).
 
+use super::engines::Engines;
 use super::faults::{FaultSim, Msg};
 use super::{BatchCursor, ClientEval, Ctx, SimError, par_silos, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
@@ -11,6 +14,7 @@ use crate::faults::{Fault, Schedule};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
 use crate::silo::federico::Checkpoint;
+use crate::silo::federico::scale;
 use crate::trace::NodeRound;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -22,6 +26,9 @@ type Measured = (NodeId, f64, Vec<f32>);
 /// Per-silo state of a FedeRiCo run.
 pub(crate) struct FedericoRun {
     cfg: FedericoConfig,
+    /// The nodes' round engines: a fault-free `mstep = "full"` run. When set, the lock-step
+    /// fields below are not used.
+    engines: Option<Engines>,
     peers: Vec<Peer>,
     /// φ_i: each silo's own model.
     params: Vec<Vec<f32>>,
@@ -41,7 +48,8 @@ impl FedericoRun {
         let k = ctx.clients();
         let ids: Vec<NodeId> = (0..k as u32).map(NodeId).collect();
         let cfg = ctx.scenario.federico.clone();
-        Self {
+        let mut run = Self {
+            engines: None,
             peers: ids
                 .iter()
                 .map(|&me| {
@@ -68,11 +76,17 @@ impl FedericoRun {
                 .collect(),
             last_sampled: vec![Vec::new(); k],
             faults: None,
+        };
+        if run.cfg.mstep == MStep::Full {
+            run.engines = Some(Engines::new(ctx, &run.cfg, run.peers.clone(), init));
         }
+        run
     }
 
     /// The same run under a fault schedule (`mstep = "full"`, what the peers run).
     pub(crate) fn with_faults(mut self, schedule: Schedule, rounds: u64, seed: u64) -> Self {
+        // A fault schedule runs lock-step, on the state the engines were built from.
+        self.engines = None;
         let suspect_after = self.peers.first().map_or(3, |p| p.config().suspect_after);
         self.faults = Some(FaultSim::new(schedule, rounds, seed, suspect_after));
         self
@@ -84,6 +98,11 @@ impl FedericoRun {
             let r = self.round_with_faults(ctx, &mut f);
             self.faults = Some(f);
             return r;
+        }
+        if let Some(e) = self.engines.as_mut() {
+            e.round(ctx)?;
+            self.last_sampled = e.last_sampled().to_vec();
+            return Ok(());
         }
         let sampled: Vec<Vec<NodeId>> = self.peers.iter_mut().map(Peer::sample).collect();
         // What each silo measures this round: the core says (sampled peers plus itself).
@@ -97,29 +116,9 @@ impl FedericoRun {
         let params = &self.params;
         match self.cfg.mstep {
             MStep::Full => {
-                // Loss and gradient come from one pass at the same parameters (spec §5.5).
-                let out: Vec<Result<Vec<Measured>, SimError>> = par_silos(ctx, |i, learner| {
-                    let train = &fed.clients[i].train;
-                    evaluated[i]
-                        .iter()
-                        .map(|&b| {
-                            let (loss_sum, grad) =
-                                learner.loss_and_grad(&params[b.index()], train, None)?;
-                            Ok((b, loss_sum / train.len() as f64, grad))
-                        })
-                        .collect()
-                });
-                let mut mail = Mail::new(self.params.len());
-                for (i, res) in out.into_iter().enumerate() {
-                    let res = res?;
-                    let measured: Vec<(NodeId, f64)> = res.iter().map(|r| (r.0, r.1)).collect();
-                    self.peers[i].handle_losses(fed.clients[i].train.len(), &measured);
-                    for (b, _, mut grad) in res {
-                        scale(&mut grad, self.peers[i].weight(b));
-                        mail.post(NodeId(i as u32), b, grad);
-                    }
-                }
-                self.apply(ctx, &evaluated, mail)?;
+                return Err(SimError::Invariant(
+                    "a fault-free mstep = \"full\" run is driven by the round engines".into(),
+                ));
             }
             MStep::Epoch | MStep::Minibatch(_) => {
                 let out: Vec<Result<Vec<(NodeId, f64)>, SimError>> = ctx.pool.install(|| {
@@ -464,8 +463,10 @@ impl FedericoRun {
 
     /// Each silo's test score with its mixture of measured peers (spec §3 inference).
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        let mut mixes: Vec<Vec<(NodeId, f64)>> =
-            self.peers.iter().map(Peer::inference_weights).collect();
+        let mut mixes: Vec<Vec<(NodeId, f64)>> = match &self.engines {
+            Some(e) => e.peers().map(Peer::inference_weights).collect(),
+            None => self.peers.iter().map(Peer::inference_weights).collect(),
+        };
         if let Some(f) = &self.faults {
             // A node fetches the final models of its mixture; the unreachable ones are dropped
             // and the rest renormalised (spec §6). A silo that is down is scored on its own.
@@ -486,12 +487,14 @@ impl FedericoRun {
                 }
             }
         }
+        let engines = self.engines.as_ref();
         let params = &self.params;
+        let model = |j: NodeId| match engines {
+            Some(e) => e.params(j.index()),
+            None => params[j.index()].as_slice(),
+        };
         let evals = score_each(ctx, |i| {
-            mixes[i]
-                .iter()
-                .map(|&(j, w)| (params[j.index()].as_slice(), w))
-                .collect()
+            mixes[i].iter().map(|&(j, w)| (model(j), w)).collect()
         })?;
         if let Some(f) = self.faults.as_mut() {
             let g = f.round as f64;
@@ -506,10 +509,11 @@ impl FedericoRun {
 
     /// The K×K weight matrix w_ij (row i: silo, column j: model), self included.
     pub(crate) fn weight_matrix(&self) -> Vec<Vec<f64>> {
-        self.peers
-            .iter()
-            .map(|p| p.weights().into_iter().map(|(_, w)| w).collect())
-            .collect()
+        let row = |p: &Peer| p.weights().into_iter().map(|(_, w)| w).collect();
+        match &self.engines {
+            Some(e) => e.peers().map(row).collect(),
+            None => self.peers.iter().map(row).collect(),
+        }
     }
 }
 
@@ -526,13 +530,6 @@ impl Mail {
     }
     fn post(&mut self, from: NodeId, to: NodeId, grad: Vec<f32>) {
         self.boxes[to.index()].push((from, grad));
-    }
-}
-
-fn scale(g: &mut [f32], w: f64) {
-    let w = w as f32;
-    for x in g {
-        *x *= w;
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod baselines;
 mod coordinated;
+mod engines;
 mod faults;
 mod fedcollab;
 pub(crate) use fedcollab::{DiscData, DiscModel, FL_BATCH_TAG as FEDCOLLAB_FL_TAG, PairHalf};

@@ -1,0 +1,334 @@
+//! FedeRiCo without faults, as the nodes run it: one [`Round`] engine per silo — the one the
+//! libp2p node drives — on a simulated network where every message arrives at once.
+//!
+//! Owns: carrying the engines' messages between them in order, running the learner jobs they
+//! ask for in parallel batches (every silo's measure, then every silo's scale, then every
+//! owner's step), and keeping the run lock-step: a call runs exactly one round on every silo.
+//! Must not: decide anything about a round: the engines decide, the silo layer
+//! ([`FedericoSilo`]) computes. Nothing here reads a clock: the engines' clock never moves, so
+//! no deadline is ever reached and every round ends on its last gradient.
+
+use super::{Ctx, SimError, par_silos};
+use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig};
+use crate::core::{FedericoConfig, Peer};
+use crate::ids::NodeId;
+use crate::learn::Adam;
+use crate::silo::federico::FedericoSilo;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An inbound model request's handle: the requester and its name for the request.
+type Handle = (usize, ReqId);
+
+/// A message between two engines.
+enum Msg {
+    Pull {
+        from: usize,
+        round: u64,
+        req: ReqId,
+    },
+    Notice {
+        from: usize,
+        round: u64,
+        req: ReqId,
+    },
+    Fetch {
+        from: usize,
+        version: u64,
+        req: ReqId,
+    },
+    Finished {
+        from: usize,
+        req: ReqId,
+    },
+    Model {
+        req: ReqId,
+        version: u64,
+        params: Arc<Vec<f32>>,
+    },
+    Ack {
+        req: ReqId,
+    },
+    Gradient {
+        from: usize,
+        version: u64,
+        grad: Vec<f32>,
+    },
+    Skip {
+        from: usize,
+        version: u64,
+    },
+}
+
+/// Every silo's engine and model.
+pub(crate) struct Engines {
+    rounds: Vec<Round<Handle>>,
+    silos: Vec<FedericoSilo>,
+    /// The job each engine asked for and has not had run (one at a time per engine).
+    jobs: Vec<Option<Job>>,
+    /// Messages on their way, in the order they were sent.
+    mail: VecDeque<(usize, Msg)>,
+    /// Peers each silo sampled in its last completed round.
+    last_sampled: Vec<Vec<NodeId>>,
+    /// The engines' clock, which never moves.
+    now: Instant,
+}
+
+impl Engines {
+    /// One engine per silo over `peers` (each silo's core) and `init` (each silo's model), all
+    /// connected to each other.
+    pub(crate) fn new(
+        ctx: &Ctx<'_>,
+        cfg: &FedericoConfig,
+        peers: Vec<Peer>,
+        init: &[Vec<f32>],
+    ) -> Self {
+        let k = peers.len();
+        let now = Instant::now();
+        // Deadlines exist (the engine needs them) but are never reached: time does not move.
+        let day = Duration::from_secs(86_400);
+        let mut rounds: Vec<Round<Handle>> = peers
+            .into_iter()
+            .zip(init)
+            .enumerate()
+            .map(|(i, (peer, params))| {
+                let rc = RoundConfig {
+                    me: NodeId(i as u32),
+                    members: k,
+                    rounds: None,
+                    // The simulator scores the silos itself, between rounds.
+                    eval_every: u64::MAX,
+                    n_train: ctx.fed.clients[i].train.len(),
+                    num_params: params.len(),
+                    clip_norm: cfg.clip_norm,
+                    suspect_after: cfg.suspect_after,
+                    model_deadline: day,
+                    gradient_deadline: day,
+                    start_deadline: day,
+                    linger: day,
+                };
+                Round::new(rc, peer, 0, 0, Arc::new(params.clone()), now)
+            })
+            .collect();
+        for (i, r) in rounds.iter_mut().enumerate() {
+            for j in (0..k).filter(|&j| j != i) {
+                r.handle_connected(now, NodeId(j as u32));
+                r.handle_speaking(now, NodeId(j as u32));
+            }
+        }
+        let silos = init
+            .iter()
+            .map(|p| FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0))
+            .collect();
+        Self {
+            rounds,
+            silos,
+            jobs: (0..k).map(|_| None).collect(),
+            mail: VecDeque::new(),
+            last_sampled: vec![Vec::new(); k],
+            now,
+        }
+    }
+
+    /// Each silo's core.
+    pub(crate) fn peers(&self) -> impl Iterator<Item = &Peer> {
+        self.rounds.iter().map(Round::peer)
+    }
+
+    /// Each silo's current parameters.
+    pub(crate) fn params(&self, i: usize) -> &[f32] {
+        &self.silos[i].params
+    }
+
+    /// Peers each silo sampled in the last round.
+    pub(crate) fn last_sampled(&self) -> &[Vec<NodeId>] {
+        &self.last_sampled
+    }
+
+    /// Runs one round on every silo. A job of the next round (a silo that finished this one
+    /// and already has its next models) waits for the next call.
+    pub(crate) fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        let target = self.rounds.first().map_or(0, Round::rounds_done) + 1;
+        loop {
+            self.pump()?;
+            let batch: Vec<Option<Job>> = self
+                .jobs
+                .iter_mut()
+                .zip(&self.rounds)
+                .map(|(job, r)| {
+                    if r.rounds_done() < target {
+                        job.take()
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if batch.iter().all(Option::is_none) {
+                break;
+            }
+            let fed = ctx.fed;
+            let cells: Vec<Mutex<(Option<Job>, &mut FedericoSilo)>> = batch
+                .into_iter()
+                .zip(self.silos.iter_mut())
+                .map(Mutex::new)
+                .collect();
+            let out = par_silos(ctx, |i, learner| {
+                let mut cell = cells[i].lock().expect("one worker per silo");
+                let (job, silo) = &mut *cell;
+                job.take()
+                    .map(|job| silo.run(learner, &fed.clients[i], job))
+                    .transpose()
+            });
+            drop(cells);
+            for (i, done) in out.into_iter().enumerate() {
+                if let Some(done) = done? {
+                    self.handle_done(i, done)?;
+                }
+            }
+        }
+        if let Some(i) = (0..self.rounds.len()).find(|&i| self.rounds[i].rounds_done() != target) {
+            return Err(SimError::Invariant(format!(
+                "silo-{i} did not complete round {target} in a fault-free round"
+            )));
+        }
+        Ok(())
+    }
+
+    fn handle_done(&mut self, i: usize, done: Done) -> Result<(), SimError> {
+        self.rounds[i]
+            .handle_done(self.now, done)
+            .map_err(|e| SimError::Invariant(format!("silo-{i}: {e}")))
+    }
+
+    /// Carries every action and message until the engines are quiet.
+    fn pump(&mut self) -> Result<(), SimError> {
+        loop {
+            for i in 0..self.rounds.len() {
+                self.take_actions(i)?;
+            }
+            if self.mail.is_empty() {
+                return Ok(());
+            }
+            while let Some((to, msg)) = self.mail.pop_front() {
+                self.deliver(to, msg)?;
+            }
+        }
+    }
+
+    fn take_actions(&mut self, i: usize) -> Result<(), SimError> {
+        while let Some(action) = self.rounds[i].poll_action() {
+            let (to, msg) = match action {
+                Action::Pull { req, to, round } => (
+                    to.index(),
+                    Msg::Pull {
+                        from: i,
+                        round,
+                        req,
+                    },
+                ),
+                Action::Notice { req, to, round } => (
+                    to.index(),
+                    Msg::Notice {
+                        from: i,
+                        round,
+                        req,
+                    },
+                ),
+                Action::Fetch { req, to, version } => (
+                    to.index(),
+                    Msg::Fetch {
+                        from: i,
+                        version,
+                        req,
+                    },
+                ),
+                Action::Finished { req, to } => (to.index(), Msg::Finished { from: i, req }),
+                Action::Serve {
+                    handle: (requester, req),
+                    version,
+                    params,
+                    ..
+                } => (
+                    requester,
+                    Msg::Model {
+                        req,
+                        version,
+                        params,
+                    },
+                ),
+                Action::Gradient {
+                    to, version, grad, ..
+                } => (
+                    to.index(),
+                    Msg::Gradient {
+                        from: i,
+                        version,
+                        grad,
+                    },
+                ),
+                Action::Skip { to, version } => (to.index(), Msg::Skip { from: i, version }),
+                Action::Run(job) => {
+                    if self.jobs[i].replace(job).is_some() {
+                        return Err(SimError::Invariant(format!(
+                            "silo-{i} asked for a job with one in flight"
+                        )));
+                    }
+                    continue;
+                }
+                Action::Report(rep) => {
+                    self.last_sampled[i] = rep.sampled;
+                    continue;
+                }
+                // Nothing is ever restarted in a fault-free run.
+                Action::Checkpoint { .. } | Action::Log(_) => continue,
+            };
+            self.mail.push_back((to, msg));
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, to: usize, msg: Msg) -> Result<(), SimError> {
+        let now = self.now;
+        let r = &mut self.rounds[to];
+        match msg {
+            Msg::Pull { from, round, req } => {
+                r.handle_pull(now, NodeId(from as u32), round, (from, req))
+            }
+            Msg::Notice { from, round, req } => {
+                r.handle_notice(now, NodeId(from as u32), round);
+                self.mail.push_back((from, Msg::Ack { req }));
+            }
+            Msg::Fetch { from, version, req } => {
+                r.handle_fetch(now, NodeId(from as u32), version, (from, req))
+            }
+            Msg::Finished { from, req } => {
+                r.handle_peer_finished(now, NodeId(from as u32));
+                self.mail.push_back((from, Msg::Ack { req }));
+            }
+            Msg::Model {
+                req,
+                version,
+                params,
+            } => r.handle_model(now, req, version, params),
+            Msg::Ack { req } => r.handle_ack(req),
+            Msg::Gradient {
+                from,
+                version,
+                grad,
+            } => r
+                .handle_gradient(now, NodeId(from as u32), version, grad)
+                .map_err(|e| {
+                    SimError::Invariant(format!(
+                        "silo-{to} rejected the gradient of silo-{from}: {e}"
+                    ))
+                })?,
+            Msg::Skip { from, version } => r
+                .handle_skip(now, NodeId(from as u32), version)
+                .map_err(|e| {
+                    SimError::Invariant(format!("silo-{to} rejected the skip of silo-{from}: {e}"))
+                })?,
+        }
+        Ok(())
+    }
+}
