@@ -154,7 +154,7 @@ impl Trainer {
         jobs: mpsc::Receiver<Job>,
         done: tokio::sync::mpsc::UnboundedSender<Done>,
     ) {
-        crate::learn::models::flush_denormals_to_zero();
+        crate::learn::runtime::flush_denormals_to_zero();
         while let Ok(job) = jobs.recv() {
             let out = self.handle(job).unwrap_or_else(Done::Failed);
             if done.send(out).is_err() {
