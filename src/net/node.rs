@@ -38,10 +38,11 @@ use super::trainer::{Checkpoint, Done, Job, OwnModel, Trainer};
 use crate::core::{GradientInbox, Peer, Stragglers};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, Learner, Shard};
-pub use crate::trace::{EvalRecord, NodeRound};
-use crate::wire::{
-    self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse, WireError,
+use crate::protocol::{
+    self as wire, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse,
+    WireError,
 };
+pub use crate::trace::{EvalRecord, NodeRound};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::{DialError, ListenError, SwarmEvent};
