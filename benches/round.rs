@@ -28,7 +28,7 @@ fn rounds(c: &mut Criterion) {
     // As the binary does: one silo per worker thread, candle's own per-op threads off.
     // SAFETY: set before this benchmark starts any thread.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
-    federico::learn::models::retain_freed_memory();
+    federico::learn::runtime::retain_freed_memory();
     if std::env::var_os("FEDERICO_DATA_DIR").is_none() {
         panic!("set FEDERICO_DATA_DIR to the data directory (e.g. ../shared/data)");
     }

@@ -7,7 +7,7 @@
 //! `../shared/data` next to the crate) holds the IDX files, and random sparse images otherwise.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use federico::learn::models::{denormals_flushed, flush_denormals_to_zero, retain_freed_memory};
+use federico::learn::runtime::{denormals_flushed, flush_denormals_to_zero, retain_freed_memory};
 use federico::learn::{Adam, Dataset, Labels, Learner, ModelSpec};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

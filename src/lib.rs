@@ -20,7 +20,7 @@
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
 //! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
 //! | [`store`] | atomic file replacement and versioned file headers (shards, checkpoints) | know what the bytes mean |
-//! | [`wire`], [`coord_wire`] | peer and coordinator messages, their bounded bincode framing and payload checks | trust a length or a value from the network |
+//! | [`protocol`] | every wire protocol (peer, coordinator, FedCollab silo-to-silo): messages, their bounded bincode framing and payload checks | trust a length or a value from the network; be imported by [`coord`] |
 //! | [`net`] | the libp2p node, coordinated node and coordinator: identity, manifest, behaviour, round drivers, training thread, checkpoints, control channel, metrics | decide anything [`core`] or [`coord`] decides; train inside the event loop |
 //! | [`launch`] | `federico swarm` and `federico partition`: run directories, node, coordinator and network-namespace set-up, fault schedules on processes, merged reports | take part in a round |
 //! | [`cli`] | the command line: flags, their precedence over scenario fields, printing | hold logic beyond parsing and printing |
@@ -30,17 +30,16 @@
 
 pub mod cli;
 pub mod coord;
-pub mod coord_wire;
 pub mod core;
 pub mod faults;
 pub mod ids;
 pub mod launch;
 pub mod learn;
 pub mod net;
+pub mod protocol;
 pub mod report;
 pub mod scenario;
 pub mod silo;
 pub mod sim;
 pub mod store;
 pub mod trace;
-pub mod wire;

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     }
     // candle allocates a fresh buffer per op; keeping freed memory in the heap instead of
     // returning it to the kernel made CNN gradients 1.6x faster (benches/train_step.rs).
-    federico::learn::models::retain_freed_memory();
+    federico::learn::runtime::retain_freed_memory();
     let cli = federico::cli::Cli::parse();
     match federico::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,19 +17,17 @@
 //! reports by the coordinator; it can spoil only its own pairs, and the two honest silos finish
 //! with their own pair's distance intact.
 
-use federico::coord_wire::{
-    COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
-    PairDistance,
-};
+use federico::coord::PairDistance;
 use federico::launch::{self, coordinated};
 use federico::net::config::Deadlines;
 use federico::net::{Manifest, NodeConfig, load_key};
+use federico::protocol::{
+    self, COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest,
+    CoordResponse, GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL,
+    ModelPayload, ModelRequest, ModelResponse,
+};
 use federico::scenario::Algorithm;
 use federico::scenario::Scenario;
-use federico::wire::{
-    self, GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL, ModelPayload,
-    ModelRequest, ModelResponse,
-};
 use libp2p::futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, StreamExt};
 use libp2p::request_response::{
     self as rr, OutboundFailure, OutboundRequestId, ProtocolSupport, ResponseChannel,
@@ -255,7 +253,10 @@ impl Client {
     }
 
     async fn model(&mut self, req: ModelRequest) -> ModelResponse {
-        match self.send(Proto::Model, wire::encode(&req).unwrap()).await {
+        match self
+            .send(Proto::Model, protocol::encode(&req).unwrap())
+            .await
+        {
             Outcome::Answer(b) => decode(&b),
             Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
         }
@@ -263,7 +264,7 @@ impl Client {
 
     async fn gradient(&mut self, req: GradientRequest) -> GradientResponse {
         match self
-            .send(Proto::Gradient, wire::encode(&req).unwrap())
+            .send(Proto::Gradient, protocol::encode(&req).unwrap())
             .await
         {
             Outcome::Answer(b) => decode(&b),
@@ -286,13 +287,13 @@ impl Client {
         self.swarm
             .behaviour_mut()
             .model
-            .send_response(channel, wire::encode(resp).unwrap())
+            .send_response(channel, protocol::encode(resp).unwrap())
             .unwrap();
     }
 
     /// Accepts every gradient the node sent us (it does after a model we served).
     fn accept_gradients(&mut self) {
-        let accepted = wire::encode(&GradientResponse::Accepted).unwrap();
+        let accepted = protocol::encode(&GradientResponse::Accepted).unwrap();
         let (grads, rest) = std::mem::take(&mut self.inbound)
             .into_iter()
             .partition(|r| r.proto == Proto::Gradient);
@@ -308,9 +309,13 @@ impl Client {
 }
 
 fn decode<M: serde::de::DeserializeOwned>(frame: &[u8]) -> M {
-    let len = wire::check_len(frame[..8].try_into().unwrap(), wire::DEFAULT_MAX_MESSAGE).unwrap();
+    let len = protocol::check_len(
+        frame[..8].try_into().unwrap(),
+        protocol::DEFAULT_MAX_MESSAGE,
+    )
+    .unwrap();
     assert_eq!(len, frame.len() - 8);
-    wire::decode(&frame[8..]).unwrap()
+    protocol::decode(&frame[8..]).unwrap()
 }
 
 fn frame(body: &[u8]) -> Vec<u8> {
@@ -485,7 +490,7 @@ async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
     );
 
     // Bytes the codec refuses: the node answers nothing and closes the stream.
-    let skip = wire::encode(&GradientRequest::Skip { version: 1 }).unwrap();
+    let skip = protocol::encode(&GradientRequest::Skip { version: 1 }).unwrap();
     let trailing = frame(&[&skip[8..], &[0u8][..]].concat());
     let mut cut = frame(&[7u8; 100]);
     cut.truncate(18);
@@ -675,7 +680,7 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     h.connect(addr).await;
 
     let mut ask = async |req: &CoordRequest| -> CoordResponse {
-        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+        match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
             Outcome::Answer(b) => decode(&b),
             Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
         }
@@ -732,7 +737,7 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     let start = match h
         .send(
             Proto::Coord,
-            wire::encode(&CoordRequest::Fetch { round: 0 }).unwrap(),
+            protocol::encode(&CoordRequest::Fetch { round: 0 }).unwrap(),
         )
         .await
     {
@@ -744,7 +749,7 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     };
     assert_eq!(start.len(), d);
     let mut ask = async |req: &CoordRequest| -> CoordResponse {
-        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+        match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
             Outcome::Answer(b) => decode(&b),
             Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
         }
@@ -882,7 +887,7 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
         })
         .collect();
     let coord_ask = async |h: &mut Client, req: &CoordRequest| -> CoordResponse {
-        match h.send(Proto::Coord, wire::encode(req).unwrap()).await {
+        match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
             Outcome::Answer(b) => decode(&b),
             Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
         }
@@ -909,7 +914,7 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
     let params = 200 + 48 * 200 + 2 + 200 * 2;
     let mut pair = async |req: &CollabRequest| -> CollabResponse {
         loop {
-            let r = match h0.send(Proto::Collab, wire::encode(req).unwrap()).await {
+            let r = match h0.send(Proto::Collab, protocol::encode(req).unwrap()).await {
                 Outcome::Answer(b) => decode(&b),
                 Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
             };

@@ -1,7 +1,7 @@
 //! A property test of the wire decoder (peer and coordinator messages), the fuzz target of issue
 //! 4 ("hostile and broken peers"):
 //! random bytes, truncations and bit flips of valid frames of every message type go through
-//! `wire::read_frame` and `wire::decode` exactly as the codec runs them. They must give an error
+//! `protocol::read_frame` and `protocol::decode` exactly as the codec runs them. They must give an error
 //! (or, for bit flips and random bytes, possibly another valid message), never panic, and never
 //! allocate beyond what was received: a global allocator in this test binary records the largest
 //! single allocation while a frame is decoded.
@@ -10,11 +10,10 @@
 //! `FEDERICO_FUZZ_CASES=100000 FEDERICO_FUZZ_SEED=7 cargo test --release --test wire_fuzz`
 //! (`FEDERICO_FUZZ_SEED=random` draws one; a failure prints the shrunk input).
 
-use federico::coord_wire::{
-    CollabRequest, CollabResponse, CoordRequest, CoordResponse, PairDistance,
-};
-use federico::wire::{
-    self, GradientRequest, GradientResponse, ModelPayload, ModelRequest, ModelResponse,
+use federico::coord::PairDistance;
+use federico::protocol::{
+    self, CollabRequest, CollabResponse, CoordRequest, CoordResponse, GradientRequest,
+    GradientResponse, ModelPayload, ModelRequest, ModelResponse,
 };
 use libp2p::futures::executor::block_on;
 use proptest::collection::vec;
@@ -61,7 +60,7 @@ static ALLOCATOR: Tracking = Tracking;
 
 /// The node's default bound: a header may announce up to 256 MiB and must still cost only what
 /// arrives.
-const MAX: u64 = wire::DEFAULT_MAX_MESSAGE;
+const MAX: u64 = protocol::DEFAULT_MAX_MESSAGE;
 
 /// What one frame may cost: buffers grow by doubling, and serde preallocates at most 1 MiB for a
 /// sequence whatever length it announces.
@@ -72,9 +71,9 @@ fn allowance(input: usize) -> usize {
 /// Reads and decodes `bytes` as the codec does, and checks the allocation bound.
 fn decode_frame<M: DeserializeOwned>(bytes: &[u8]) -> Result<Result<M, String>, TestCaseError> {
     LARGEST.with(|c| c.set(0));
-    let result = block_on(wire::read_frame(&mut &bytes[..], MAX))
+    let result = block_on(protocol::read_frame(&mut &bytes[..], MAX))
         .map_err(|e| e.to_string())
-        .and_then(|body| wire::decode::<M>(&body).map_err(|e| e.to_string()));
+        .and_then(|body| protocol::decode::<M>(&body).map_err(|e| e.to_string()));
     let largest = LARGEST.with(Cell::get);
     prop_assert!(
         largest <= allowance(bytes.len()),
@@ -336,10 +335,10 @@ where
 {
     runner()
         .run(&(strategy, mutation()), |(msg, m)| {
-            let frame = wire::encode(&msg).unwrap();
+            let frame = protocol::encode(&msg).unwrap();
             // The valid frame decodes to what was sent (compared encoded: NaN != NaN).
             let back = decode_frame::<M>(&frame)?.map_err(TestCaseError::fail)?;
-            prop_assert_eq!(wire::encode(&back).unwrap(), frame.clone());
+            prop_assert_eq!(protocol::encode(&back).unwrap(), frame.clone());
             let body_len = frame.len() - 8;
             match m {
                 Mutation::Cut(n) => {
@@ -363,7 +362,7 @@ where
                     // Another valid message is possible (a flipped parameter); a panic or a
                     // large allocation is not.
                     if let Ok(other) = decode_frame::<M>(&f)? {
-                        let len = wire::encode(&other).unwrap().len();
+                        let len = protocol::encode(&other).unwrap().len();
                         prop_assert!(len <= f.len() + 16, "{} bytes from {}", len, f.len());
                     }
                 }

@@ -14,10 +14,10 @@
 //!
 //! Silos are named by their index in the federation's manifest, as in the simulator.
 
+use super::PairDistance;
 use super::fedcollab::{
     FedCollabConfig, Problem, Solution, coalitions_of, disc_train_target, labels_of,
 };
-use crate::coord_wire::PairDistance;
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"FEDCOLB1";

@@ -15,6 +15,8 @@ pub mod fedsac_server;
 pub mod hcct;
 pub mod hcct_server;
 
+use serde::{Deserialize, Serialize};
+
 /// The silos whose sample count a coordinator has (`joined`) or still awaits (`!joined`),
 /// ascending: the servers that wait for every silo, or close joining on those that came, share
 /// it.
@@ -22,4 +24,16 @@ pub(crate) fn silos_joined<T>(sizes: &[Option<T>], joined: bool) -> Vec<usize> {
     (0..sizes.len())
         .filter(|&i| sizes[i].is_some() == joined)
         .collect()
+}
+
+/// One pair's distance as one of its two silos reports it (FedCollab: what a silo sends the
+/// coordinator after its pairwise discriminator rounds, `fedcollab_server::report`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairDistance {
+    /// The other silo's manifest index.
+    pub partner: u32,
+    /// 2·BalAcc_best − 1 (spec §3.2 step 5); `None` when the pair could not run.
+    pub distance: Option<f64>,
+    /// Rounds the pair ran.
+    pub rounds: u32,
 }

@@ -5,15 +5,24 @@
 //! [`crate::core`] and the drivers.
 
 pub mod data;
+mod error;
+#[cfg(test)]
+mod fixtures;
+mod learner;
 pub mod loaders;
-pub mod models;
+mod net;
+mod ops;
 pub mod optim;
 mod params;
 pub mod partition;
+pub mod runtime;
 pub mod shard;
+mod spec;
 pub mod synthetic;
 
 pub use data::{ClientData, DataError, Dataset, Federation, Labels};
-pub use models::{Evaluation, LearnError, Learner, ModelSpec};
+pub use error::LearnError;
+pub use learner::{Evaluation, Learner};
 pub use optim::{Adam, Sgd};
 pub use shard::Shard;
+pub use spec::ModelSpec;

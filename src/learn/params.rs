@@ -2,7 +2,7 @@
 //! Owns: the fixed, name-sorted order in which a model's variables are flattened.
 //! Must not: be visible outside `learn` (callers only see `&[f32]`).
 
-use super::models::LearnError;
+use super::error::LearnError;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor, Var};
 use candle_nn::VarMap;

@@ -7,7 +7,7 @@
 //! Must not: interpret messages (that is the round driver) or train.
 
 use super::metrics::{Metrics, Reason};
-use crate::wire::{self, GradientRequest, GradientResponse, ModelRequest, ModelResponse};
+use crate::protocol::{self, GradientRequest, GradientResponse, ModelRequest, ModelResponse};
 use libp2p::core::Endpoint;
 use libp2p::core::transport::PortUse;
 use libp2p::futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -118,27 +118,27 @@ impl<Req, Resp> Codec<Req, Resp> {
 
     /// Reads one message. A frame that is refused (oversized, truncated, not a message) is
     /// logged with its sender and counted by reason here, and comes back as an `InvalidData`
-    /// error carrying the [`wire::WireError`]: for a request libp2p then drops the stream and
+    /// error carrying the [`protocol::WireError`]: for a request libp2p then drops the stream and
     /// tells no one, for a response the round driver sees an outbound failure.
     async fn read<T: AsyncRead + Unpin + Send, M: DeserializeOwned>(
         &self,
         protocol: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<M> {
-        let body = wire::read_frame(io, self.max).await.inspect_err(|e| {
-            if let Some(w) = wire::rejection(e) {
+        let body = protocol::read_frame(io, self.max).await.inspect_err(|e| {
+            if let Some(w) = protocol::rejection(e) {
                 self.refused(protocol, w);
             }
         })?;
         self.metrics
             .count_bytes(protocol.as_ref(), "in", body.len() + 8);
-        wire::decode(&body).map_err(|e| {
+        protocol::decode(&body).map_err(|e| {
             self.refused(protocol, &e);
-            wire::invalid(e)
+            protocol::invalid(e)
         })
     }
 
-    fn refused(&self, protocol: &StreamProtocol, e: &wire::WireError) {
+    fn refused(&self, protocol: &StreamProtocol, e: &protocol::WireError) {
         let reason = Reason::from(e);
         self.metrics.reject(reason);
         match &self.peer {
@@ -153,11 +153,11 @@ impl<Req, Resp> Codec<Req, Resp> {
         io: &mut T,
         msg: &M,
     ) -> io::Result<()> {
-        let frame = wire::encode(msg).map_err(io::Error::other)?;
+        let frame = protocol::encode(msg).map_err(io::Error::other)?;
         if frame.len() as u64 - 8 > self.max {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                wire::WireError::TooLarge {
+                protocol::WireError::TooLarge {
                     len: frame.len() as u64 - 8,
                     max: self.max,
                 },
@@ -392,7 +392,7 @@ impl Behaviour {
         let model = Exchange::new(
             ModelCodec::new(cfg.max_message, metrics.clone()),
             [(
-                StreamProtocol::new(wire::MODEL_PROTOCOL),
+                StreamProtocol::new(protocol::MODEL_PROTOCOL),
                 ProtocolSupport::Full,
             )],
             rr_cfg.clone(),
@@ -400,7 +400,7 @@ impl Behaviour {
         let gradient = Exchange::new(
             GradientCodec::new(cfg.max_message, metrics),
             [(
-                StreamProtocol::new(wire::GRADIENT_PROTOCOL),
+                StreamProtocol::new(protocol::GRADIENT_PROTOCOL),
                 ProtocolSupport::Full,
             )],
             rr_cfg,

@@ -23,13 +23,13 @@ use super::coordinated::{CoordinatedConfig, Reply, route_coord_event};
 use super::coordinator::CoordCodec;
 use super::identity::Manifest;
 use super::metrics::Metrics;
+use crate::coord::PairDistance;
 use crate::coord::fedcollab::{FedCollabConfig, coalition_average};
-use crate::coord_wire::{
-    COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
-    PairDistance,
-};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Learner, ModelSpec};
+use crate::protocol::{
+    COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
+};
 use crate::sim::{DiscModel, FEDCOLLAB_FL_TAG, PairHalf};
 use libp2p::futures::StreamExt;
 use libp2p::futures::stream::FuturesUnordered;

@@ -28,9 +28,9 @@ use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
 use crate::coord::hcct::HcctConfig;
 use crate::coord::hcct_server::{self, HcctServer};
-use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
+use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::scenario::{FeddiscoConfig, FedsacConfig, FedsacScore, ModelConfig};
 use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
@@ -119,7 +119,7 @@ fn default_deadline() -> f64 {
     30.0
 }
 fn default_max_mib() -> u64 {
-    crate::wire::DEFAULT_MAX_MESSAGE >> 20
+    crate::protocol::DEFAULT_MAX_MESSAGE >> 20
 }
 
 impl CoordinatorConfig {

@@ -6,7 +6,7 @@
 //! set the values.
 
 use crate::core::Rejection;
-use crate::wire::WireError;
+use crate::protocol::WireError;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -69,7 +69,7 @@ impl Trainer {
         jobs: mpsc::Receiver<Work>,
         done: tokio::sync::mpsc::Sender<Output>,
     ) {
-        crate::learn::models::flush_denormals_to_zero();
+        crate::learn::runtime::flush_denormals_to_zero();
         while let Ok(work) = jobs.recv() {
             let out = self.handle(work).unwrap_or_else(Output::Failed);
             if done.blocking_send(out).is_err() {

@@ -11,8 +11,8 @@ use crate::core::round::Asked;
 use crate::ids::NodeId;
 use crate::net::behaviour::BehaviourEvent;
 use crate::net::metrics::Reason;
-use crate::wire::{
-    self, GradientRequest, GradientResponse, ModelRequest, ModelResponse, WireError,
+use crate::protocol::{
+    self as wire, GradientRequest, GradientResponse, ModelRequest, ModelResponse, WireError,
 };
 use libp2p::PeerId;
 use libp2p::request_response::{self as rr, OutboundRequestId};

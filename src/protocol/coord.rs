@@ -1,11 +1,12 @@
-//! The coordinator protocol `/federico/coord/1` (issue 5, coordinated mode: FedDisco, HCCT,
-//! FedSaC and FedCollab): what a node and the thin coordinator say to each other, and the checks
-//! a received message must pass before it reaches the coordinator's state; and FedCollab's
-//! silo-to-silo protocol `/federico/collab/1` (pairwise discriminator rounds, coalition models).
-//! Owns: message types, the protocol name, and payload validation. Framing (8-byte length,
-//! bincode-2 body, bound checked before allocation) is [`crate::wire`]'s, so the same
-//! size-capped codec serves this protocol.
-//! Must not: know about swarms or rounds in progress.
+//! The coordinator protocol `/federico/coord/1` (coordinated mode: FedDisco, HCCT, FedSaC and
+//! FedCollab): what a node and the thin coordinator say to each other, and the checks a
+//! received message must pass before it reaches the coordinator's state.
+//!
+//! Owns: the node ↔ coordinator messages, the protocol name, and their payload validation.
+//! Framing (8-byte length, bincode-2 body, bound checked before allocation) is `frame.rs`'s, so
+//! the same size-capped codec serves this protocol.
+//! Must not: know about swarms or rounds in progress; define types the coordinator algorithms
+//! need (those live in [`crate::coord`], which never imports this module).
 //!
 //! What crosses the wire: a node's sample count and, for FedDisco, its label-distribution
 //! discrepancy (`DiscoReport`, computed locally — the label histogram never leaves the node);
@@ -14,9 +15,11 @@
 //! subspace (k directions of its penultimate layer, never the features themselves), and back
 //! its personalised model, regulariser direction and cohort membership; for FedCollab only the
 //! sample count and one scalar distance per partner (back: the plan's m_train and the silo's own
-//! coalition), while discriminator weights and coalition models go silo to silo.
+//! coalition), while discriminator weights and coalition models go silo to silo (`collab.rs`).
 //! The sender is the authenticated libp2p peer (Noise), so no message carries its sender's id.
 
+use super::frame::check_vector;
+use crate::coord::PairDistance;
 use crate::coord::feddisco::{DiscoReport, Metric};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -78,17 +81,6 @@ pub enum CoordRequest {
     },
 }
 
-/// One pair's distance as one of its two silos reports it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PairDistance {
-    /// The other silo's manifest index.
-    pub partner: u32,
-    /// 2·BalAcc_best − 1 (spec §3.2 step 5); `None` when the pair could not run.
-    pub distance: Option<f64>,
-    /// Rounds the pair ran.
-    pub rounds: u32,
-}
-
 /// The most silos a FedCollab report may cover.
 pub const MAX_PARTNERS: usize = 1 << 16;
 
@@ -148,115 +140,6 @@ pub enum CoordResponse {
     Alone,
 }
 
-/// FedCollab's silo ↔ silo protocol (spec §6 phases 2 and 4): the pairwise discriminator
-/// rounds and the FedAvg model exchange inside a coalition, with no coordinator in the loop.
-pub const COLLAB_PROTOCOL: &str = "/federico/collab/1";
-
-/// Silo → silo (FedCollab). The sender is the authenticated peer; its manifest index says
-/// which pair or coalition member it is.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CollabRequest {
-    /// From a pair's higher-index silo: its discriminator weights after the SGD steps of round
-    /// `round` (from the pair's current average), and its validation accuracy of the pair's
-    /// previous evaluation, if that round was evaluated. Answered with
-    /// [`CollabResponse::DiscStep`].
-    DiscStep {
-        /// The pair's round (0-based).
-        round: u32,
-        /// The sender's weights.
-        weights: Arc<Vec<f32>>,
-        /// The sender's accuracy of the previous evaluated average.
-        acc: Option<f64>,
-    },
-    /// From a pair's higher-index silo: the pair stopped after `rounds` rounds; its accuracy of
-    /// the last evaluation, if the last round was evaluated. Answered with
-    /// [`CollabResponse::Ack`].
-    DiscDone {
-        /// Rounds run.
-        rounds: u32,
-        /// The sender's accuracy of the last evaluated average.
-        acc: Option<f64>,
-    },
-    /// From a coalition member: this silo's locally trained model of FL round `round`. Held
-    /// until the silo has trained that round.
-    Model {
-        /// The FL round (0-based).
-        round: u64,
-    },
-}
-
-/// Silo → silo answers (FedCollab).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CollabResponse {
-    /// The lower-index silo's weights of the same round, and its accuracy of the round's
-    /// average when the round is evaluated.
-    DiscStep {
-        /// Its weights.
-        weights: Arc<Vec<f32>>,
-        /// Its accuracy of this round's average, if evaluated.
-        acc: Option<f64>,
-    },
-    /// A trained model of an FL round.
-    Model {
-        /// The round.
-        round: u64,
-        /// Flat parameters in name-sorted order.
-        params: Arc<Vec<f32>>,
-    },
-    /// Recorded.
-    Ack,
-    /// Refused, or not possible yet.
-    Error {
-        /// Why, in words.
-        reason: String,
-    },
-    /// To a pair's driver: this side does not hold the pair the request continues (it was
-    /// restarted and its pair had not finished): start the pair over from round 0. Both
-    /// halves are deterministic, so the rerun ends with the distance the first run would have.
-    Restart,
-}
-
-/// An accuracy a silo reports must be a fraction.
-fn check_acc(acc: Option<f64>) -> Result<(), String> {
-    match acc {
-        Some(a) if !(a.is_finite() && (0.0..=1.0).contains(&a)) => {
-            Err(format!("accuracy {a} is not a fraction in [0, 1]"))
-        }
-        _ => Ok(()),
-    }
-}
-
-impl CollabRequest {
-    /// Checks before a request reaches a silo's state: finite weights of the discriminator's
-    /// size, accuracies in [0, 1].
-    pub fn check(&self, disc_params: usize) -> Result<(), String> {
-        match self {
-            CollabRequest::DiscStep { weights, acc, .. } => {
-                check_acc(*acc)?;
-                crate::wire::check_vector(weights, disc_params).map_err(|e| e.to_string())
-            }
-            CollabRequest::DiscDone { acc, .. } => check_acc(*acc),
-            CollabRequest::Model { .. } => Ok(()),
-        }
-    }
-}
-
-impl CollabResponse {
-    /// Checks before an answer reaches a silo's state (`expected`: the vector length).
-    pub fn check(&self, expected: usize) -> Result<(), String> {
-        match self {
-            CollabResponse::DiscStep { weights, acc } => {
-                check_acc(*acc)?;
-                crate::wire::check_vector(weights, expected).map_err(|e| e.to_string())
-            }
-            CollabResponse::Model { params, .. } => {
-                crate::wire::check_vector(params, expected).map_err(|e| e.to_string())
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 impl CoordRequest {
     /// The checks a coordinator applies before a request touches its state: a finite
     /// discrepancy in `[0, max]` for the run's metric and class count, at least one sample, and
@@ -282,7 +165,7 @@ impl CoordRequest {
             CoordRequest::Contribute {
                 params, subspace, ..
             } => {
-                crate::wire::check_vector(params, num_params).map_err(|e| e.to_string())?;
+                check_vector(params, num_params).map_err(|e| e.to_string())?;
                 if let Some(rows) = subspace {
                     if rows.is_empty() || rows.len() > MAX_SUBSPACE_RANK {
                         return Err(format!(
@@ -333,7 +216,7 @@ impl CoordRequest {
                 if *n_train == 0 {
                     return Err("n_train is 0; an update needs at least 1 sample".into());
                 }
-                crate::wire::check_vector(params, num_params).map_err(|e| e.to_string())
+                check_vector(params, num_params).map_err(|e| e.to_string())
             }
         }
     }
@@ -342,7 +225,7 @@ impl CoordRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{check_len, decode, encode};
+    use crate::protocol::{check_len, decode, encode};
 
     fn roundtrip<M: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(m: M) {
         let frame = encode(&m).unwrap();
@@ -506,35 +389,5 @@ mod tests {
         for bad in [f64::NAN, 1.5, -2.0, f64::INFINITY] {
             assert!(dist(Some(bad)).check(Metric::Kl, 10, 4).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn collab_checks_refuse_bad_weights_and_accuracies() {
-        let step = |w: Vec<f32>, acc| CollabRequest::DiscStep {
-            round: 0,
-            weights: Arc::new(w),
-            acc,
-        };
-        assert!(step(vec![0.0; 3], Some(0.5)).check(3).is_ok());
-        assert!(step(vec![0.0; 3], None).check(3).is_ok());
-        assert!(step(vec![0.0; 2], None).check(3).is_err());
-        assert!(step(vec![0.0, f32::NAN, 0.0], None).check(3).is_err());
-        assert!(step(vec![0.0; 3], Some(1.5)).check(3).is_err());
-        assert!(step(vec![0.0; 3], Some(f64::NAN)).check(3).is_err());
-        assert!(
-            CollabRequest::DiscDone {
-                rounds: 3,
-                acc: Some(-0.1)
-            }
-            .check(3)
-            .is_err()
-        );
-        let model = |p: Vec<f32>| CollabResponse::Model {
-            round: 1,
-            params: Arc::new(p),
-        };
-        assert!(model(vec![1.0; 4]).check(4).is_ok());
-        assert!(model(vec![1.0; 5]).check(4).is_err());
-        assert!(model(vec![f32::INFINITY; 4]).check(4).is_err());
     }
 }

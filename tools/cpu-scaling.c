@@ -1,6 +1,6 @@
 /* Does this machine scale to two threads? Register-bound FMA loops (default) or a 64 MB
  * memory stream ("m"), one thread then two threads with twice the work.
- *   gcc -O2 -pthread -o cpu-scaling simulations/cpu-scaling.c && ./cpu-scaling && ./cpu-scaling m
+ *   gcc -O2 -pthread -o cpu-scaling tools/cpu-scaling.c && ./cpu-scaling && ./cpu-scaling m
  * A ratio of 0.50 per unit of work is perfect scaling. Used for the README's Speed section. */
 #include <pthread.h>
 #include <stdio.h>
