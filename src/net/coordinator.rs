@@ -210,7 +210,7 @@ impl CoordinatorConfig {
     /// The seed of FedSaC's cohort stream: the simulator's.
     fn fedsac_sampler_seed(&self) -> u64 {
         stream_seed(
-            self.seed ^ crate::sim::FEDSAC_STREAM_TAG,
+            self.seed ^ crate::silo::fedsac::STREAM_TAG,
             NodeId(u32::MAX),
             Stream::Sampling,
         )

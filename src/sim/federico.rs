@@ -4,13 +4,14 @@
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients).
 
 use super::faults::{FaultSim, Msg};
-use super::{BatchCursor, ClientEval, Ctx, SimError, par_silos, score_each};
+use super::{ClientEval, Ctx, SimError, par_silos, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
 use crate::net::Checkpoint;
+use crate::silo::BatchCursor;
 use crate::trace::NodeRound;
 use rand::SeedableRng;
 use rand::rngs::StdRng;

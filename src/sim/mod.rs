@@ -12,35 +12,27 @@ mod baselines;
 mod coordinated;
 mod faults;
 mod fedcollab;
-pub(crate) use fedcollab::{DiscData, DiscModel, FL_BATCH_TAG as FEDCOLLAB_FL_TAG, PairHalf};
 mod feddisco;
 mod federico;
 mod fedsac;
 mod hcct;
-pub(crate) use fedsac::{
-    FEATURE_TAG as FEDSAC_FEATURE_TAG, STREAM_TAG as FEDSAC_STREAM_TAG,
-    skip_silo as fedsac_skip_silo, train_silo as fedsac_train_silo,
-};
-pub(crate) use hcct::{
-    BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch, skip_epoch as hcct_skip_epoch,
-};
 
 use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
+use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
 use crate::report::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
     RunSummary, Summary, Timing,
 };
 use crate::report::{plots, table};
 use crate::scenario::{Algorithm, Scenario, ScenarioError};
+use crate::silo::SiloError;
 use crate::trace::EvalRecord;
 use baselines::{FedAvgRun, LocalRun};
 use federico::FedericoRun;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rayon::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -77,6 +69,17 @@ pub enum SimError {
     /// Something that cannot happen in a fault-free lock-step run did.
     #[error("simulator invariant broken: {0}")]
     Invariant(String),
+}
+
+impl From<SiloError> for SimError {
+    /// A silo's errors keep the messages they had when the silo's work lived here.
+    fn from(e: SiloError) -> Self {
+        match e {
+            SiloError::Learn(e) => SimError::Learn(e),
+            SiloError::Fedsac(e) => SimError::Invariant(format!("fedsac: {e}")),
+            SiloError::Invariant(s) => SimError::Invariant(s),
+        }
+    }
 }
 
 /// How to run a scenario (from the command line).
@@ -146,68 +149,6 @@ impl Ctx<'_> {
     fn batch_size(&self) -> usize {
         self.scenario.train.batch_size
     }
-}
-
-/// Mini-batches without replacement over one silo's rows, reshuffled when exhausted.
-pub(crate) struct BatchCursor {
-    order: Vec<usize>,
-    pos: usize,
-    rng: StdRng,
-}
-
-impl BatchCursor {
-    pub(crate) fn new(n: usize, rng: StdRng) -> Self {
-        Self {
-            order: (0..n).collect(),
-            pos: n,
-            rng,
-        }
-    }
-
-    /// The next `batch` rows (all rows when the silo has fewer).
-    fn next(&mut self, batch: usize) -> Vec<usize> {
-        let batch = batch.min(self.order.len());
-        if self.pos + batch > self.order.len() {
-            self.order.shuffle(&mut self.rng);
-            self.pos = 0;
-        }
-        let rows = self.order[self.pos..self.pos + batch].to_vec();
-        self.pos += batch;
-        rows
-    }
-}
-
-/// Advances `cursor` past the batches of `steps` steps of [`sgd_steps`] without training: a
-/// resumed silo replays its batch stream (the draws depend only on the row count).
-pub(crate) fn skip_steps(cursor: &mut BatchCursor, batch: usize, steps: usize) {
-    for _ in 0..steps {
-        cursor.next(batch);
-    }
-}
-
-/// `steps` steps of mini-batch SGD on `data`, batches from `cursor`: each step on the
-/// batch-mean gradient plus whatever `extra(params, grad)` adds to it in place (a
-/// regulariser's gradient). The local recipe of FedDisco and FedSaC (their official code).
-#[allow(clippy::too_many_arguments)] // the recipe's parts, each needed
-pub(crate) fn sgd_steps(
-    learner: &mut Learner,
-    params: &mut [f32],
-    opt: &mut Sgd,
-    data: &Dataset,
-    cursor: &mut BatchCursor,
-    batch: usize,
-    steps: usize,
-    mut extra: impl FnMut(&[f32], &mut [f32]),
-) -> Result<(), SimError> {
-    for _ in 0..steps {
-        let rows = cursor.next(batch);
-        let (_, mut grad) = learner.loss_and_grad(params, data, Some(&rows))?;
-        let scale = 1.0 / rows.len().max(1) as f32;
-        grad.iter_mut().for_each(|g| *g *= scale);
-        extra(params, &mut grad);
-        opt.step(params, &grad);
-    }
-    Ok(())
 }
 
 /// Scores every silo on its own test split, in parallel: silo `i` predicts with the mixture
@@ -1097,15 +1038,6 @@ impl RoundBench {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batch_cursor_covers_every_row_once_per_epoch() {
-        let mut c = BatchCursor::new(10, StdRng::seed_from_u64(1));
-        let mut seen: Vec<usize> = (0..5).flat_map(|_| c.next(2)).collect();
-        seen.sort();
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        assert_eq!(c.next(50).len(), 10);
-    }
 
     #[test]
     fn same_group_mass_counts_self_and_group_peers() {
