@@ -789,7 +789,7 @@ pub async fn run(
                                 state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
                                 if solved && let Server::Collab(s) = &state {
                                     let record = s.solved().map(serde_json::to_value).transpose()?;
-                                    crate::sim::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
+                                    crate::report::summary::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
                                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                                     info!(coalitions = ?s.solved().map(|x| &x.coalitions), "structure solved");
                                     serve_held(&mut swarm, &state, &mut held);
