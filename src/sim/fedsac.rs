@@ -10,7 +10,7 @@
 
 use super::coordinated::CoordinatedRun;
 use super::{ClientEval, Ctx, SimError, score_each};
-use crate::coord::fedsac::{self, FedsacError, Subspace};
+use crate::coord::fedsac::{self, FedsacError, GraphSettings, Subspace};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::scenario::{FedsacConfig, FedsacScore};
 use crate::silo::BatchCursor;
@@ -138,19 +138,30 @@ impl CoordinatedRun for FedsacRun {
             .map(|&i| fed.clients[i].train.len() as u64)
             .collect();
         let views: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
-        let p = fedsac::size_prior(&counts).map_err(core_error)?;
-        let s = fedsac::similarity_matrix(&views, &self.init).map_err(core_error)?;
-        let c =
-            fedsac::complementarity_matrix(&subspaces, cfg.principal_angles).map_err(core_error)?;
-        let alpha = fedsac::scheduled_alpha(cfg.alpha, self.t, self.rounds, cfg.alpha_cutoff);
-        let w = fedsac::collaboration_graph(&p, &s, &c, alpha, cfg.beta).map_err(core_error)?;
+        let settings = GraphSettings {
+            alpha: cfg.alpha,
+            alpha_cutoff: cfg.alpha_cutoff,
+            beta: cfg.beta,
+            principal_angles: cfg.principal_angles,
+        };
+        let w = fedsac::round_graph(
+            &views,
+            &self.init,
+            &counts,
+            &subspaces,
+            &settings,
+            self.t,
+            self.rounds,
+        )
+        .map_err(core_error)?
+        .graph;
 
         // Personalised aggregation: each cohort member replaces its model.
-        // One (θ̃^i, c^i) per cohort member.
+        // One (θ̃^i, c^i) per cohort member, rows in parallel.
         type Mixed = Result<(Vec<f32>, Vec<f32>), FedsacError>;
         let mixed: Vec<Mixed> = ctx.pool.install(|| {
             w.par_iter()
-                .map(|row| Ok((fedsac::mix(&views, row)?, fedsac::direction(&views, row)?)))
+                .map(|row| fedsac::personalise(&views, row))
                 .collect()
         });
         let mut next = mixed.into_iter();
