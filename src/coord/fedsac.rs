@@ -638,6 +638,63 @@ pub fn scheduled_alpha(alpha: f64, t: usize, rounds: usize, cutoff: f64) -> f64 
     }
 }
 
+/// What FedSaC's graph needs of the run's settings (spec §3, §4).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GraphSettings {
+    /// α: the weight of complementarity, before [`scheduled_alpha`].
+    pub alpha: f64,
+    /// The fraction of the rounds after which α is 0.
+    pub alpha_cutoff: f64,
+    /// β: the weight of similarity.
+    pub beta: f64,
+    /// How the subspaces' angles are measured.
+    pub principal_angles: PrincipalAngles,
+}
+
+/// One round's collaboration graph, as [`round_graph`] computes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundGraph {
+    /// α as scheduled for the round.
+    pub alpha: f64,
+    /// W: one row per sender, in the order the senders were given; empty when none sent.
+    pub graph: Vec<Vec<f64>>,
+}
+
+/// FedSaC's coordinator step for round `t` (0-based) of `rounds` over the silos that sent
+/// (spec §4 steps 2-3), the one composition both the simulator and the coordinator server
+/// use: the size prior `p` of `counts`, the similarity `S` of `models` on `θ − init`, the
+/// complementarity `C` of `subspaces`, α scheduled for the round, then the collaboration graph
+/// `W`. Each sender's personalised model and direction are [`personalise`] of its row. With
+/// no senders, the graph is empty (α is still scheduled).
+pub fn round_graph(
+    models: &[&[f32]],
+    init: &[f32],
+    counts: &[u64],
+    subspaces: &[Option<Subspace>],
+    settings: &GraphSettings,
+    t: usize,
+    rounds: usize,
+) -> Result<RoundGraph, FedsacError> {
+    let alpha = scheduled_alpha(settings.alpha, t, rounds, settings.alpha_cutoff);
+    if models.is_empty() {
+        return Ok(RoundGraph {
+            alpha,
+            graph: Vec::new(),
+        });
+    }
+    let p = size_prior(counts)?;
+    let s = similarity_matrix(models, init)?;
+    let c = complementarity_matrix(subspaces, settings.principal_angles)?;
+    let graph = collaboration_graph(&p, &s, &c, alpha, settings.beta)?;
+    Ok(RoundGraph { alpha, graph })
+}
+
+/// A sender's personalised model [`mix`] and next round's regulariser [`direction`] from its
+/// row of the graph (spec §4 step 4), in that order.
+pub fn personalise(models: &[&[f32]], row: &[f64]) -> Result<(Vec<f32>, Vec<f32>), FedsacError> {
+    Ok((mix(models, row)?, direction(models, row)?))
+}
+
 fn check_row(models: &[&[f32]], row: &[f64]) -> Result<usize, FedsacError> {
     if models.len() != row.len() {
         return Err(FedsacError::Shape {
@@ -1049,6 +1106,58 @@ mod tests {
         let stepped = [theta[0] - g[0], theta[1] - g[1]];
         let cos = |t: &[f32]| (t[0] * c[0] + t[1] * c[1]) / (t[0].hypot(t[1]));
         assert!(cos(&stepped) > cos(&theta));
+    }
+
+    #[test]
+    fn round_graph_is_prior_similarity_complementarity_then_the_graph() {
+        let init = [0.0f32, 0.0, 0.0];
+        let (a, b, c) = ([1.0f32, 0.0, 0.5], [0.5f32, 1.0, 0.0], [0.0f32, 0.5, 1.0]);
+        let models: [&[f32]; 3] = [&a, &b, &c];
+        let e = |i: usize| {
+            (0..3)
+                .map(|j| f64::from(u8::from(i == j)))
+                .collect::<Vec<f64>>()
+        };
+        let subspaces = vec![
+            Some(Subspace::from_rows(vec![e(0)]).unwrap()),
+            Some(Subspace::from_rows(vec![e(1)]).unwrap()),
+            None,
+        ];
+        let counts = [10, 30, 60];
+        let settings = GraphSettings {
+            alpha: 0.9,
+            alpha_cutoff: 0.7,
+            beta: 1.4,
+            principal_angles: PrincipalAngles::default(),
+        };
+        for t in [0, 9] {
+            let got = round_graph(&models, &init, &counts, &subspaces, &settings, t, 10).unwrap();
+            let alpha = scheduled_alpha(0.9, t, 10, 0.7);
+            let p = size_prior(&counts).unwrap();
+            let sim = similarity_matrix(&models, &init).unwrap();
+            let comp = complementarity_matrix(&subspaces, settings.principal_angles).unwrap();
+            let want = collaboration_graph(&p, &sim, &comp, alpha, 1.4).unwrap();
+            assert_eq!(got, RoundGraph { alpha, graph: want });
+            let row = &got.graph[1];
+            assert_eq!(
+                personalise(&models, row).unwrap(),
+                (mix(&models, row).unwrap(), direction(&models, row).unwrap())
+            );
+        }
+        assert_eq!(
+            round_graph(&models, &init, &counts, &subspaces, &settings, 9, 10)
+                .unwrap()
+                .alpha,
+            0.0
+        );
+        // No senders: an empty graph, α still scheduled.
+        assert_eq!(
+            round_graph(&[], &init, &[], &[], &settings, 0, 10).unwrap(),
+            RoundGraph {
+                alpha: 0.9,
+                graph: Vec::new()
+            }
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!
 //! Silos are named by their index in the federation's manifest (the simulator's silo index).
 
-use super::fedsac::{self, FedsacError, PrincipalAngles, Subspace};
+use super::fedsac::{self, FedsacError, GraphSettings, PrincipalAngles, RoundGraph, Subspace};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -329,40 +329,41 @@ impl FedsacServer {
         }
         let senders: Vec<usize> = self.pending.keys().copied().collect();
         let s = &self.settings;
-        let alpha = fedsac::scheduled_alpha(
-            s.alpha,
+        let views: Vec<&[f32]> = senders
+            .iter()
+            .map(|i| self.pending[i].0.as_slice())
+            .collect();
+        let counts: Vec<u64> = senders
+            .iter()
+            .map(|&i| self.sizes[i].unwrap_or(0))
+            .collect();
+        let subspaces: Vec<Option<Subspace>> =
+            senders.iter().map(|i| self.pending[i].1.clone()).collect();
+        let settings = GraphSettings {
+            alpha: s.alpha,
+            alpha_cutoff: s.alpha_cutoff,
+            beta: s.beta,
+            principal_angles: s.principal_angles,
+        };
+        let RoundGraph { alpha, graph } = fedsac::round_graph(
+            &views,
+            &self.init,
+            &counts,
+            &subspaces,
+            &settings,
             self.round as usize,
             self.rounds as usize,
-            s.alpha_cutoff,
-        );
-        let mut graph = Vec::new();
-        if !senders.is_empty() {
-            let views: Vec<&[f32]> = senders
-                .iter()
-                .map(|i| self.pending[i].0.as_slice())
-                .collect();
-            let counts: Vec<u64> = senders
-                .iter()
-                .map(|&i| self.sizes[i].unwrap_or(0))
-                .collect();
-            let subspaces: Vec<Option<Subspace>> =
-                senders.iter().map(|i| self.pending[i].1.clone()).collect();
-            let p = fedsac::size_prior(&counts).map_err(err)?;
-            let sim = fedsac::similarity_matrix(&views, &self.init).map_err(err)?;
-            let c = fedsac::complementarity_matrix(&subspaces, s.principal_angles).map_err(err)?;
-            graph = fedsac::collaboration_graph(&p, &sim, &c, alpha, s.beta).map_err(err)?;
-            let mut mixed = Vec::with_capacity(senders.len());
-            for row in &graph {
-                mixed.push((
-                    fedsac::mix(&views, row).map_err(err)?,
-                    fedsac::direction(&views, row).map_err(err)?,
-                ));
-            }
-            for (&i, (model, dir)) in senders.iter().zip(mixed) {
-                self.trained[i] = Some(self.pending[&i].0.clone());
-                self.params[i] = Arc::new(model);
-                self.directions[i] = Some(Arc::new(dir));
-            }
+        )
+        .map_err(err)?;
+        let mixed = graph
+            .iter()
+            .map(|row| fedsac::personalise(&views, row))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        for (&i, (model, dir)) in senders.iter().zip(mixed) {
+            self.trained[i] = Some(self.pending[&i].0.clone());
+            self.params[i] = Arc::new(model);
+            self.directions[i] = Some(Arc::new(dir));
         }
         for (i, d) in self.directions.iter_mut().enumerate() {
             if !self.pending.contains_key(&i) {

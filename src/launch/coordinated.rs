@@ -15,8 +15,8 @@ use crate::net::coordinated::CoordinatedConfig;
 use crate::net::coordinator::CoordinatorConfig;
 use crate::net::{Manifest, Member, NodeConfig, keygen};
 use crate::report::records::{AlgorithmResult, RunSummary};
+use crate::report::summary::{Curves, algorithm_round, write_json};
 use crate::scenario::{Algorithm, Scenario};
-use crate::sim;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -159,7 +159,7 @@ fn evaluation(v: &serde_json::Value) -> Option<Evaluation> {
 /// What one seed of a coordinated swarm gives the launcher.
 pub(crate) struct CoordinatedSeed {
     pub(crate) summary: RunSummary,
-    pub(crate) curves: sim::Curves,
+    pub(crate) curves: Curves,
     pub(crate) spec: crate::learn::ModelSpec,
     pub(crate) num_params: usize,
     pub(crate) clients: usize,
@@ -295,7 +295,7 @@ pub(crate) fn run_seed(
         hashes.push(last["model_hash"].as_str().unwrap_or_default().to_string());
     }
     let regression = p.spec.is_regression();
-    let last = sim::algorithm_round(algorithm, finals, regression);
+    let last = algorithm_round(algorithm, finals, regression);
     let summary = RunSummary {
         seed,
         rounds: scenario.rounds,
@@ -308,7 +308,7 @@ pub(crate) fn run_seed(
         }],
         faults: None,
     };
-    sim::write_json(&dir.join("summary.json"), &summary)?;
+    write_json(&dir.join("summary.json"), &summary)?;
     // Rounds every node evaluated, for the curve.
     let mut curve = Vec::new();
     for round in 1..=scenario.rounds as u64 {
@@ -321,7 +321,7 @@ pub(crate) fn run_seed(
             })
             .collect();
         if let Some(e) = evals {
-            let r = sim::algorithm_round(algorithm, e, regression);
+            let r = algorithm_round(algorithm, e, regression);
             curve.push((round as usize, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
         }
     }
@@ -335,7 +335,7 @@ pub(crate) fn run_seed(
         .iter()
         .filter(|l| l["timed_out"].as_bool() == Some(true))
         .count();
-    sim::write_json(
+    write_json(
         &dir.join("swarm.json"),
         &serde_json::json!({
             "algorithm": algorithm.name(),

@@ -15,8 +15,11 @@ use crate::net::config::Deadlines;
 use crate::net::node::NodeRound;
 use crate::net::{Manifest, Member, NodeConfig, keygen, load_key};
 use crate::report::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
+use crate::report::summary::{
+    Curves, Outcome, Report, algorithm_round, same_group_mass, write_json, write_seed_plots,
+    write_summary,
+};
 use crate::scenario::{Algorithm, Scenario};
-use crate::sim::{self, Outcome};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
@@ -142,11 +145,11 @@ pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome
         runs.push(r.summary);
     }
     let (spec, num_params, clients, regression) = meta.context("no seeds")?;
-    let out = sim::write_summary(
+    let out = write_summary(
         scenario,
         &opts.out,
         &[Algorithm::Federico],
-        sim::Report {
+        Report {
             spec,
             num_params,
             clients,
@@ -178,11 +181,11 @@ fn swarm_coordinated(
         runs.push(r.summary);
     }
     let (spec, num_params, clients) = meta.context("no seeds")?;
-    Ok(sim::write_summary(
+    Ok(write_summary(
         scenario,
         &opts.out,
         &[algorithm],
-        sim::Report {
+        Report {
             spec,
             num_params,
             clients,
@@ -195,7 +198,7 @@ fn swarm_coordinated(
 
 struct SeedOutcome {
     summary: RunSummary,
-    curves: sim::Curves,
+    curves: Curves,
     spec: crate::learn::ModelSpec,
     num_params: usize,
     clients: usize,
@@ -709,7 +712,7 @@ fn run_seed(
         std::fs::write(dir.join("faults.txt"), report.render())?;
         summary.faults = Some(serde_json::to_value(&report)?);
     }
-    sim::write_json(&dir.join("summary.json"), &summary)?;
+    write_json(&dir.join("summary.json"), &summary)?;
     let figures = figures(
         &logs,
         scenario,
@@ -718,8 +721,8 @@ fn run_seed(
         first_round.map_or(f64::NAN, |d| d.as_secs_f64()),
         total_seconds,
     );
-    sim::write_json(&dir.join("swarm.json"), &figures)?;
-    let curves: sim::Curves = vec![(
+    write_json(&dir.join("swarm.json"), &figures)?;
+    let curves: Curves = vec![(
         Algorithm::Federico.name().to_string(),
         records
             .iter()
@@ -732,7 +735,7 @@ fn run_seed(
     )];
     let mut plot_scenario = scenario.clone();
     plot_scenario.algorithms = vec![Algorithm::Federico];
-    sim::write_seed_plots(
+    write_seed_plots(
         &plot_scenario,
         dir,
         &log_path,
@@ -766,9 +769,10 @@ fn fault_report(
     let cfg = &scenario.faults;
     let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
     let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
+    // The one use of the simulator here: the baseline is a simulation, not a report.
     let baseline = if cfg.baseline {
         Some(
-            sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
+            crate::sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
                 .context("the fault-free baseline run")?,
         )
     } else {
@@ -1095,7 +1099,7 @@ fn merge(
                 row
             })
             .collect();
-        let mass = groups.map(|g| sim::same_group_mass(&weights, g));
+        let mass = groups.map(|g| same_group_mass(&weights, g));
         let evals: Option<Vec<Evaluation>> = rows
             .iter()
             .map(|r| {
@@ -1110,7 +1114,7 @@ fn merge(
             seed,
             round: round as usize,
             algorithms: evals
-                .map(|e| vec![sim::algorithm_round(Algorithm::Federico, e, regression)])
+                .map(|e| vec![algorithm_round(Algorithm::Federico, e, regression)])
                 .unwrap_or_default(),
             federico: Some(FedericoRound {
                 weights,

@@ -8,7 +8,7 @@
 //! same model bit for bit; a member that does not answer within `fetch_s` is left out of that
 //! round and the weights are renormalised); the run log and the checkpoint.
 //! Must not: decide the structure (the coordinator solves it) or the distances' arithmetic
-//! ([`crate::sim::PairHalf`] and [`crate::coord::fedcollab`] do), or train inside the event loop:
+//! ([`PairHalf`] and [`crate::coord::fedcollab`] do), or train inside the event loop:
 //! the swarm runs in its own task, discriminator steps and training on blocking threads.
 //!
 //! A node whose coordinator is gone keeps what it has: pairs and FL run without it; with no
@@ -30,7 +30,7 @@ use crate::learn::{Adam, ClientData, Learner, ModelSpec};
 use crate::protocol::{
     COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
 };
-use crate::sim::{DiscModel, FEDCOLLAB_FL_TAG, PairHalf};
+use crate::silo::fedcollab::{DiscData, DiscModel, FL_BATCH_TAG, PairHalf};
 use libp2p::futures::StreamExt;
 use libp2p::futures::stream::FuturesUnordered;
 use libp2p::request_response::{
@@ -566,7 +566,7 @@ pub(super) async fn run(
 
         // Phase 4: FedAvg inside the coalition.
         let mut learner = learner;
-        let mut rng = StdRng::seed_from_u64(stream_seed(cfg.seed ^ FEDCOLLAB_FL_TAG, me, Stream::Batches));
+        let mut rng = StdRng::seed_from_u64(stream_seed(cfg.seed ^ FL_BATCH_TAG, me, Stream::Batches));
         // A resumed silo replays its batch stream to its round: an epoch draws one shuffle of
         // the training rows (`Learner::train_epoch`), so the stream is where an uninterrupted
         // run's would be and the resumed rounds train exactly as they would have.
@@ -1101,7 +1101,7 @@ fn answer_pairs(
     higher: &[usize],
     kept: HashMap<usize, u32>,
     model: &DiscModel,
-    disc: Arc<crate::sim::DiscData>,
+    disc: Arc<DiscData>,
     fc: &FedCollabConfig,
     seed: u64,
     mut learner: Learner,

@@ -23,10 +23,10 @@ use crate::coord::feddisco;
 use crate::coord::hcct::HcctConfig;
 use crate::coord::hcct_server::HcctServer;
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Dataset, Learner, Sgd, Shard};
+use crate::learn::{Learner, Shard};
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::scenario::{FeddiscoConfig, FedsacConfig};
-use crate::sim::{BatchCursor, sgd_steps};
+use crate::silo::{BatchCursor, LocalRecipe};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
@@ -98,104 +98,6 @@ fn default_fallback() -> String {
 
 fn default_fallback_after() -> u64 {
     3
-}
-
-/// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
-const STREAM_TAG: u64 = 0xD15C_0000;
-
-/// A silo's local training between two fetches, with the simulator's recipe and batch
-/// stream for each algorithm, so a swarm trains exactly as `federico simulate` does.
-// One per node, moved to the training thread and back each round: size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum LocalRecipe {
-    /// FedDisco: `local_epochs` epochs' worth of SGD steps (momentum, weight decay), a fresh
-    /// optimiser every round, batches from a recycled shuffled order.
-    Feddisco {
-        cfg: FeddiscoConfig,
-        cursor: BatchCursor,
-    },
-    /// HCCT: E epochs of plain mini-batch SGD at η_t, each epoch a fresh shuffle.
-    Hcct { cfg: HcctConfig, rng: StdRng },
-    /// FedSaC: `local_steps` SGD steps with the cosine regulariser, then the feature subspace.
-    Fedsac {
-        cfg: Box<FedsacConfig>,
-        cursor: BatchCursor,
-        features: StdRng,
-    },
-}
-
-impl LocalRecipe {
-    /// FedDisco's steps per round: `local_epochs` epochs' worth of batches.
-    fn feddisco_steps(cfg: &FeddiscoConfig, rows: usize, batch: usize) -> usize {
-        cfg.local_epochs * (rows / batch).max(1)
-    }
-
-    /// Advances the random streams past `trainings` rounds of [`LocalRecipe::train`] on
-    /// `rows` rows without training: the draws depend only on the row count, so a resumed
-    /// node trains on the batches an uninterrupted run would.
-    fn skip(&mut self, trainings: u64, rows: usize, batch: usize) {
-        for _ in 0..trainings {
-            match self {
-                LocalRecipe::Feddisco { cfg, cursor } => {
-                    crate::sim::skip_steps(cursor, batch, Self::feddisco_steps(cfg, rows, batch))
-                }
-                LocalRecipe::Fedsac {
-                    cfg,
-                    cursor,
-                    features,
-                } => crate::sim::fedsac_skip_silo(cursor, features, rows, batch, cfg),
-                LocalRecipe::Hcct { cfg, rng } => {
-                    for _ in 0..cfg.epochs {
-                        crate::sim::hcct_skip_epoch(rows, rng);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Trains `p` on `data` for the round that started from the coordinator's round `round`
-    /// (FedSaC: regularised towards `direction`); FedSaC's feature subspace rows, if any.
-    fn train(
-        &mut self,
-        learner: &mut Learner,
-        p: &mut [f32],
-        data: &Dataset,
-        batch: usize,
-        round: u64,
-        direction: Option<&[f32]>,
-    ) -> Result<Option<Vec<Vec<f64>>>, String> {
-        match self {
-            LocalRecipe::Feddisco { cfg, cursor } => {
-                let steps = Self::feddisco_steps(cfg, data.len(), batch);
-                let mut opt = Sgd::new(
-                    p.len(),
-                    cfg.lr as f32,
-                    cfg.momentum as f32,
-                    cfg.weight_decay as f32,
-                );
-                sgd_steps(learner, p, &mut opt, data, cursor, batch, steps, |_, _| {})
-                    .map(|_| None)
-                    .map_err(|e| e.to_string())
-            }
-            LocalRecipe::Fedsac {
-                cfg,
-                cursor,
-                features,
-            } => crate::sim::fedsac_train_silo(
-                learner, p, data, cursor, features, batch, cfg, direction,
-            )
-            .map(|q| q.map(|q| q.rows().to_vec()))
-            .map_err(|e| e.to_string()),
-            LocalRecipe::Hcct { cfg, rng } => {
-                let lr = cfg.sgd_lr(round as usize) as f32;
-                for _ in 0..cfg.epochs {
-                    crate::sim::hcct_sgd_epoch(learner, p, data, lr, batch, rng)
-                        .map_err(|e| e.to_string())?;
-                }
-                Ok(None)
-            }
-        }
-    }
 }
 
 /// One line of the coordinated node's `rounds.jsonl`.
@@ -610,14 +512,14 @@ pub async fn run(
                 |tag: u64| StdRng::seed_from_u64(stream_seed(cfg.seed ^ tag, me, Stream::Batches));
             LocalRecipe::Fedsac {
                 cfg: Box::new(cc.fedsac.clone()),
-                cursor: BatchCursor::new(data.train.len(), rng(crate::sim::FEDSAC_STREAM_TAG)),
-                features: rng(crate::sim::FEDSAC_FEATURE_TAG),
+                cursor: BatchCursor::new(data.train.len(), rng(crate::silo::fedsac::STREAM_TAG)),
+                features: rng(crate::silo::fedsac::FEATURE_TAG),
             }
         }
         "hcct" => LocalRecipe::Hcct {
             cfg: cc.hcct.clone(),
             rng: StdRng::seed_from_u64(stream_seed(
-                cfg.seed ^ crate::sim::HCCT_BATCH_TAG,
+                cfg.seed ^ crate::silo::hcct::BATCH_TAG,
                 me,
                 Stream::Batches,
             )),
@@ -626,7 +528,11 @@ pub async fn run(
             cfg: cc.feddisco.clone(),
             cursor: BatchCursor::new(
                 data.train.len(),
-                StdRng::seed_from_u64(stream_seed(cfg.seed ^ STREAM_TAG, me, Stream::Batches)),
+                StdRng::seed_from_u64(stream_seed(
+                    cfg.seed ^ crate::silo::feddisco::STREAM_TAG,
+                    me,
+                    Stream::Batches,
+                )),
             ),
         },
     };
@@ -1027,50 +933,6 @@ async fn run_rest_as_federico(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::learn::{Labels, ModelSpec};
-    use rand::RngExt;
-
-    fn data(n: usize) -> Dataset {
-        let mut rng = StdRng::seed_from_u64(5);
-        let x: Vec<f32> = (0..n * 6).map(|_| rng.random::<f32>() - 0.5).collect();
-        let ids = (0..n).map(|_| rng.random_range(0..3u32)).collect();
-        Dataset::new(
-            x,
-            vec![6],
-            Labels::Class {
-                ids,
-                num_classes: 3,
-            },
-        )
-        .unwrap()
-    }
-
-    fn recipes() -> Vec<LocalRecipe> {
-        let rng = |t: u64| StdRng::seed_from_u64(t);
-        let fedsac = FedsacConfig {
-            local_steps: 7,
-            feature_samples: 20,
-            ..FedsacConfig::default()
-        };
-        vec![
-            LocalRecipe::Feddisco {
-                cfg: FeddiscoConfig::default(),
-                cursor: BatchCursor::new(50, rng(1)),
-            },
-            LocalRecipe::Hcct {
-                cfg: HcctConfig {
-                    epochs: 2,
-                    ..HcctConfig::default()
-                },
-                rng: rng(2),
-            },
-            LocalRecipe::Fedsac {
-                cfg: Box::new(fedsac),
-                cursor: BatchCursor::new(50, rng(3)),
-                features: rng(4),
-            },
-        ]
-    }
 
     #[test]
     fn a_version_1_checkpoint_resumes_without_its_training_count() {
@@ -1131,49 +993,5 @@ mod tests {
         // The checkpoint already covers round 7 (the marker is old news).
         assert_eq!(catch_up(Some(&sent), 8, 9, 8), 0);
         assert_eq!(catch_up(None, 7, 8, 7), 0);
-    }
-
-    /// A resumed node's replay: `skip` makes exactly the draws of `train`, so after three
-    /// trainings on one side and three skips on the other, the next round trains identically.
-    #[test]
-    fn skipping_trainings_leaves_the_streams_where_training_does() {
-        let spec = ModelSpec::Mlp {
-            inputs: 6,
-            hidden: vec![5],
-            classes: 3,
-        };
-        let d = data(50);
-        let batch = 8;
-        for (mut trained, mut skipped) in recipes().into_iter().zip(recipes()) {
-            let mut learner = Learner::new(&spec, batch).unwrap();
-            let start = learner.init_params(&mut StdRng::seed_from_u64(9));
-            let mut p = start.clone();
-            for r in 0..3 {
-                trained
-                    .train(&mut learner, &mut p, &d, batch, r, None)
-                    .unwrap();
-            }
-            skipped.skip(3, d.len(), batch);
-            let (mut a, mut b) = (start.clone(), start.clone());
-            let qa = trained
-                .train(&mut learner, &mut a, &d, batch, 3, None)
-                .unwrap();
-            let qb = skipped
-                .train(&mut learner, &mut b, &d, batch, 3, None)
-                .unwrap();
-            assert_eq!(a, b);
-            assert_eq!(qa, qb);
-            // And differently from a stream that was not advanced (the check can fail).
-            let mut fresh = recipes().remove(match trained {
-                LocalRecipe::Feddisco { .. } => 0,
-                LocalRecipe::Hcct { .. } => 1,
-                LocalRecipe::Fedsac { .. } => 2,
-            });
-            let mut c = start.clone();
-            fresh
-                .train(&mut learner, &mut c, &d, batch, 3, None)
-                .unwrap();
-            assert_ne!(a, c);
-        }
     }
 }

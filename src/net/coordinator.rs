@@ -210,7 +210,7 @@ impl CoordinatorConfig {
     /// The seed of FedSaC's cohort stream: the simulator's.
     fn fedsac_sampler_seed(&self) -> u64 {
         stream_seed(
-            self.seed ^ crate::sim::FEDSAC_STREAM_TAG,
+            self.seed ^ crate::silo::fedsac::STREAM_TAG,
             NodeId(u32::MAX),
             Stream::Sampling,
         )
@@ -789,7 +789,7 @@ pub async fn run(
                                 state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
                                 if solved && let Server::Collab(s) = &state {
                                     let record = s.solved().map(serde_json::to_value).transpose()?;
-                                    crate::sim::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
+                                    crate::report::summary::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
                                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                                     info!(coalitions = ?s.solved().map(|x| &x.coalitions), "structure solved");
                                     serve_held(&mut swarm, &state, &mut held);

@@ -2,25 +2,23 @@
 //! aggregation weights come from [`crate::coord::feddisco`].
 //! Owns: the per-round driver work: drawing the round's participants (all, or
 //! `clients_per_round` of them), local training of each from the global model with the
-//! official code's recipe (spec §5.1, A9: E epochs of ⌊N_k/B⌋ mini-batch SGD steps, momentum
-//! 0.9, weight decay 1e-5, a fresh optimiser every round), and applying the coordinator's
-//! aggregate.
+//! official code's recipe ([`crate::silo::feddisco`]; spec §5.1, A9: E epochs of ⌊N_k/B⌋
+//! mini-batch SGD steps, momentum 0.9, weight decay 1e-5, a fresh optimiser every round), and
+//! applying the coordinator's aggregate.
 //! Must not: decide weights: each silo computes its own [`DiscoReport`] from its own label
 //! counts once (spec §3.1), and only the report reaches the coordinator's
 //! [`feddisco::weights`].
 
 use super::coordinated::CoordinatedRun;
-use super::{BatchCursor, ClientEval, Ctx, SimError, score_each, sgd_steps};
+use super::{ClientEval, Ctx, SimError, score_each};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::Sgd;
 use crate::scenario::FeddiscoConfig;
+use crate::silo::BatchCursor;
+use crate::silo::feddisco::{STREAM_TAG, train_silo};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
-
-/// Keeps FedDisco's streams apart from the other algorithms' (mixed into the run seed).
-const STREAM_TAG: u64 = 0xD15C_0000;
 
 /// A FedDisco run across the rounds of one seed.
 pub(crate) struct FeddiscoRun {
@@ -106,25 +104,8 @@ impl CoordinatedRun for FeddiscoRun {
         let locals: Vec<Result<Vec<f32>, SimError>> = ctx.pool.install(|| {
             jobs.into_par_iter()
                 .map(|(i, (learner, cursor))| {
-                    let data = &fed.clients[i].train;
                     let mut p = global.clone();
-                    let mut opt = Sgd::new(
-                        p.len(),
-                        cfg.lr as f32,
-                        cfg.momentum as f32,
-                        cfg.weight_decay as f32,
-                    );
-                    let steps = cfg.local_epochs * (data.len() / batch).max(1);
-                    sgd_steps(
-                        learner,
-                        &mut p,
-                        &mut opt,
-                        data,
-                        cursor,
-                        batch,
-                        steps,
-                        |_, _| {},
-                    )?;
+                    train_silo(learner, &mut p, &fed.clients[i].train, cursor, batch, cfg)?;
                     Ok(p)
                 })
                 .collect()

@@ -7,14 +7,14 @@
 
 use super::engines::Engines;
 use super::faults::{FaultSim, Msg};
-use super::{BatchCursor, ClientEval, Ctx, SimError, par_silos, score_each};
+use super::{ClientEval, Ctx, SimError, par_silos, score_each};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
-use crate::silo::federico::Checkpoint;
-use crate::silo::federico::scale;
+use crate::silo::BatchCursor;
+use crate::silo::federico::{Checkpoint, scale};
 use crate::trace::NodeRound;
 use rand::SeedableRng;
 use rand::rngs::StdRng;

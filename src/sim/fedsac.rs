@@ -1,27 +1,23 @@
 //! FedSaC in lock-step rounds (FedSaC spec §4), every silo in this process; with `alpha = 0`
 //! it is pFedGraph.
-//! Owns: the per-round driver work: drawing the cohort, local training of each cohort member
-//! from its own personalised model with the paper's recipe (spec §4 step 1: mini-batch SGD
-//! with momentum, a fresh optimiser every round, plus the cosine regulariser towards last
-//! round's direction `c^i`), each silo's feature subspace from its freshly trained model on its
-//! own training samples (spec §2.1, §7.10), handing models, subspaces and sample counts to the
-//! pure core, and installing the personalised models it returns.
-//! Must not: decide weights: the graph comes from [`crate::coord::fedsac`].
+//! Owns: the per-round driver work: drawing the cohort, running each cohort member's round
+//! ([`crate::silo::fedsac`]: local training from its own personalised model with the paper's
+//! recipe, then its feature subspace; spec §4 step 1, §2.1) on the worker pool, handing
+//! models, subspaces and sample counts to the pure core, and installing the personalised
+//! models it returns.
+//! Must not: decide weights: the graph comes from [`crate::coord::fedsac`]; or train
+//! differently from a coordinated node (the recipe is [`crate::silo`]'s).
 
 use super::coordinated::CoordinatedRun;
-use super::{BatchCursor, ClientEval, Ctx, SimError, score_each, sgd_steps};
-use crate::coord::fedsac::{self, FedsacError, Subspace};
+use super::{ClientEval, Ctx, SimError, score_each};
+use crate::coord::fedsac::{self, FedsacError, GraphSettings, Subspace};
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::Sgd;
 use crate::scenario::{FedsacConfig, FedsacScore};
+use crate::silo::BatchCursor;
+use crate::silo::fedsac::{FEATURE_TAG, STREAM_TAG, train_silo};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
-
-/// Keeps FedSaC's streams apart from the other algorithms' (mixed into the run seed).
-pub(crate) const STREAM_TAG: u64 = 0x5AC0_0000;
-/// Keeps each silo's feature-sample draws apart from its batch order.
-pub(crate) const FEATURE_TAG: u64 = 0x5AC0_FEA7;
 
 /// A FedSaC run across the rounds of one seed.
 pub(crate) struct FedsacRun {
@@ -142,19 +138,30 @@ impl CoordinatedRun for FedsacRun {
             .map(|&i| fed.clients[i].train.len() as u64)
             .collect();
         let views: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
-        let p = fedsac::size_prior(&counts).map_err(core_error)?;
-        let s = fedsac::similarity_matrix(&views, &self.init).map_err(core_error)?;
-        let c =
-            fedsac::complementarity_matrix(&subspaces, cfg.principal_angles).map_err(core_error)?;
-        let alpha = fedsac::scheduled_alpha(cfg.alpha, self.t, self.rounds, cfg.alpha_cutoff);
-        let w = fedsac::collaboration_graph(&p, &s, &c, alpha, cfg.beta).map_err(core_error)?;
+        let settings = GraphSettings {
+            alpha: cfg.alpha,
+            alpha_cutoff: cfg.alpha_cutoff,
+            beta: cfg.beta,
+            principal_angles: cfg.principal_angles,
+        };
+        let w = fedsac::round_graph(
+            &views,
+            &self.init,
+            &counts,
+            &subspaces,
+            &settings,
+            self.t,
+            self.rounds,
+        )
+        .map_err(core_error)?
+        .graph;
 
         // Personalised aggregation: each cohort member replaces its model.
-        // One (θ̃^i, c^i) per cohort member.
+        // One (θ̃^i, c^i) per cohort member, rows in parallel.
         type Mixed = Result<(Vec<f32>, Vec<f32>), FedsacError>;
         let mixed: Vec<Mixed> = ctx.pool.install(|| {
             w.par_iter()
-                .map(|row| Ok((fedsac::mix(&views, row)?, fedsac::direction(&views, row)?)))
+                .map(|row| fedsac::personalise(&views, row))
                 .collect()
         });
         let mut next = mixed.into_iter();
@@ -190,61 +197,4 @@ impl CoordinatedRun for FedsacRun {
             vec![(model.as_slice(), 1.0)]
         })
     }
-}
-
-/// The draws of one [`train_silo`] on `rows` rows, without training: its batches and its
-/// feature sample (a resumed silo replays its streams).
-pub(crate) fn skip_silo(
-    cursor: &mut BatchCursor,
-    frng: &mut StdRng,
-    rows: usize,
-    batch: usize,
-    cfg: &FedsacConfig,
-) {
-    super::skip_steps(cursor, batch, cfg.local_steps);
-    let m = cfg.feature_samples.min(rows);
-    let _ = rand::seq::index::sample(frng, rows, m);
-}
-
-/// One FedSaC silo's round (spec §4 step 1, §2.1): local SGD with momentum from `p` (a fresh
-/// optimiser, `local_steps` mini-batches from the recycled order `cursor`, plus the cosine
-/// regulariser towards `dir` when the silo has one), then its feature subspace from the
-/// trained model on `feature_samples` of its own samples drawn with `frng`. Shared by the
-/// simulator and the coordinated node, so both train exactly alike.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn train_silo(
-    learner: &mut crate::learn::Learner,
-    p: &mut [f32],
-    data: &crate::learn::Dataset,
-    cursor: &mut BatchCursor,
-    frng: &mut StdRng,
-    batch: usize,
-    cfg: &FedsacConfig,
-    dir: Option<&[f32]>,
-) -> Result<Option<Subspace>, SimError> {
-    let mut opt = Sgd::new(
-        p.len(),
-        cfg.lr as f32,
-        cfg.momentum as f32,
-        cfg.weight_decay as f32,
-    );
-    sgd_steps(
-        learner,
-        p,
-        &mut opt,
-        data,
-        cursor,
-        batch,
-        cfg.local_steps,
-        |theta, grad| {
-            if let Some(c) = dir {
-                fedsac::add_regulariser_grad(theta, c, cfg.lambda, cfg.reg_sign, grad);
-            }
-        },
-    )?;
-    let m = cfg.feature_samples.min(data.len());
-    let mut rows = rand::seq::index::sample(frng, data.len(), m).into_vec();
-    rows.sort_unstable();
-    let feats = learner.features(p, data, &rows)?;
-    fedsac::feature_subspace(&feats, learner.feature_width(), cfg.k).map_err(core_error)
 }

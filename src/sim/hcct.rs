@@ -1,8 +1,8 @@
 //! HCCT as a simulator run (spec `../shared/specs/hcct.md` §3, Algorithm 1).
 //!
 //! Owns: the driver's side of a round — each group's start model (the size-weighted average of
-//! its members' models), E local epochs per silo in parallel (plain SGD at η_t by default, or
-//! the baselines' Adam), the pseudo-gradients g_i = (ŵ_k − w_i^end) / η_t, handing them to the
+//! its members' models), E local epochs per silo in parallel (plain SGD at η_t by default,
+//! [`crate::silo::hcct::sgd_epoch`], or the baselines' Adam), the pseudo-gradients g_i = (ŵ_k − w_i^end) / η_t, handing them to the
 //! coordinator core, and the group aggregation every member adopts; evaluation of each silo's
 //! model on its own test split.
 //! Must not: decide groups, utilities or merges: those are [`crate::coord::hcct`]'s.
@@ -18,14 +18,12 @@ use crate::coord::hcct::{
     Coordinator, HcctConfig, HcctError, Optimizer, group_average, pseudo_gradient, select_layer,
 };
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Adam, Dataset, LearnError, Learner};
+use crate::learn::Adam;
+use crate::silo::hcct::{BATCH_TAG, sgd_epoch};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rayon::prelude::*;
 
-/// The tag that keeps HCCT's batch streams apart from the other algorithms'.
-pub(crate) const BATCH_TAG: u64 = 0x4CC7;
 /// Mixed into [`BATCH_TAG`] for HCCT-E's discarded layer-selection pass.
 const LAYER_TAG: u64 = 0xE000;
 
@@ -292,35 +290,6 @@ impl CoordinatedRun for HcctRun {
         let models = &self.models;
         score_each(ctx, |i| vec![(models[i].as_slice(), 1.0)])
     }
-}
-
-/// The draws of one [`sgd_epoch`] over `rows` rows, without training (a resumed silo replays
-/// its batch stream).
-pub(crate) fn skip_epoch(rows: usize, rng: &mut StdRng) {
-    let mut order: Vec<usize> = (0..rows).collect();
-    order.shuffle(rng);
-}
-
-/// One epoch of plain mini-batch SGD (§3 step 3: momentum 0, no weight decay): shuffle with
-/// `rng`, then per batch `p −= lr · (mean gradient of the batch)`; the last batch may be short.
-pub(crate) fn sgd_epoch(
-    learner: &mut Learner,
-    params: &mut [f32],
-    data: &Dataset,
-    lr: f32,
-    batch: usize,
-    rng: &mut StdRng,
-) -> Result<(), LearnError> {
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    order.shuffle(rng);
-    for rows in order.chunks(batch.max(1)) {
-        let (_, grad) = learner.loss_and_grad(params, data, Some(rows))?;
-        let step = lr / rows.len() as f32;
-        for (p, g) in params.iter_mut().zip(&grad) {
-            *p -= step * g;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -13,35 +13,32 @@ mod coordinated;
 mod engines;
 mod faults;
 mod fedcollab;
-pub(crate) use fedcollab::{DiscData, DiscModel, FL_BATCH_TAG as FEDCOLLAB_FL_TAG, PairHalf};
 mod feddisco;
 mod federico;
 mod fedsac;
 mod hcct;
-pub(crate) use fedsac::{
-    FEATURE_TAG as FEDSAC_FEATURE_TAG, STREAM_TAG as FEDSAC_STREAM_TAG,
-    skip_silo as fedsac_skip_silo, train_silo as fedsac_train_silo,
-};
-pub(crate) use hcct::{
-    BATCH_TAG as HCCT_BATCH_TAG, sgd_epoch as hcct_sgd_epoch, skip_epoch as hcct_skip_epoch,
-};
 
 use crate::faults::checks;
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec, Sgd};
+use crate::learn::{Dataset, Evaluation, Federation, LearnError, Learner, ModelSpec};
+use crate::report::plots;
 use crate::report::records::{
-    AlgorithmResult, AlgorithmRound, AlgorithmSummary, AlgorithmTiming, FedericoRound, RoundRecord,
-    RunSummary, Summary, Timing,
+    AlgorithmResult, AlgorithmRound, AlgorithmTiming, FedericoRound, RoundRecord, RunSummary,
+    Timing,
 };
-use crate::report::{plots, table};
+pub use crate::report::summary::Outcome;
+use crate::report::summary::{
+    Curves, Report, ReportError, algorithm_round, same_group_mass, write_json, write_seed_plots,
+    write_summary,
+};
 use crate::scenario::{Algorithm, Scenario, ScenarioError};
+use crate::silo::SiloError;
 use crate::trace::EvalRecord;
 use baselines::{FedAvgRun, LocalRun};
 use federico::FedericoRun;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rayon::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,6 +77,27 @@ pub enum SimError {
     Invariant(String),
 }
 
+impl From<SiloError> for SimError {
+    /// A silo's errors keep the messages they had when the silo's work lived here.
+    fn from(e: SiloError) -> Self {
+        match e {
+            SiloError::Learn(e) => SimError::Learn(e),
+            SiloError::Fedsac(e) => SimError::Invariant(format!("fedsac: {e}")),
+            SiloError::Invariant(s) => SimError::Invariant(s),
+        }
+    }
+}
+
+impl From<ReportError> for SimError {
+    /// A report's errors keep the messages they had when report writing lived here.
+    fn from(e: ReportError) -> Self {
+        match e {
+            ReportError::Io { path, source } => SimError::Io { path, source },
+            ReportError::Plot(e) => SimError::Plot(e),
+        }
+    }
+}
+
 /// How to run a scenario (from the command line).
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -91,15 +109,6 @@ pub struct Options {
     pub progress: bool,
 }
 
-/// What a finished simulation returns.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    /// What was written to `summary.json`.
-    pub summary: Summary,
-    /// The final table (also written to `table.txt`).
-    pub table: String,
-}
-
 /// A client's test score: summed loss and correct predictions over its test samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct ClientEval {
@@ -109,6 +118,16 @@ pub(crate) struct ClientEval {
 }
 
 impl From<ClientEval> for EvalRecord {
+    fn from(e: ClientEval) -> Self {
+        Self {
+            loss_sum: e.loss_sum,
+            correct: e.correct,
+            count: e.count,
+        }
+    }
+}
+
+impl From<ClientEval> for Evaluation {
     fn from(e: ClientEval) -> Self {
         Self {
             loss_sum: e.loss_sum,
@@ -147,68 +166,6 @@ impl Ctx<'_> {
     fn batch_size(&self) -> usize {
         self.scenario.train.batch_size
     }
-}
-
-/// Mini-batches without replacement over one silo's rows, reshuffled when exhausted.
-pub(crate) struct BatchCursor {
-    order: Vec<usize>,
-    pos: usize,
-    rng: StdRng,
-}
-
-impl BatchCursor {
-    pub(crate) fn new(n: usize, rng: StdRng) -> Self {
-        Self {
-            order: (0..n).collect(),
-            pos: n,
-            rng,
-        }
-    }
-
-    /// The next `batch` rows (all rows when the silo has fewer).
-    fn next(&mut self, batch: usize) -> Vec<usize> {
-        let batch = batch.min(self.order.len());
-        if self.pos + batch > self.order.len() {
-            self.order.shuffle(&mut self.rng);
-            self.pos = 0;
-        }
-        let rows = self.order[self.pos..self.pos + batch].to_vec();
-        self.pos += batch;
-        rows
-    }
-}
-
-/// Advances `cursor` past the batches of `steps` steps of [`sgd_steps`] without training: a
-/// resumed silo replays its batch stream (the draws depend only on the row count).
-pub(crate) fn skip_steps(cursor: &mut BatchCursor, batch: usize, steps: usize) {
-    for _ in 0..steps {
-        cursor.next(batch);
-    }
-}
-
-/// `steps` steps of mini-batch SGD on `data`, batches from `cursor`: each step on the
-/// batch-mean gradient plus whatever `extra(params, grad)` adds to it in place (a
-/// regulariser's gradient). The local recipe of FedDisco and FedSaC (their official code).
-#[allow(clippy::too_many_arguments)] // the recipe's parts, each needed
-pub(crate) fn sgd_steps(
-    learner: &mut Learner,
-    params: &mut [f32],
-    opt: &mut Sgd,
-    data: &Dataset,
-    cursor: &mut BatchCursor,
-    batch: usize,
-    steps: usize,
-    mut extra: impl FnMut(&[f32], &mut [f32]),
-) -> Result<(), SimError> {
-    for _ in 0..steps {
-        let rows = cursor.next(batch);
-        let (_, mut grad) = learner.loss_and_grad(params, data, Some(&rows))?;
-        let scale = 1.0 / rows.len().max(1) as f32;
-        grad.iter_mut().for_each(|g| *g *= scale);
-        extra(params, &mut grad);
-        opt.step(params, &grad);
-    }
-    Ok(())
 }
 
 /// Scores every silo on its own test split, in parallel: silo `i` predicts with the mixture
@@ -283,22 +240,6 @@ pub(crate) fn mix_eval(
     Ok(learner.evaluate_mixture(parts, test)?.into())
 }
 
-/// Mean over silos of the weight each puts on its own group, self included (spec §8.1 item 6).
-pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
-    let total: f64 = weights
-        .iter()
-        .enumerate()
-        .map(|(i, row)| {
-            row.iter()
-                .enumerate()
-                .filter(|(j, _)| groups[*j] == groups[i])
-                .map(|(_, w)| w)
-                .sum::<f64>()
-        })
-        .sum();
-    total / weights.len().max(1) as f64
-}
-
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
@@ -316,55 +257,19 @@ fn ordered(algs: &[Algorithm]) -> Vec<Algorithm> {
     a
 }
 
-/// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
-pub(crate) type Curves = Vec<(String, Vec<(usize, f64)>)>;
-
 /// One seed's scores of one algorithm at one evaluation.
 struct Scored {
     algorithm: Algorithm,
     clients: Vec<ClientEval>,
 }
 
-/// Scores of every silo at one evaluation, as the run log and summaries hold them.
-pub(crate) fn algorithm_round(
-    algorithm: Algorithm,
-    evals: Vec<Evaluation>,
-    regression: bool,
-) -> AlgorithmRound {
-    to_round(
-        &Scored {
-            algorithm,
-            clients: evals.into_iter().map(ClientEval::from).collect(),
-        },
+/// [`algorithm_round`] of one [`Scored`] evaluation.
+fn to_round(s: &Scored, regression: bool) -> AlgorithmRound {
+    algorithm_round(
+        s.algorithm,
+        s.clients.iter().map(|&c| c.into()).collect(),
         regression,
     )
-}
-
-fn to_round(s: &Scored, regression: bool) -> AlgorithmRound {
-    let count: usize = s.clients.iter().map(|c| c.count).sum::<usize>().max(1);
-    let loss = s.clients.iter().map(|c| c.loss_sum).sum::<f64>() / count as f64;
-    let correct: usize = s.clients.iter().map(|c| c.correct).sum();
-    let per_client_loss: Vec<f64> = s
-        .clients
-        .iter()
-        .map(|c| c.loss_sum / c.count.max(1) as f64)
-        .collect();
-    let per_client = if regression {
-        per_client_loss.clone()
-    } else {
-        s.clients
-            .iter()
-            .map(|c| c.correct as f64 / c.count.max(1) as f64)
-            .collect()
-    };
-    AlgorithmRound {
-        algorithm: s.algorithm.name().into(),
-        accuracy: (!regression).then(|| correct as f64 / count as f64),
-        mse: regression.then_some(loss),
-        loss,
-        per_client,
-        per_client_loss,
-    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
@@ -372,14 +277,6 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
         path: path.to_owned(),
         source,
     }
-}
-
-pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), SimError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| SimError::Io {
-        path: path.into(),
-        source: e.into(),
-    })?;
-    std::fs::write(path, text + "\n").map_err(io_err(path))
 }
 
 /// Runs every seed of `scenario` and writes the reports under `opts.out`.
@@ -440,132 +337,7 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
         runs,
         curves,
     };
-    write_summary(scenario, &opts.out, &algorithms, report)
-}
-
-/// What every seed of a run produced, ready to be summarised.
-pub(crate) struct Report {
-    pub(crate) spec: ModelSpec,
-    pub(crate) num_params: usize,
-    pub(crate) clients: usize,
-    pub(crate) regression: bool,
-    /// One summary per seed.
-    pub(crate) runs: Vec<RunSummary>,
-    /// Per seed: each algorithm's metric per evaluated round.
-    pub(crate) curves: Vec<Curves>,
-}
-
-/// Writes `summary.json`, the seed-mean metric plot and `table.txt` under `out` for the
-/// seeds in `report`; shared by `simulate` and `swarm`.
-pub(crate) fn write_summary(
-    scenario: &Scenario,
-    out: &Path,
-    algorithms: &[Algorithm],
-    report: Report,
-) -> Result<Outcome, SimError> {
-    let Report {
-        spec,
-        num_params,
-        clients,
-        regression,
-        runs,
-        curves,
-    } = report;
-    let seeds: Vec<u64> = runs.iter().map(|r| r.seed).collect();
-    let algorithms: Vec<AlgorithmSummary> = algorithms
-        .iter()
-        .map(|alg| {
-            let results: Vec<&AlgorithmResult> = runs
-                .iter()
-                .map(|r| {
-                    r.algorithms
-                        .iter()
-                        .find(|a| a.algorithm == alg.name())
-                        .expect("every run scores every algorithm")
-                })
-                .collect();
-            let per_seed: Vec<f64> = results
-                .iter()
-                .map(|a| a.accuracy.or(a.mse).unwrap_or(f64::NAN))
-                .collect();
-            let (mean, std) = table::mean_std(&per_seed);
-            let per_client = (0..clients)
-                .map(|i| {
-                    results.iter().map(|a| a.per_client[i]).sum::<f64>() / results.len() as f64
-                })
-                .collect();
-            let masses: Vec<f64> = results.iter().filter_map(|a| a.same_group_mass).collect();
-            AlgorithmSummary {
-                algorithm: alg.name().into(),
-                accuracy: (!regression).then_some(mean),
-                accuracy_std: (!regression).then_some(std),
-                mse: regression.then_some(mean),
-                mse_std: regression.then_some(std),
-                per_seed,
-                per_client,
-                same_group_mass: (!masses.is_empty())
-                    .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
-            }
-        })
-        .collect();
-    let metric = if regression { "mse" } else { "accuracy" };
-    let summary = Summary {
-        scenario: scenario.name.clone(),
-        metric: metric.into(),
-        model: serde_json::to_value(&spec).unwrap_or_default(),
-        num_params,
-        clients,
-        rounds: scenario.rounds,
-        seeds: seeds.clone(),
-        algorithms,
-        runs,
-    };
-    write_json(&out.join("summary.json"), &summary)?;
-
-    // The seed-mean curve of every algorithm (seeds share evaluation rounds).
-    let mean_curves: Vec<(String, Vec<(usize, f64)>)> = curves[0]
-        .iter()
-        .enumerate()
-        .map(|(a, (name, pts))| {
-            let pts = pts
-                .iter()
-                .enumerate()
-                .map(|(p, &(round, _))| {
-                    (
-                        round,
-                        curves.iter().map(|c| c[a].1[p].1).sum::<f64>() / curves.len() as f64,
-                    )
-                })
-                .collect();
-            (name.clone(), pts)
-        })
-        .collect();
-    plots::metric_curves(
-        &out.join(format!("{metric}.svg")),
-        &format!(
-            "{}: test {metric} per round (mean over {} seeds)",
-            scenario.name,
-            seeds.len()
-        ),
-        metric,
-        &mean_curves,
-    )?;
-
-    let rows: Vec<table::Row> = summary
-        .algorithms
-        .iter()
-        .map(|a| table::Row {
-            algorithm: a.algorithm.clone(),
-            values: a.per_seed.clone(),
-        })
-        .collect();
-    let text = table::render(metric, !regression, &rows);
-    let table_path = out.join("table.txt");
-    std::fs::write(&table_path, &text).map_err(io_err(&table_path))?;
-    Ok(Outcome {
-        summary,
-        table: text,
-    })
+    Ok(write_summary(scenario, &opts.out, &algorithms, report)?)
 }
 
 /// What every run of a seed starts from.
@@ -944,60 +716,6 @@ pub fn fault_free_finals(
         .collect())
 }
 
-/// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
-pub(crate) fn write_seed_plots(
-    scenario: &Scenario,
-    dir: &Path,
-    log_path: &Path,
-    curves: &[(String, Vec<(usize, f64)>)],
-    groups: Option<&[usize]>,
-    regression: bool,
-) -> Result<(), SimError> {
-    let metric = if regression { "mse" } else { "accuracy" };
-    plots::metric_curves(
-        &dir.join(format!("{metric}.svg")),
-        &format!("{}: test {metric}", scenario.name),
-        metric,
-        curves,
-    )?;
-    if !scenario.algorithms.contains(&Algorithm::Federico) {
-        return Ok(());
-    }
-    // Re-read the weights from the run log rather than keeping every round in memory.
-    let text = std::fs::read_to_string(log_path).map_err(io_err(log_path))?;
-    let mut rounds = Vec::new();
-    let mut weights = Vec::new();
-    for line in text.lines() {
-        let rec: RoundRecord = serde_json::from_str(line).map_err(|e| SimError::Io {
-            path: log_path.to_owned(),
-            source: e.into(),
-        })?;
-        if let Some(f) = rec.federico {
-            rounds.push(rec.round);
-            weights.push(f.weights);
-        }
-    }
-    plots::weights_over_rounds(
-        &dir.join("weights_over_rounds.svg"),
-        &rounds,
-        &weights,
-        groups,
-    )?;
-    if let Some(fin) = weights.last() {
-        plots::weight_heatmap(
-            &dir.join("weights_final.svg"),
-            &format!(
-                "{}: FedeRiCo weights after round {}",
-                scenario.name,
-                rounds.last().copied().unwrap_or(0)
-            ),
-            fin,
-            groups,
-        )?;
-    }
-    Ok(())
-}
-
 /// One seed's FedeRiCo run held in memory and stepped by the caller, for benchmarks: a full
 /// round, or only the model passes a round makes, to measure what the algorithm adds.
 pub struct RoundBench {
@@ -1092,30 +810,5 @@ impl RoundBench {
         self.learners = ctx.learners;
         self.init = init;
         out.into_iter().collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_cursor_covers_every_row_once_per_epoch() {
-        let mut c = BatchCursor::new(10, StdRng::seed_from_u64(1));
-        let mut seen: Vec<usize> = (0..5).flat_map(|_| c.next(2)).collect();
-        seen.sort();
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        assert_eq!(c.next(50).len(), 10);
-    }
-
-    #[test]
-    fn same_group_mass_counts_self_and_group_peers() {
-        let w = vec![
-            vec![0.5, 0.4, 0.1],
-            vec![0.2, 0.2, 0.6],
-            vec![0.0, 0.0, 1.0],
-        ];
-        let m = same_group_mass(&w, &[0, 0, 1]);
-        assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
     }
 }

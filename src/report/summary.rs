@@ -1,0 +1,302 @@
+//! The summaries a run writes at the end, shared by `simulate` ([`crate::sim`]) and `swarm`
+//! ([`crate::launch`]).
+//! Owns: scoring one evaluation of every silo into an [`AlgorithmRound`], the same-group weight
+//! mass, `summary.json` and `table.txt` over the seeds with the seed-mean metric plot, a seed's
+//! metric and weight plots, and pretty-printed JSON files.
+//! Must not: run or evaluate models, or decide what a run's seeds and algorithms are (the
+//! drivers hand it what they produced).
+
+use super::records::{
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, RoundRecord, RunSummary, Summary,
+};
+use super::{plots, table};
+use crate::learn::{Evaluation, ModelSpec};
+use crate::scenario::{Algorithm, Scenario};
+use std::path::{Path, PathBuf};
+
+/// Errors writing a run's reports.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Writing (or re-reading) a report file.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] plots::PlotError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What a finished run returns (`simulate` or `swarm`).
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// What was written to `summary.json`.
+    pub summary: Summary,
+    /// The final table (also written to `table.txt`).
+    pub table: String,
+}
+
+/// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
+pub(crate) type Curves = Vec<(String, Vec<(usize, f64)>)>;
+
+/// Scores of every silo at one evaluation, as the run log and summaries hold them: loss and
+/// accuracy (or MSE) pooled over silos, and per silo, summed in silo order.
+pub(crate) fn algorithm_round(
+    algorithm: Algorithm,
+    evals: Vec<Evaluation>,
+    regression: bool,
+) -> AlgorithmRound {
+    let count: usize = evals.iter().map(|c| c.count).sum::<usize>().max(1);
+    let loss = evals.iter().map(|c| c.loss_sum).sum::<f64>() / count as f64;
+    let correct: usize = evals.iter().map(|c| c.correct).sum();
+    let per_client_loss: Vec<f64> = evals
+        .iter()
+        .map(|c| c.loss_sum / c.count.max(1) as f64)
+        .collect();
+    let per_client = if regression {
+        per_client_loss.clone()
+    } else {
+        evals
+            .iter()
+            .map(|c| c.correct as f64 / c.count.max(1) as f64)
+            .collect()
+    };
+    AlgorithmRound {
+        algorithm: algorithm.name().into(),
+        accuracy: (!regression).then(|| correct as f64 / count as f64),
+        mse: regression.then_some(loss),
+        loss,
+        per_client,
+        per_client_loss,
+    }
+}
+
+/// Mean over silos of the weight each puts on its own group, self included (spec §8.1 item 6).
+pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
+    let total: f64 = weights
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .filter(|(j, _)| groups[*j] == groups[i])
+                .map(|(_, w)| w)
+                .sum::<f64>()
+        })
+        .sum();
+    total / weights.len().max(1) as f64
+}
+
+/// Writes `value` as pretty-printed JSON and a final newline to `path`.
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), ReportError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| ReportError::Io {
+        path: path.into(),
+        source: e.into(),
+    })?;
+    std::fs::write(path, text + "\n").map_err(io_err(path))
+}
+
+/// What every seed of a run produced, ready to be summarised.
+pub(crate) struct Report {
+    pub(crate) spec: ModelSpec,
+    pub(crate) num_params: usize,
+    pub(crate) clients: usize,
+    pub(crate) regression: bool,
+    /// One summary per seed.
+    pub(crate) runs: Vec<RunSummary>,
+    /// Per seed: each algorithm's metric per evaluated round.
+    pub(crate) curves: Vec<Curves>,
+}
+
+/// Writes `summary.json`, the seed-mean metric plot and `table.txt` under `out` for the
+/// seeds in `report`; shared by `simulate` and `swarm`.
+pub(crate) fn write_summary(
+    scenario: &Scenario,
+    out: &Path,
+    algorithms: &[Algorithm],
+    report: Report,
+) -> Result<Outcome, ReportError> {
+    let Report {
+        spec,
+        num_params,
+        clients,
+        regression,
+        runs,
+        curves,
+    } = report;
+    let seeds: Vec<u64> = runs.iter().map(|r| r.seed).collect();
+    let algorithms: Vec<AlgorithmSummary> = algorithms
+        .iter()
+        .map(|alg| {
+            let results: Vec<&AlgorithmResult> = runs
+                .iter()
+                .map(|r| {
+                    r.algorithms
+                        .iter()
+                        .find(|a| a.algorithm == alg.name())
+                        .expect("every run scores every algorithm")
+                })
+                .collect();
+            let per_seed: Vec<f64> = results
+                .iter()
+                .map(|a| a.accuracy.or(a.mse).unwrap_or(f64::NAN))
+                .collect();
+            let (mean, std) = table::mean_std(&per_seed);
+            let per_client = (0..clients)
+                .map(|i| {
+                    results.iter().map(|a| a.per_client[i]).sum::<f64>() / results.len() as f64
+                })
+                .collect();
+            let masses: Vec<f64> = results.iter().filter_map(|a| a.same_group_mass).collect();
+            AlgorithmSummary {
+                algorithm: alg.name().into(),
+                accuracy: (!regression).then_some(mean),
+                accuracy_std: (!regression).then_some(std),
+                mse: regression.then_some(mean),
+                mse_std: regression.then_some(std),
+                per_seed,
+                per_client,
+                same_group_mass: (!masses.is_empty())
+                    .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
+            }
+        })
+        .collect();
+    let metric = if regression { "mse" } else { "accuracy" };
+    let summary = Summary {
+        scenario: scenario.name.clone(),
+        metric: metric.into(),
+        model: serde_json::to_value(&spec).unwrap_or_default(),
+        num_params,
+        clients,
+        rounds: scenario.rounds,
+        seeds: seeds.clone(),
+        algorithms,
+        runs,
+    };
+    write_json(&out.join("summary.json"), &summary)?;
+
+    // The seed-mean curve of every algorithm (seeds share evaluation rounds).
+    let mean_curves: Vec<(String, Vec<(usize, f64)>)> = curves[0]
+        .iter()
+        .enumerate()
+        .map(|(a, (name, pts))| {
+            let pts = pts
+                .iter()
+                .enumerate()
+                .map(|(p, &(round, _))| {
+                    (
+                        round,
+                        curves.iter().map(|c| c[a].1[p].1).sum::<f64>() / curves.len() as f64,
+                    )
+                })
+                .collect();
+            (name.clone(), pts)
+        })
+        .collect();
+    plots::metric_curves(
+        &out.join(format!("{metric}.svg")),
+        &format!(
+            "{}: test {metric} per round (mean over {} seeds)",
+            scenario.name,
+            seeds.len()
+        ),
+        metric,
+        &mean_curves,
+    )?;
+
+    let rows: Vec<table::Row> = summary
+        .algorithms
+        .iter()
+        .map(|a| table::Row {
+            algorithm: a.algorithm.clone(),
+            values: a.per_seed.clone(),
+        })
+        .collect();
+    let text = table::render(metric, !regression, &rows);
+    let table_path = out.join("table.txt");
+    std::fs::write(&table_path, &text).map_err(io_err(&table_path))?;
+    Ok(Outcome {
+        summary,
+        table: text,
+    })
+}
+
+/// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
+pub(crate) fn write_seed_plots(
+    scenario: &Scenario,
+    dir: &Path,
+    log_path: &Path,
+    curves: &[(String, Vec<(usize, f64)>)],
+    groups: Option<&[usize]>,
+    regression: bool,
+) -> Result<(), ReportError> {
+    let metric = if regression { "mse" } else { "accuracy" };
+    plots::metric_curves(
+        &dir.join(format!("{metric}.svg")),
+        &format!("{}: test {metric}", scenario.name),
+        metric,
+        curves,
+    )?;
+    if !scenario.algorithms.contains(&Algorithm::Federico) {
+        return Ok(());
+    }
+    // Re-read the weights from the run log rather than keeping every round in memory.
+    let text = std::fs::read_to_string(log_path).map_err(io_err(log_path))?;
+    let mut rounds = Vec::new();
+    let mut weights = Vec::new();
+    for line in text.lines() {
+        let rec: RoundRecord = serde_json::from_str(line).map_err(|e| ReportError::Io {
+            path: log_path.to_owned(),
+            source: e.into(),
+        })?;
+        if let Some(f) = rec.federico {
+            rounds.push(rec.round);
+            weights.push(f.weights);
+        }
+    }
+    plots::weights_over_rounds(
+        &dir.join("weights_over_rounds.svg"),
+        &rounds,
+        &weights,
+        groups,
+    )?;
+    if let Some(fin) = weights.last() {
+        plots::weight_heatmap(
+            &dir.join("weights_final.svg"),
+            &format!(
+                "{}: FedeRiCo weights after round {}",
+                scenario.name,
+                rounds.last().copied().unwrap_or(0)
+            ),
+            fin,
+            groups,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_group_mass_counts_self_and_group_peers() {
+        let w = vec![
+            vec![0.5, 0.4, 0.1],
+            vec![0.2, 0.2, 0.6],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let m = same_group_mass(&w, &[0, 0, 1]);
+        assert!((m - (0.9 + 0.4 + 1.0) / 3.0).abs() < 1e-12);
+    }
+}
