@@ -33,6 +33,9 @@ const MAX_DIRICHLET_DRAWS: usize = 1_000;
 /// Errors ([`DataError::Invalid`]): regression labels, `clients == 0`, `clusters` outside
 /// `1..=num_classes`, `alpha` not a finite value > 0, `train_fraction` outside (0, 1), or no
 /// usable draw.
+///
+/// [`label_groups`]: super::label_groups
+/// [`ClientData::group`]: crate::learn::ClientData::group
 pub fn dirichlet(
     pool: &Dataset,
     clients: usize,

@@ -33,6 +33,8 @@ const MAX_GROUP_DRAWS: usize = 100_000;
 /// Errors ([`DataError::Invalid`]): regression labels, `clients == 0`, `groups` outside
 /// `1..=min(clients, num_classes)`, `train_fraction` outside (0, 1), or a client left with no
 /// training or no test sample.
+///
+/// [`ClientData::group`]: crate::learn::ClientData::group
 pub fn label_groups(
     pool: &Dataset,
     clients: usize,
