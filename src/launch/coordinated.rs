@@ -10,9 +10,7 @@
 
 use super::{Prepared, free_ports, prepare, start_node, tail};
 use crate::learn::Evaluation;
-use crate::net::config::Deadlines;
-use crate::net::coordinated::CoordinatedConfig;
-use crate::net::coordinator::CoordinatorConfig;
+use crate::net::config::{CoordinatedConfig, CoordinatorConfig, Deadlines};
 use crate::net::{Manifest, Member, NodeConfig, keygen};
 use crate::report::records::{AlgorithmResult, RunSummary};
 use crate::scenario::{Algorithm, Scenario};

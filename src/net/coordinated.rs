@@ -14,9 +14,9 @@
 //! Must not: weigh, group or aggregate (the coordinator does), or train inside the event loop: the
 //! swarm runs in its own task and training on `spawn_blocking`.
 
-use super::NodeConfig;
-use super::behaviour::{Exchange, Members, coordination_swarm, members};
-use super::coordinator::CoordCodec;
+use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
+use super::client::{ExchangeError, Reply, route_coord_event};
+use super::config::NodeConfig;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco;
@@ -40,65 +40,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
-
-/// `[coordinated]` in a node config.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CoordinatedConfig {
-    /// The algorithm: `"feddisco"`, `"hcct"` or `"fedsac"`.
-    pub mode: String,
-    /// The coordinator's peer ID; its addresses come from the manifest.
-    pub coordinator: String,
-    /// FedDisco's local recipe (epochs, lr, momentum, weight decay) and metric.
-    #[serde(default)]
-    pub feddisco: FeddiscoConfig,
-    /// HCCT's local recipe (E epochs of plain SGD at η_t = lr · lr_decay^t); the same
-    /// `[hcct]` as the coordinator's.
-    #[serde(default)]
-    pub hcct: HcctConfig,
-    /// FedSaC's local recipe (steps, lr, momentum, weight decay, λ and its sign, k, feature
-    /// samples); the same `[fedsac]` as the coordinator's.
-    #[serde(default)]
-    pub fedsac: FedsacConfig,
-    /// FedCollab's discriminator protocol (hidden width, lr, batch, steps, evaluation
-    /// schedule, patience, round cap); the same `[fedcollab]` as the coordinator's. The FL
-    /// inside the coalition uses the node's `[train]`, like the FedAvg baseline.
-    #[serde(default)]
-    pub fedcollab: crate::coord::fedcollab::FedCollabConfig,
-    /// How long a fetch of the next global may take before the node falls back to its own
-    /// model for the round, in seconds.
-    #[serde(default = "default_fetch_s")]
-    pub fetch_s: f64,
-    /// FedCollab: how long a silo that reported its distances waits for its coalition before
-    /// training alone (asking again every round), in seconds.
-    #[serde(default = "default_structure_s")]
-    pub structure_s: f64,
-    /// What a node does while its coordinator is gone (FedDisco, HCCT, FedSaC): `"keep"`
-    /// trains on from the last model it has and reattaches when the coordinator answers;
-    /// `"federico"` switches, after `fallback_after` rounds in a row without it, to FedeRiCo
-    /// with the other silos for the rest of its rounds (for good: it does not reattach).
-    #[serde(default = "default_fallback")]
-    pub fallback: String,
-    /// Rounds in a row without the coordinator before `fallback = "federico"` switches.
-    #[serde(default = "default_fallback_after")]
-    pub fallback_after: u64,
-}
-
-fn default_fetch_s() -> f64 {
-    20.0
-}
-
-fn default_structure_s() -> f64 {
-    300.0
-}
-
-fn default_fallback() -> String {
-    "keep".into()
-}
-
-fn default_fallback_after() -> u64 {
-    3
-}
 
 /// The simulator's FedDisco batch-stream tag (`sim::feddisco`), so the batches match.
 const STREAM_TAG: u64 = 0xD15C_0000;
@@ -314,8 +255,6 @@ struct NodeBehaviour {
     coord: Exchange<CoordRequest, CoordResponse>,
 }
 
-pub(super) type Reply = oneshot::Sender<Result<CoordResponse, String>>;
-
 /// The swarm task: sends requests to the coordinator and routes the answers back.
 async fn swarm_task(
     mut swarm: libp2p::Swarm<NodeBehaviour>,
@@ -343,61 +282,18 @@ async fn swarm_task(
     }
 }
 
-/// One event of a node's coordinator exchange: an answer or a failure goes to the request
-/// waiting for it; a request is refused (nodes serve none).
-pub(super) fn route_coord_event(
-    ev: rr::Event<CoordRequest, CoordResponse>,
-    pending: &mut HashMap<OutboundRequestId, Reply>,
-    exchange: &mut Exchange<CoordRequest, CoordResponse>,
-) {
-    match ev {
-        rr::Event::Message {
-            message:
-                rr::Message::Response {
-                    request_id,
-                    response,
-                },
-            ..
-        } => {
-            if let Some(r) = pending.remove(&request_id) {
-                let _ = r.send(Ok(response));
-            }
-        }
-        rr::Event::OutboundFailure {
-            request_id, error, ..
-        } => {
-            if let Some(r) = pending.remove(&request_id) {
-                let _ = r.send(Err(error.to_string()));
-            }
-        }
-        rr::Event::Message {
-            message: rr::Message::Request { channel, .. },
-            ..
-        } => {
-            let _ = exchange.send_response(
-                channel,
-                CoordResponse::Error {
-                    reason: "nodes serve no coordinator requests".into(),
-                },
-            );
-        }
-        _ => {}
-    }
-}
-
 /// Sends one request and waits for its answer, at most `limit`.
 async fn ask(
     tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
     req: CoordRequest,
     limit: Duration,
-) -> Result<CoordResponse, String> {
+) -> Result<CoordResponse, ExchangeError> {
     let (rtx, rrx) = oneshot::channel();
-    tx.send((req, rtx))
-        .map_err(|_| "swarm task ended".to_string())?;
+    tx.send((req, rtx)).map_err(|_| ExchangeError::SwarmEnded)?;
     match tokio::time::timeout(limit, rrx).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err("swarm task ended".into()),
-        Err(_) => Err("timed out".into()),
+        Ok(Err(_)) => Err(ExchangeError::SwarmEnded),
+        Err(_) => Err(ExchangeError::TimedOut),
     }
 }
 
@@ -407,7 +303,7 @@ async fn fetch_within(
     tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
     want: u64,
     limit: Duration,
-) -> Result<CoordResponse, String> {
+) -> Result<CoordResponse, ExchangeError> {
     let until = tokio::time::Instant::now() + limit;
     loop {
         let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -447,17 +343,6 @@ async fn register_within(
     }
 }
 
-pub(super) fn fnv(params: &[f32]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for v in params {
-        for b in v.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
-}
-
 /// Runs a coordinated node until its rounds are done or `shutdown` resolves.
 pub async fn run(
     cfg: NodeConfig,
@@ -476,7 +361,7 @@ pub async fn run(
             .fedsac
             .validate()
             .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
-        "fedcollab" => super::collab_node::network_config(&cc.fedcollab)
+        "fedcollab" => super::config::fedcollab_over_network(&cc.fedcollab)
             .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?,
         other => anyhow::bail!(
             "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""
@@ -940,7 +825,7 @@ pub async fn run(
         let line = FinalLine {
             node: me.0,
             final_global_round: final_round,
-            model_hash: fnv(&model),
+            model_hash: crate::ids::model_hash(&model),
             eval: crate::trace::EvalRecord::from(ev),
             fell_back_to_federico_at: None,
         };
@@ -1018,7 +903,7 @@ async fn run_rest_as_federico(
     Ok(Some(FinalLine {
         node: me.0,
         final_global_round: None,
-        model_hash: fnv(&ckpt.params),
+        model_hash: crate::ids::model_hash(&ckpt.params),
         eval,
         fell_back_to_federico_at: Some(at),
     }))

@@ -6,6 +6,7 @@
 //! or train inside the swarm event loop: training runs on its own thread.
 
 mod behaviour;
+mod client;
 mod collab_node;
 pub mod config;
 pub mod control;
