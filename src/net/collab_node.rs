@@ -19,7 +19,7 @@
 
 use super::behaviour::{Codec, CoordCodec, Exchange, Members, coordination_swarm, members};
 use super::client::{ExchangeError, Reply, route_coord_event};
-use super::config::{CoordinatedConfig, NodeConfig};
+use super::config::{Coordinated, NodeConfig};
 use super::identity::Manifest;
 use super::metrics::Metrics;
 use crate::coord::fedcollab::{FedCollabConfig, coalition_average};
@@ -54,7 +54,7 @@ use tracing::{info, warn};
 /// manifest and loaded the data.
 pub(super) struct Prelude {
     pub(super) cfg: NodeConfig,
-    pub(super) cc: CoordinatedConfig,
+    pub(super) cc: Coordinated,
     pub(super) key: libp2p::identity::Keypair,
     pub(super) manifest: Manifest,
     pub(super) me: NodeId,
@@ -414,15 +414,13 @@ pub(super) async fn run(
         data,
         spec,
     } = p;
-    let fc: FedCollabConfig = cc.fedcollab.clone();
-    super::config::fedcollab_over_network(&fc)
-        .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?;
+    let fc: FedCollabConfig = cc.config().fedcollab.clone();
     let peer_id = key.public().to_peer_id();
     let me_i = me.0 as usize;
     let n_train = data.train.len() as u64;
     let batch = cfg.train.batch_size;
-    let fetch = Duration::from_secs_f64(cc.fetch_s);
-    let structure_wait = Duration::from_secs_f64(cc.structure_s);
+    let fetch = cc.fetch();
+    let structure_wait = cc.structure_wait();
     let learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
 
     std::fs::create_dir_all(&cfg.state_dir)?;

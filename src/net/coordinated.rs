@@ -16,12 +16,11 @@
 
 use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
 use super::client::{ExchangeError, Reply, route_coord_event};
-use super::config::NodeConfig;
+use super::config::{CoordinatedAlgorithm, NodeConfig};
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco;
 use crate::coord::hcct::HcctConfig;
-use crate::coord::hcct_server::HcctServer;
 use crate::coord_wire::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Learner, Sgd, Shard};
@@ -350,27 +349,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let cc = cfg
         .coordinated
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?;
-    match cc.mode.as_str() {
-        "feddisco" => {}
-        "hcct" => {
-            HcctServer::check_config(&cc.hcct).map_err(|e| anyhow::anyhow!("[coordinated] {e}"))?
-        }
-        "fedsac" => cc
-            .fedsac
-            .validate()
-            .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
-        "fedcollab" => super::config::fedcollab_over_network(&cc.fedcollab)
-            .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?,
-        other => anyhow::bail!(
-            "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""
-        ),
-    }
-    let coordinator: PeerId = cc
-        .coordinator
-        .parse()
-        .map_err(|e| anyhow::anyhow!("[coordinated] coordinator: {e}"))?;
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?
+        .check()?;
+    let coordinator = cc.coordinator();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -397,29 +379,7 @@ pub async fn run(
         .model
         .spec(&data.train.sample_shape, data.train.num_classes())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !(cc.fetch_s.is_finite() && cc.fetch_s > 0.0) {
-        anyhow::bail!("[coordinated] fetch_s must be > 0, got {}", cc.fetch_s);
-    }
-    match cc.fallback.as_str() {
-        "keep" => {}
-        "federico" if cc.mode != "fedcollab" => {
-            if cc.fallback_after == 0 {
-                anyhow::bail!("[coordinated] fallback_after must be at least 1 round");
-            }
-        }
-        other => anyhow::bail!(
-            "[coordinated] fallback = {other:?}; allowed: \"keep\", and \"federico\" for \
-             feddisco, hcct and fedsac (FedCollab's silos need no coordinator once they hold \
-             their coalition)"
-        ),
-    }
-    if !(cc.structure_s.is_finite() && cc.structure_s >= 0.0) {
-        anyhow::bail!(
-            "[coordinated] structure_s must be >= 0, got {}",
-            cc.structure_s
-        );
-    }
-    if cc.mode == "fedcollab" {
+    if cc.mode() == CoordinatedAlgorithm::Fedcollab {
         return super::collab_node::run(
             super::collab_node::Prelude {
                 cfg,
@@ -439,8 +399,9 @@ pub async fn run(
     let batch = cfg.train.batch_size;
     let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
     let n_train = data.train.len() as u64;
-    let register = match cc.mode.as_str() {
-        "hcct" | "fedsac" => CoordRequest::Join { n_train },
+    let register = match cc.mode() {
+        CoordinatedAlgorithm::Hcct | CoordinatedAlgorithm::Fedsac => CoordRequest::Join { n_train },
+        // FedDisco (FedCollab's node runs in `collab_node`).
         _ => {
             let counts: Vec<u64> = data
                 .train
@@ -448,7 +409,7 @@ pub async fn run(
                 .iter()
                 .map(|&n| n as u64)
                 .collect();
-            let report = feddisco::report(&counts, cc.feddisco.metric)
+            let report = feddisco::report(&counts, cc.config().feddisco.metric)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             CoordRequest::Register {
                 n_train: report.num_samples,
@@ -489,18 +450,18 @@ pub async fn run(
             ))),
         ),
     };
-    let mut recipe = match cc.mode.as_str() {
-        "fedsac" => {
+    let mut recipe = match cc.mode() {
+        CoordinatedAlgorithm::Fedsac => {
             let rng =
                 |tag: u64| StdRng::seed_from_u64(stream_seed(cfg.seed ^ tag, me, Stream::Batches));
             LocalRecipe::Fedsac {
-                cfg: Box::new(cc.fedsac.clone()),
+                cfg: Box::new(cc.config().fedsac.clone()),
                 cursor: BatchCursor::new(data.train.len(), rng(crate::sim::FEDSAC_STREAM_TAG)),
                 features: rng(crate::sim::FEDSAC_FEATURE_TAG),
             }
         }
-        "hcct" => LocalRecipe::Hcct {
-            cfg: cc.hcct.clone(),
+        CoordinatedAlgorithm::Hcct => LocalRecipe::Hcct {
+            cfg: cc.config().hcct.clone(),
             rng: StdRng::seed_from_u64(stream_seed(
                 cfg.seed ^ crate::sim::HCCT_BATCH_TAG,
                 me,
@@ -508,7 +469,7 @@ pub async fn run(
             )),
         },
         _ => LocalRecipe::Feddisco {
-            cfg: cc.feddisco.clone(),
+            cfg: cc.config().feddisco.clone(),
             cursor: BatchCursor::new(
                 data.train.len(),
                 StdRng::seed_from_u64(stream_seed(cfg.seed ^ STREAM_TAG, me, Stream::Batches)),
@@ -528,7 +489,7 @@ pub async fn run(
     // The swarm, in its own task.
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let fetch = Duration::from_secs_f64(cc.fetch_s);
+    let fetch = cc.fetch();
     let allowed: Option<Vec<PeerId>> =
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message();
@@ -566,7 +527,7 @@ pub async fn run(
 
     // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
     // (`run_rest_as_federico`).
-    let falls_back = cc.fallback == "federico";
+    let falls_back = cc.federico_after();
     // The evaluation of a round's model on the rounds evaluated on the way (the last is
     // evaluated in the final line).
     let eval_at = |learner: &mut Learner, params: &[f32], round: u64| {
@@ -589,7 +550,7 @@ pub async fn run(
     // The coordinator's run started without this silo: no more asking.
     let mut alone = false;
     let result: anyhow::Result<Option<u64>> = async {
-        if falls_back && cfg.state_dir.join("federico/checkpoint.bin").exists() {
+        if falls_back.is_some() && cfg.state_dir.join("federico/checkpoint.bin").exists() {
             // Switched before a restart: go on as FedeRiCo.
             return Ok(Some(round));
         }
@@ -791,7 +752,7 @@ pub async fn run(
             } else {
                 streak + 1
             };
-            if falls_back && streak >= cc.fallback_after && round < cfg.rounds {
+            if falls_back.is_some_and(|after| streak >= after) && round < cfg.rounds {
                 warn!(
                     round,
                     rounds_without = streak,

@@ -20,6 +20,7 @@
 //! the simulator.
 
 use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
+use super::config::CoordinatedAlgorithm;
 pub use super::config::CoordinatorConfig;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
@@ -407,8 +408,8 @@ pub async fn run(
         Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
     };
     let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
-    let mut state = match (cfg.algorithm.as_str(), resumed) {
-        ("hcct", Some(b)) => {
+    let mut state = match (cfg.algorithm, resumed) {
+        (CoordinatedAlgorithm::Hcct, Some(b)) => {
             let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
             if s.nodes() != cfg.nodes {
                 return Err(bad(format!(
@@ -419,11 +420,11 @@ pub async fn run(
             }
             Server::Hcct(Box::new(s))
         }
-        ("hcct", None) => Server::Hcct(Box::new(
+        (CoordinatedAlgorithm::Hcct, None) => Server::Hcct(Box::new(
             HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
                 .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        ("fedsac", Some(b)) => {
+        (CoordinatedAlgorithm::Fedsac, Some(b)) => {
             let s = FedsacServer::decode(
                 cfg.fedsac_settings(),
                 cfg.rounds,
@@ -440,7 +441,7 @@ pub async fn run(
             }
             Server::Fedsac(Box::new(s))
         }
-        ("fedsac", None) => Server::Fedsac(Box::new(
+        (CoordinatedAlgorithm::Fedsac, None) => Server::Fedsac(Box::new(
             FedsacServer::new(
                 cfg.fedsac_settings(),
                 cfg.nodes,
@@ -450,7 +451,7 @@ pub async fn run(
             )
             .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        ("fedcollab", Some(b)) => {
+        (CoordinatedAlgorithm::Fedcollab, Some(b)) => {
             let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
             if s.nodes() != cfg.nodes {
                 return Err(bad(format!(
@@ -461,12 +462,14 @@ pub async fn run(
             }
             Server::Collab(Box::new(s))
         }
-        ("fedcollab", None) => Server::Collab(Box::new(
+        (CoordinatedAlgorithm::Fedcollab, None) => Server::Collab(Box::new(
             FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
                 .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        (_, Some(b)) => Server::Disco(ServerState::decode(&b).map_err(bad)?, params),
-        (_, None) => Server::Disco(ServerState::new(init()?), params),
+        (CoordinatedAlgorithm::Feddisco, Some(b)) => {
+            Server::Disco(ServerState::decode(&b).map_err(bad)?, params)
+        }
+        (CoordinatedAlgorithm::Feddisco, None) => Server::Disco(ServerState::new(init()?), params),
     };
     if state.round() > 0 || state.registered() > 0 {
         info!(
@@ -482,7 +485,7 @@ pub async fn run(
             .members
             .iter()
             .position(|m| m.peer_id == *peer)
-            .filter(|&i| cfg.algorithm == "feddisco" || i < cfg.nodes)
+            .filter(|&i| cfg.algorithm == CoordinatedAlgorithm::Feddisco || i < cfg.nodes)
     };
 
     let mut registry = prometheus_client::registry::Registry::default();

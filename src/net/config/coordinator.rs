@@ -4,11 +4,11 @@
 //! resolving relative paths against the file's directory.
 //! Must not: build the algorithm's server or start anything ([`crate::net::coordinator`] does).
 
+use super::algorithm::{CoordinatedAlgorithm, SettingsError, check_settings, read_algorithm};
 use crate::coord::fedcollab::FedCollabConfig;
 use crate::coord::hcct::HcctConfig;
-use crate::coord::hcct_server::HcctServer;
 use crate::scenario::{FeddiscoConfig, FedsacConfig, ModelConfig};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The coordinator's config file.
@@ -27,9 +27,12 @@ pub struct CoordinatorConfig {
     pub state_dir: PathBuf,
     /// Rounds to run.
     pub rounds: u64,
-    /// `"feddisco"`, `"hcct"`, `"fedsac"` or `"fedcollab"`.
-    #[serde(default = "feddisco_name")]
-    pub algorithm: String,
+    /// The algorithm (`"feddisco"`, `"hcct"`, `"fedsac"` or `"fedcollab"`; default FedDisco).
+    #[serde(
+        default = "default_algorithm",
+        deserialize_with = "read_algorithm_field"
+    )]
+    pub algorithm: CoordinatedAlgorithm,
     /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
     #[serde(default)]
     pub feddisco: FeddiscoConfig,
@@ -75,8 +78,12 @@ pub struct CoordinatorConfig {
     pub join_s: Option<f64>,
 }
 
-fn feddisco_name() -> String {
-    "feddisco".into()
+fn default_algorithm() -> CoordinatedAlgorithm {
+    CoordinatedAlgorithm::Feddisco
+}
+
+fn read_algorithm_field<'de, D: Deserializer<'de>>(d: D) -> Result<CoordinatedAlgorithm, D::Error> {
+    read_algorithm(d, "algorithm")
 }
 fn default_deadline() -> f64 {
     30.0
@@ -85,76 +92,114 @@ fn default_max_mib() -> u64 {
     crate::wire::DEFAULT_MAX_MESSAGE >> 20
 }
 
+/// A coordinator config that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorConfigError {
+    /// The file could not be read.
+    #[error("reading {}: {error}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error (in the message, so not a `source`: `{:#}` would repeat it).
+        error: std::io::Error,
+    },
+    /// The file is not TOML of this schema (the message names the field).
+    #[error("{}: {error}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error (in the message).
+        error: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: CoordinatorInvalid,
+    },
+}
+
+/// What is wrong with a coordinator config's values; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorInvalid {
+    /// The algorithm's own section.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// `nodes` is below what the algorithm needs.
+    #[error(
+        "algorithm = \"{algorithm}\" needs nodes = the number of silos{}",
+        if algorithm.min_nodes() > 1 { format!(" (at least {})", algorithm.min_nodes()) } else { String::new() }
+    )]
+    TooFewNodes {
+        /// The algorithm.
+        algorithm: CoordinatedAlgorithm,
+    },
+    /// `join_s` with an algorithm that has no joining.
+    #[error(
+        "join_s is for fedcollab, hcct and fedsac; FedDisco waits for nobody (a round closes \
+         with the silos registered)"
+    )]
+    JoinWithoutJoining,
+    /// `join_s` is not a positive number of seconds.
+    #[error("join_s must be > 0 seconds, got {0}")]
+    JoinS(f64),
+    /// `update_deadline_s` is not a positive number of seconds.
+    #[error("update_deadline_s must be > 0")]
+    UpdateDeadline,
+    /// `classes` is below 2.
+    #[error("classes must be ≥ 2")]
+    Classes,
+}
+
 impl CoordinatorConfig {
     /// Reads and validates a config; relative paths are resolved against the file's folder.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-        let mut c: Self =
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, CoordinatorConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| CoordinatorConfigError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let mut c: Self = toml::from_str(&text).map_err(|error| CoordinatorConfigError::Parse {
+            path: path.to_path_buf(),
+            error,
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         for p in [&mut c.key, &mut c.manifest, &mut c.state_dir] {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
         }
-        match c.algorithm.as_str() {
-            "feddisco" => {}
-            "hcct" => {
-                HcctServer::check_config(&c.hcct)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                if c.nodes == 0 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"hcct\" needs nodes = the number of silos",
-                        path.display()
-                    );
-                }
-            }
-            "fedsac" => {
-                c.fedsac
-                    .validate()
-                    .map_err(|e| anyhow::anyhow!("{}: fedsac.{e}", path.display()))?;
-                if c.nodes == 0 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"fedsac\" needs nodes = the number of silos",
-                        path.display()
-                    );
-                }
-            }
-            "fedcollab" => {
-                super::coordinated::fedcollab_over_network(&c.fedcollab)
-                    .map_err(|e| anyhow::anyhow!("{}: fedcollab.{e}", path.display()))?;
-                if c.nodes < 2 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"fedcollab\" needs nodes = the number of silos (at least 2)",
-                        path.display()
-                    );
-                }
-            }
-            other => anyhow::bail!(
-                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\"",
-                path.display()
-            ),
+        c.validate()
+            .map_err(|reason| CoordinatorConfigError::Invalid {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+        Ok(c)
+    }
+
+    /// Checks every value against the algorithm's needs.
+    pub fn validate(&self) -> Result<(), CoordinatorInvalid> {
+        let algorithm = self.algorithm;
+        check_settings(algorithm, &self.hcct, &self.fedsac, &self.fedcollab)?;
+        if self.nodes < algorithm.min_nodes() {
+            return Err(CoordinatorInvalid::TooFewNodes { algorithm });
         }
-        if let Some(j) = c.join_s {
-            if c.algorithm == "feddisco" {
-                anyhow::bail!(
-                    "{}: join_s is for fedcollab, hcct and fedsac; FedDisco waits for nobody \
-                     (a round closes with the silos registered)",
-                    path.display()
-                );
+        if let Some(j) = self.join_s {
+            if !algorithm.has_joining() {
+                return Err(CoordinatorInvalid::JoinWithoutJoining);
             }
             if !(j.is_finite() && j > 0.0) {
-                anyhow::bail!("{}: join_s must be > 0 seconds, got {j}", path.display());
+                return Err(CoordinatorInvalid::JoinS(j));
             }
         }
-        if !(c.update_deadline_s.is_finite() && c.update_deadline_s > 0.0) {
-            anyhow::bail!("{}: update_deadline_s must be > 0", path.display());
+        if !(self.update_deadline_s.is_finite() && self.update_deadline_s > 0.0) {
+            return Err(CoordinatorInvalid::UpdateDeadline);
         }
-        if c.classes < 2 {
-            anyhow::bail!("{}: classes must be ≥ 2", path.display());
+        if self.classes < 2 {
+            return Err(CoordinatorInvalid::Classes);
         }
-        Ok(c)
+        Ok(())
     }
 }
 
@@ -162,7 +207,7 @@ impl CoordinatorConfig {
 mod tests {
     use super::*;
 
-    fn load(edit: impl Fn(String) -> String) -> anyhow::Result<CoordinatorConfig> {
+    fn load(edit: impl Fn(String) -> String) -> Result<CoordinatorConfig, CoordinatorConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let text = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("node-config/coordinator.toml"),
