@@ -1,5 +1,6 @@
 //! Identifiers and seed derivation.
-//! Owns: [`NodeId`] and the rule that derives every random stream from (run seed, node id, purpose).
+//! Owns: [`NodeId`], the rule that derives every random stream from (run seed, node id, purpose),
+//! and [`model_hash`], the fingerprint run logs print for a model.
 //! Must not: hold state.
 
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,19 @@ pub fn stream_seed(run_seed: u64, node: NodeId, stream: Stream) -> u64 {
     z ^ (z >> 31)
 }
 
+/// FNV-1a (64 bit) of a model's parameters as little-endian bytes, in hex: equal on every node
+/// that holds the same model bit for bit (the run logs' `model_hash`).
+pub fn model_hash(params: &[f32]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in params {
+        for b in v.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +75,15 @@ mod tests {
         assert_ne!(a, stream_seed(1, NodeId(0), Stream::Sampling));
         assert_ne!(a, stream_seed(2, NodeId(0), Stream::Init));
         assert_eq!(a, stream_seed(1, NodeId(0), Stream::Init));
+    }
+
+    #[test]
+    fn model_hash_is_fnv_1a_of_the_little_endian_bytes() {
+        // No bytes: FNV-1a's offset basis.
+        assert_eq!(model_hash(&[]), "cbf29ce484222325");
+        let a = model_hash(&[1.0, 2.0]);
+        assert_eq!(a, model_hash(&[1.0, 2.0]));
+        assert_ne!(a, model_hash(&[2.0, 1.0]));
+        assert_eq!(a.len(), 16);
     }
 }

@@ -1123,7 +1123,7 @@ fn nodes_configured_to_fall_back_to_federico_finish_without_the_coordinator() {
     for (i, c) in s.p.configs.iter().enumerate() {
         let mut cfg = federico::net::NodeConfig::load(c).unwrap();
         let cc = cfg.coordinated.as_mut().unwrap();
-        cc.fallback = "federico".into();
+        cc.fallback = federico::net::config::Fallback::Federico;
         cc.fallback_after = after(i) as u64;
         std::fs::write(c, toml::to_string(&cfg).unwrap()).unwrap();
     }

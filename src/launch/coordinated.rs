@@ -10,9 +10,9 @@
 
 use super::{Prepared, free_ports, prepare, start_node, tail};
 use crate::learn::Evaluation;
-use crate::net::config::Deadlines;
-use crate::net::coordinated::CoordinatedConfig;
-use crate::net::coordinator::CoordinatorConfig;
+use crate::net::config::{
+    CoordinatedAlgorithm, CoordinatedConfig, CoordinatorConfig, Deadlines, Fallback,
+};
 use crate::net::{Manifest, Member, NodeConfig, keygen};
 use crate::report::records::{AlgorithmResult, RunSummary};
 use crate::report::summary::{Curves, algorithm_round, write_json};
@@ -52,13 +52,7 @@ pub fn add_coordinator(
     fetch_s: f64,
     algorithm: Algorithm,
 ) -> anyhow::Result<CoordinatorSetup> {
-    if !NETWORKED.contains(&algorithm) {
-        bail!(
-            "{} has no network mode; coordinators run {}",
-            algorithm.name(),
-            NETWORKED.map(|a| a.name()).join(", ")
-        );
-    }
+    let networked = CoordinatedAlgorithm::try_from(algorithm)?;
     let key_path = dir.join("keys").join("coordinator.key");
     let key = keygen(&key_path)?;
     let coordinator = key.public().to_peer_id();
@@ -75,7 +69,7 @@ pub fn add_coordinator(
     for c in &p.configs {
         let mut cfg = NodeConfig::load(c)?;
         cfg.coordinated = Some(CoordinatedConfig {
-            mode: algorithm.name().into(),
+            mode: networked,
             coordinator: coordinator.to_string(),
             feddisco: scenario.feddisco.clone(),
             hcct: scenario.hcct.clone(),
@@ -83,7 +77,7 @@ pub fn add_coordinator(
             fedcollab: scenario.fedcollab.clone(),
             fetch_s,
             structure_s: 300.0,
-            fallback: "keep".into(),
+            fallback: Fallback::Keep,
             fallback_after: 3,
         });
         std::fs::write(c, toml::to_string(&cfg)?)?;
@@ -97,7 +91,7 @@ pub fn add_coordinator(
         listen: vec![listen],
         state_dir: state_dir.clone(),
         rounds: scenario.rounds as u64,
-        algorithm: algorithm.name().into(),
+        algorithm: networked,
         feddisco: scenario.feddisco.clone(),
         hcct: scenario.hcct.clone(),
         fedsac: scenario.fedsac.clone(),

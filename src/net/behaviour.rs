@@ -7,7 +7,10 @@
 //! Must not: interpret messages (that is the round driver) or train.
 
 use super::metrics::{Metrics, Reason};
-use crate::protocol::{self, GradientRequest, GradientResponse, ModelRequest, ModelResponse};
+use crate::protocol::{
+    self, CoordRequest, CoordResponse, GradientRequest, GradientResponse, ModelRequest,
+    ModelResponse,
+};
 use libp2p::core::Endpoint;
 use libp2p::core::transport::PortUse;
 use libp2p::futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -217,6 +220,8 @@ where
 
 pub(crate) type ModelCodec = Codec<ModelRequest, ModelResponse>;
 pub(crate) type GradientCodec = Codec<GradientRequest, GradientResponse>;
+/// The codec of `/federico/coord/1`: the nodes' size-capped bincode frames.
+pub(crate) type CoordCodec = Codec<CoordRequest, CoordResponse>;
 
 /// One FedeRiCo protocol: request-response with our [`Codec`], whose copy for each connection
 /// knows the remote peer, so a frame it refuses is logged with its sender. Everything else is

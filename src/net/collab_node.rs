@@ -17,10 +17,9 @@
 //! plan (it joined after the coordinator's `join_s` closed joining) runs no pair and trains
 //! alone for the whole run.
 
-use super::NodeConfig;
-use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
-use super::coordinated::{CoordinatedConfig, Reply, route_coord_event};
-use super::coordinator::CoordCodec;
+use super::behaviour::{Codec, CoordCodec, Exchange, Members, coordination_swarm, members};
+use super::client::{ExchangeError, Reply, route_coord_event};
+use super::config::{Coordinated, NodeConfig};
 use super::identity::Manifest;
 use super::metrics::Metrics;
 use crate::coord::PairDistance;
@@ -55,7 +54,7 @@ use tracing::{info, warn};
 /// manifest and loaded the data.
 pub(super) struct Prelude {
     pub(super) cfg: NodeConfig,
-    pub(super) cc: CoordinatedConfig,
+    pub(super) cc: Coordinated,
     pub(super) key: libp2p::identity::Keypair,
     pub(super) manifest: Manifest,
     pub(super) me: NodeId,
@@ -68,7 +67,7 @@ pub(super) struct Prelude {
 /// Trained models of the last rounds a silo keeps for its coalition's pulls.
 const KEEP_ROUNDS: usize = 8;
 
-type PeerReply = oneshot::Sender<Result<CollabResponse, String>>;
+type PeerReply = oneshot::Sender<Result<CollabResponse, ExchangeError>>;
 
 /// What the node's tasks ask of the swarm task.
 enum Cmd {
@@ -130,7 +129,7 @@ async fn swarm_task(
                 }
                 Some(Cmd::Peer(i, req, reply)) => {
                     let Some((peer, addrs)) = peers.get(i) else {
-                        let _ = reply.send(Err(format!("no silo {i}")));
+                        let _ = reply.send(Err(ExchangeError::NoSilo(i)));
                         continue;
                     };
                     for a in addrs {
@@ -186,7 +185,7 @@ async fn swarm_task(
                     request_id, error, ..
                 })) => {
                     if let Some(r) = to_peer.remove(&request_id) {
-                        let _ = r.send(Err(error.to_string()));
+                        let _ = r.send(Err(ExchangeError::Failed(error)));
                     }
                 }
                 SwarmEvent::Behaviour(CollabBehaviourEvent::Collab(rr::Event::ResponseSent {
@@ -269,21 +268,25 @@ impl Link {
     /// Hands the swarm task a request made by `cmd` and waits for its answer, at most `limit`.
     async fn request<T>(
         &self,
-        cmd: impl FnOnce(oneshot::Sender<Result<T, String>>) -> Cmd,
+        cmd: impl FnOnce(oneshot::Sender<Result<T, ExchangeError>>) -> Cmd,
         limit: Duration,
-    ) -> Result<T, String> {
+    ) -> Result<T, ExchangeError> {
         let (tx, rx) = oneshot::channel();
         self.0
             .send(cmd(tx))
-            .map_err(|_| "swarm task ended".to_string())?;
+            .map_err(|_| ExchangeError::SwarmEnded)?;
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err("swarm task ended".into()),
-            Err(_) => Err("timed out".into()),
+            Ok(Err(_)) => Err(ExchangeError::SwarmEnded),
+            Err(_) => Err(ExchangeError::TimedOut),
         }
     }
 
-    async fn coord(&self, req: CoordRequest, limit: Duration) -> Result<CoordResponse, String> {
+    async fn coord(
+        &self,
+        req: CoordRequest,
+        limit: Duration,
+    ) -> Result<CoordResponse, ExchangeError> {
         self.request(|tx| Cmd::Coord(req, tx), limit).await
     }
 
@@ -292,7 +295,7 @@ impl Link {
         i: usize,
         req: CollabRequest,
         limit: Duration,
-    ) -> Result<CollabResponse, String> {
+    ) -> Result<CollabResponse, ExchangeError> {
         self.request(|tx| Cmd::Peer(i, req, tx), limit).await
     }
 
@@ -303,7 +306,7 @@ impl Link {
         i: usize,
         req: CollabRequest,
         budget: Duration,
-    ) -> Result<CollabResponse, String> {
+    ) -> Result<CollabResponse, ExchangeError> {
         let until = tokio::time::Instant::now() + budget;
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -327,7 +330,7 @@ impl Link {
         &self,
         req: &CoordRequest,
         budget: Duration,
-    ) -> Result<CoordResponse, String> {
+    ) -> Result<CoordResponse, ExchangeError> {
         let until = tokio::time::Instant::now() + budget;
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -411,14 +414,13 @@ pub(super) async fn run(
         data,
         spec,
     } = p;
-    let fc: FedCollabConfig = cc.fedcollab.clone();
-    network_config(&fc).map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?;
+    let fc: FedCollabConfig = cc.config().fedcollab.clone();
     let peer_id = key.public().to_peer_id();
     let me_i = me.0 as usize;
     let n_train = data.train.len() as u64;
     let batch = cfg.train.batch_size;
-    let fetch = Duration::from_secs_f64(cc.fetch_s);
-    let structure_wait = Duration::from_secs_f64(cc.structure_s);
+    let fetch = cc.fetch();
+    let structure_wait = cc.structure_wait();
     let learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
 
     std::fs::create_dir_all(&cfg.state_dir)?;
@@ -661,7 +663,7 @@ pub(super) async fn run(
         let line = FinalLine {
             node: me.0,
             final_global_round: state.coalition.as_ref().map(|_| cfg.rounds),
-            model_hash: super::coordinated::fnv(&state.params),
+            model_hash: crate::ids::model_hash(&state.params),
             coalition: state.coalition.as_ref().map(|c| c.0.clone()),
             eval: crate::trace::EvalRecord::from(ev),
         };
@@ -673,20 +675,6 @@ pub(super) async fn run(
     .await;
     task.abort();
     result
-}
-
-/// `[fedcollab]` as the network runs it: valid, and with the discriminator protocol (the
-/// label-histogram distance is a simulator debug mode that would reveal label histograms).
-pub(crate) fn network_config(fc: &FedCollabConfig) -> Result<(), String> {
-    fc.validate()?;
-    if fc.distance != crate::coord::fedcollab::Distance::Discriminator {
-        return Err(
-            "distance = \"label_tv\" is a simulator debug mode (it reveals label histograms); \
-             over the network FedCollab measures distances with the discriminator protocol"
-                .into(),
-        );
-    }
-    Ok(())
 }
 
 /// Joins and fetches the distance plan, retrying until the coordinator answers (it holds the
@@ -1032,7 +1020,11 @@ async fn drive_pair(
         // The partner may still be waiting for its plan: the first exchange waits longer.
         let budget = if first { fetch * 3 } else { fetch };
         first = false;
-        let (theirs, acc_lo) = match link.peer_within(partner, req, budget).await? {
+        let (theirs, acc_lo) = match link
+            .peer_within(partner, req, budget)
+            .await
+            .map_err(|e| e.to_string())?
+        {
             CollabResponse::DiscStep { weights, acc } => (weights, acc),
             CollabResponse::Restart if round > 0 => {
                 start_over(&mut half, round)?;
@@ -1071,7 +1063,8 @@ async fn drive_pair(
                     },
                     fetch,
                 )
-                .await?
+                .await
+                .map_err(|e| e.to_string())?
             {
                 CollabResponse::Ack => return Ok((half.estimate(), rounds)),
                 CollabResponse::Restart => {

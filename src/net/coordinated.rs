@@ -14,18 +14,15 @@
 //! Must not: weigh, group or aggregate (the coordinator does), or train inside the event loop: the
 //! swarm runs in its own task and training on `spawn_blocking`.
 
-use super::NodeConfig;
-use super::behaviour::{Exchange, Members, coordination_swarm, members};
-use super::coordinator::CoordCodec;
+use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
+use super::client::{ExchangeError, Reply, route_coord_event};
+use super::config::{CoordinatedAlgorithm, NodeConfig};
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
 use crate::coord::feddisco;
-use crate::coord::hcct::HcctConfig;
-use crate::coord::hcct_server::HcctServer;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Learner, Shard};
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
-use crate::scenario::{FeddiscoConfig, FedsacConfig};
 use crate::silo::{BatchCursor, LocalRecipe};
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, OutboundRequestId, ProtocolSupport};
@@ -40,65 +37,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
-
-/// `[coordinated]` in a node config.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CoordinatedConfig {
-    /// The algorithm: `"feddisco"`, `"hcct"` or `"fedsac"`.
-    pub mode: String,
-    /// The coordinator's peer ID; its addresses come from the manifest.
-    pub coordinator: String,
-    /// FedDisco's local recipe (epochs, lr, momentum, weight decay) and metric.
-    #[serde(default)]
-    pub feddisco: FeddiscoConfig,
-    /// HCCT's local recipe (E epochs of plain SGD at η_t = lr · lr_decay^t); the same
-    /// `[hcct]` as the coordinator's.
-    #[serde(default)]
-    pub hcct: HcctConfig,
-    /// FedSaC's local recipe (steps, lr, momentum, weight decay, λ and its sign, k, feature
-    /// samples); the same `[fedsac]` as the coordinator's.
-    #[serde(default)]
-    pub fedsac: FedsacConfig,
-    /// FedCollab's discriminator protocol (hidden width, lr, batch, steps, evaluation
-    /// schedule, patience, round cap); the same `[fedcollab]` as the coordinator's. The FL
-    /// inside the coalition uses the node's `[train]`, like the FedAvg baseline.
-    #[serde(default)]
-    pub fedcollab: crate::coord::fedcollab::FedCollabConfig,
-    /// How long a fetch of the next global may take before the node falls back to its own
-    /// model for the round, in seconds.
-    #[serde(default = "default_fetch_s")]
-    pub fetch_s: f64,
-    /// FedCollab: how long a silo that reported its distances waits for its coalition before
-    /// training alone (asking again every round), in seconds.
-    #[serde(default = "default_structure_s")]
-    pub structure_s: f64,
-    /// What a node does while its coordinator is gone (FedDisco, HCCT, FedSaC): `"keep"`
-    /// trains on from the last model it has and reattaches when the coordinator answers;
-    /// `"federico"` switches, after `fallback_after` rounds in a row without it, to FedeRiCo
-    /// with the other silos for the rest of its rounds (for good: it does not reattach).
-    #[serde(default = "default_fallback")]
-    pub fallback: String,
-    /// Rounds in a row without the coordinator before `fallback = "federico"` switches.
-    #[serde(default = "default_fallback_after")]
-    pub fallback_after: u64,
-}
-
-fn default_fetch_s() -> f64 {
-    20.0
-}
-
-fn default_structure_s() -> f64 {
-    300.0
-}
-
-fn default_fallback() -> String {
-    "keep".into()
-}
-
-fn default_fallback_after() -> u64 {
-    3
-}
 
 /// One line of the coordinated node's `rounds.jsonl`.
 #[derive(Serialize)]
@@ -216,8 +154,6 @@ struct NodeBehaviour {
     coord: Exchange<CoordRequest, CoordResponse>,
 }
 
-pub(super) type Reply = oneshot::Sender<Result<CoordResponse, String>>;
-
 /// The swarm task: sends requests to the coordinator and routes the answers back.
 async fn swarm_task(
     mut swarm: libp2p::Swarm<NodeBehaviour>,
@@ -245,61 +181,18 @@ async fn swarm_task(
     }
 }
 
-/// One event of a node's coordinator exchange: an answer or a failure goes to the request
-/// waiting for it; a request is refused (nodes serve none).
-pub(super) fn route_coord_event(
-    ev: rr::Event<CoordRequest, CoordResponse>,
-    pending: &mut HashMap<OutboundRequestId, Reply>,
-    exchange: &mut Exchange<CoordRequest, CoordResponse>,
-) {
-    match ev {
-        rr::Event::Message {
-            message:
-                rr::Message::Response {
-                    request_id,
-                    response,
-                },
-            ..
-        } => {
-            if let Some(r) = pending.remove(&request_id) {
-                let _ = r.send(Ok(response));
-            }
-        }
-        rr::Event::OutboundFailure {
-            request_id, error, ..
-        } => {
-            if let Some(r) = pending.remove(&request_id) {
-                let _ = r.send(Err(error.to_string()));
-            }
-        }
-        rr::Event::Message {
-            message: rr::Message::Request { channel, .. },
-            ..
-        } => {
-            let _ = exchange.send_response(
-                channel,
-                CoordResponse::Error {
-                    reason: "nodes serve no coordinator requests".into(),
-                },
-            );
-        }
-        _ => {}
-    }
-}
-
 /// Sends one request and waits for its answer, at most `limit`.
 async fn ask(
     tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
     req: CoordRequest,
     limit: Duration,
-) -> Result<CoordResponse, String> {
+) -> Result<CoordResponse, ExchangeError> {
     let (rtx, rrx) = oneshot::channel();
-    tx.send((req, rtx))
-        .map_err(|_| "swarm task ended".to_string())?;
+    tx.send((req, rtx)).map_err(|_| ExchangeError::SwarmEnded)?;
     match tokio::time::timeout(limit, rrx).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err("swarm task ended".into()),
-        Err(_) => Err("timed out".into()),
+        Ok(Err(_)) => Err(ExchangeError::SwarmEnded),
+        Err(_) => Err(ExchangeError::TimedOut),
     }
 }
 
@@ -309,7 +202,7 @@ async fn fetch_within(
     tx: &mpsc::UnboundedSender<(CoordRequest, Reply)>,
     want: u64,
     limit: Duration,
-) -> Result<CoordResponse, String> {
+) -> Result<CoordResponse, ExchangeError> {
     let until = tokio::time::Instant::now() + limit;
     loop {
         let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -349,17 +242,6 @@ async fn register_within(
     }
 }
 
-pub(super) fn fnv(params: &[f32]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for v in params {
-        for b in v.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
-}
-
 /// Runs a coordinated node until its rounds are done or `shutdown` resolves.
 pub async fn run(
     cfg: NodeConfig,
@@ -367,27 +249,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let cc = cfg
         .coordinated
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?;
-    match cc.mode.as_str() {
-        "feddisco" => {}
-        "hcct" => {
-            HcctServer::check_config(&cc.hcct).map_err(|e| anyhow::anyhow!("[coordinated] {e}"))?
-        }
-        "fedsac" => cc
-            .fedsac
-            .validate()
-            .map_err(|e| anyhow::anyhow!("[coordinated] fedsac.{e}"))?,
-        "fedcollab" => super::collab_node::network_config(&cc.fedcollab)
-            .map_err(|e| anyhow::anyhow!("[coordinated] fedcollab.{e}"))?,
-        other => anyhow::bail!(
-            "[coordinated] mode = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""
-        ),
-    }
-    let coordinator: PeerId = cc
-        .coordinator
-        .parse()
-        .map_err(|e| anyhow::anyhow!("[coordinated] coordinator: {e}"))?;
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?
+        .check()?;
+    let coordinator = cc.coordinator();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -414,29 +279,7 @@ pub async fn run(
         .model
         .spec(&data.train.sample_shape, data.train.num_classes())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !(cc.fetch_s.is_finite() && cc.fetch_s > 0.0) {
-        anyhow::bail!("[coordinated] fetch_s must be > 0, got {}", cc.fetch_s);
-    }
-    match cc.fallback.as_str() {
-        "keep" => {}
-        "federico" if cc.mode != "fedcollab" => {
-            if cc.fallback_after == 0 {
-                anyhow::bail!("[coordinated] fallback_after must be at least 1 round");
-            }
-        }
-        other => anyhow::bail!(
-            "[coordinated] fallback = {other:?}; allowed: \"keep\", and \"federico\" for \
-             feddisco, hcct and fedsac (FedCollab's silos need no coordinator once they hold \
-             their coalition)"
-        ),
-    }
-    if !(cc.structure_s.is_finite() && cc.structure_s >= 0.0) {
-        anyhow::bail!(
-            "[coordinated] structure_s must be >= 0, got {}",
-            cc.structure_s
-        );
-    }
-    if cc.mode == "fedcollab" {
+    if cc.mode() == CoordinatedAlgorithm::Fedcollab {
         return super::collab_node::run(
             super::collab_node::Prelude {
                 cfg,
@@ -456,8 +299,9 @@ pub async fn run(
     let batch = cfg.train.batch_size;
     let mut learner = Learner::new(&spec, batch).map_err(|e| anyhow::anyhow!("{e}"))?;
     let n_train = data.train.len() as u64;
-    let register = match cc.mode.as_str() {
-        "hcct" | "fedsac" => CoordRequest::Join { n_train },
+    let register = match cc.mode() {
+        CoordinatedAlgorithm::Hcct | CoordinatedAlgorithm::Fedsac => CoordRequest::Join { n_train },
+        // FedDisco (FedCollab's node runs in `collab_node`).
         _ => {
             let counts: Vec<u64> = data
                 .train
@@ -465,7 +309,7 @@ pub async fn run(
                 .iter()
                 .map(|&n| n as u64)
                 .collect();
-            let report = feddisco::report(&counts, cc.feddisco.metric)
+            let report = feddisco::report(&counts, cc.config().feddisco.metric)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             CoordRequest::Register {
                 n_train: report.num_samples,
@@ -506,18 +350,18 @@ pub async fn run(
             ))),
         ),
     };
-    let mut recipe = match cc.mode.as_str() {
-        "fedsac" => {
+    let mut recipe = match cc.mode() {
+        CoordinatedAlgorithm::Fedsac => {
             let rng =
                 |tag: u64| StdRng::seed_from_u64(stream_seed(cfg.seed ^ tag, me, Stream::Batches));
             LocalRecipe::Fedsac {
-                cfg: Box::new(cc.fedsac.clone()),
+                cfg: Box::new(cc.config().fedsac.clone()),
                 cursor: BatchCursor::new(data.train.len(), rng(crate::silo::fedsac::STREAM_TAG)),
                 features: rng(crate::silo::fedsac::FEATURE_TAG),
             }
         }
-        "hcct" => LocalRecipe::Hcct {
-            cfg: cc.hcct.clone(),
+        CoordinatedAlgorithm::Hcct => LocalRecipe::Hcct {
+            cfg: cc.config().hcct.clone(),
             rng: StdRng::seed_from_u64(stream_seed(
                 cfg.seed ^ crate::silo::hcct::BATCH_TAG,
                 me,
@@ -525,7 +369,7 @@ pub async fn run(
             )),
         },
         _ => LocalRecipe::Feddisco {
-            cfg: cc.feddisco.clone(),
+            cfg: cc.config().feddisco.clone(),
             cursor: BatchCursor::new(
                 data.train.len(),
                 StdRng::seed_from_u64(stream_seed(
@@ -549,7 +393,7 @@ pub async fn run(
     // The swarm, in its own task.
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let fetch = Duration::from_secs_f64(cc.fetch_s);
+    let fetch = cc.fetch();
     let allowed: Option<Vec<PeerId>> =
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message();
@@ -587,7 +431,7 @@ pub async fn run(
 
     // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
     // (`run_rest_as_federico`).
-    let falls_back = cc.fallback == "federico";
+    let falls_back = cc.federico_after();
     // The evaluation of a round's model on the rounds evaluated on the way (the last is
     // evaluated in the final line).
     let eval_at = |learner: &mut Learner, params: &[f32], round: u64| {
@@ -610,7 +454,7 @@ pub async fn run(
     // The coordinator's run started without this silo: no more asking.
     let mut alone = false;
     let result: anyhow::Result<Option<u64>> = async {
-        if falls_back && cfg.state_dir.join("federico/checkpoint.bin").exists() {
+        if falls_back.is_some() && cfg.state_dir.join("federico/checkpoint.bin").exists() {
             // Switched before a restart: go on as FedeRiCo.
             return Ok(Some(round));
         }
@@ -812,7 +656,7 @@ pub async fn run(
             } else {
                 streak + 1
             };
-            if falls_back && streak >= cc.fallback_after && round < cfg.rounds {
+            if falls_back.is_some_and(|after| streak >= after) && round < cfg.rounds {
                 warn!(
                     round,
                     rounds_without = streak,
@@ -846,7 +690,7 @@ pub async fn run(
         let line = FinalLine {
             node: me.0,
             final_global_round: final_round,
-            model_hash: fnv(&model),
+            model_hash: crate::ids::model_hash(&model),
             eval: crate::trace::EvalRecord::from(ev),
             fell_back_to_federico_at: None,
         };
@@ -924,7 +768,7 @@ async fn run_rest_as_federico(
     Ok(Some(FinalLine {
         node: me.0,
         final_global_round: None,
-        model_hash: fnv(&ckpt.params),
+        model_hash: crate::ids::model_hash(&ckpt.params),
         eval,
         fell_back_to_federico_at: Some(at),
     }))

@@ -1,7 +1,7 @@
 //! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a libp2p
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
-//! Owns: the coordinator's config, its swarm (allow-list + `/federico/coord/1`), the round
+//! Owns: the coordinator's swarm (allow-list + `/federico/coord/1`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), the join
 //! deadline of FedCollab, HCCT and FedSaC (`join_s`: when it passes, joining is closed on the
 //! silos that came), held fetches,
@@ -10,7 +10,8 @@
 //! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
 //! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; [`Server`] only
 //! dispatches to them). FedCollab has no rounds here: the coordinator plans, takes the
-//! distances, solves and serves each silo its coalition (`fedcollab.json`) until stopped.
+//! distances, solves and serves each silo its coalition (`fedcollab.json`) until stopped. Nor
+//! read its config file ([`super::config`] does, and checks it).
 //!
 //! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
 //! FedDisco and HCCT start (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured
@@ -18,182 +19,34 @@
 //! data. HCCT's, FedSaC's and FedCollab's silos are named by their index in the manifest, as in
 //! the simulator.
 
-use super::behaviour::{Codec, Exchange, Members, coordination_swarm, members};
+use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
+use super::config::CoordinatedAlgorithm;
+pub use super::config::CoordinatorConfig;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
-use crate::coord::fedcollab::FedCollabConfig;
 use crate::coord::fedcollab_server::{self, FedCollabServer};
 use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
-use crate::coord::hcct::HcctConfig;
 use crate::coord::hcct_server::{self, HcctServer};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
-use crate::scenario::{FeddiscoConfig, FedsacConfig, FedsacScore, ModelConfig};
+use crate::scenario::FedsacScore;
 use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-/// The codec of `/federico/coord/1`: the nodes' size-capped bincode frames.
-pub(crate) type CoordCodec = Codec<CoordRequest, CoordResponse>;
-
-/// The coordinator's config file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CoordinatorConfig {
-    /// Its keypair (`federico keygen`).
-    pub key: PathBuf,
-    /// The federation's manifest; the coordinator is a member under `name`.
-    pub manifest: PathBuf,
-    /// Its name in the manifest.
-    pub name: String,
-    /// Listen addresses.
-    pub listen: Vec<String>,
-    /// Checkpoint and round log.
-    pub state_dir: PathBuf,
-    /// Rounds to run.
-    pub rounds: u64,
-    /// `"feddisco"`, `"hcct"`, `"fedsac"` or `"fedcollab"`.
-    #[serde(default = "feddisco_name")]
-    pub algorithm: String,
-    /// FedDisco's parameters (a, b, metric, normalise; the local recipe is the nodes').
-    #[serde(default)]
-    pub feddisco: FeddiscoConfig,
-    /// HCCT's parameters (α, the learning-rate schedule the pseudo-gradients are divided by,
-    /// round-0 and one-shot schedules; the nodes hold the same `[hcct]` for their training).
-    #[serde(default)]
-    pub hcct: HcctConfig,
-    /// FedSaC's parameters (α, β, α's cutoff, principal angles, cohort size, which model is
-    /// scored; the local recipe — steps, lr, λ, k, feature samples — is the nodes').
-    #[serde(default)]
-    pub fedsac: FedsacConfig,
-    /// FedCollab's parameters: C, restarts and passes of the solver (the discriminator's
-    /// settings are the nodes'; the coordinator only solves).
-    #[serde(default)]
-    pub fedcollab: FedCollabConfig,
-    /// τ: how long a round waits for updates once it opened, in seconds.
-    #[serde(default = "default_deadline")]
-    pub update_deadline_s: f64,
-    /// The run seed (the initial model is silo 0's under it).
-    #[serde(default)]
-    pub seed: u64,
-    /// The model, as in scenario files.
-    #[serde(default)]
-    pub model: ModelConfig,
-    /// One sample's shape (e.g. `[1, 28, 28]`).
-    pub sample_shape: Vec<usize>,
-    /// Number of classes.
-    pub classes: usize,
-    /// Nodes expected: a round closes before the deadline only once this many registered and
-    /// all of them sent (0: whoever registered; FedDisco only). HCCT needs it: its silos are
-    /// manifest members 0..nodes, and no round starts before all of them registered.
-    #[serde(default)]
-    pub nodes: usize,
-    /// Largest message accepted, MiB.
-    #[serde(default = "default_max_mib")]
-    pub max_message_mib: u64,
-    /// FedCollab, HCCT and FedSaC: how long the run waits for every silo, in seconds from the
-    /// first join. Once it has passed, the run starts with the silos that joined (FedCollab:
-    /// at least 2, its distance plan goes out to them; HCCT and FedSaC: partitions and
-    /// cohorts among them); a silo that joins later trains alone (FedCollab's singleton). Unset:
-    /// the run waits for every silo (the papers' setting, and the one `simulate` reproduces).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub join_s: Option<f64>,
-}
-
-fn feddisco_name() -> String {
-    "feddisco".into()
-}
-fn default_deadline() -> f64 {
-    30.0
-}
-fn default_max_mib() -> u64 {
-    crate::protocol::DEFAULT_MAX_MESSAGE >> 20
-}
-
 impl CoordinatorConfig {
-    /// Reads and validates a config; relative paths are resolved against the file's folder.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-        let mut c: Self =
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        for p in [&mut c.key, &mut c.manifest, &mut c.state_dir] {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        }
-        match c.algorithm.as_str() {
-            "feddisco" => {}
-            "hcct" => {
-                HcctServer::check_config(&c.hcct)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                if c.nodes == 0 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"hcct\" needs nodes = the number of silos",
-                        path.display()
-                    );
-                }
-            }
-            "fedsac" => {
-                c.fedsac
-                    .validate()
-                    .map_err(|e| anyhow::anyhow!("{}: fedsac.{e}", path.display()))?;
-                if c.nodes == 0 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"fedsac\" needs nodes = the number of silos",
-                        path.display()
-                    );
-                }
-            }
-            "fedcollab" => {
-                super::collab_node::network_config(&c.fedcollab)
-                    .map_err(|e| anyhow::anyhow!("{}: fedcollab.{e}", path.display()))?;
-                if c.nodes < 2 {
-                    anyhow::bail!(
-                        "{}: algorithm = \"fedcollab\" needs nodes = the number of silos (at least 2)",
-                        path.display()
-                    );
-                }
-            }
-            other => anyhow::bail!(
-                "{}: algorithm = {other:?}; allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\"",
-                path.display()
-            ),
-        }
-        if let Some(j) = c.join_s {
-            if c.algorithm == "feddisco" {
-                anyhow::bail!(
-                    "{}: join_s is for fedcollab, hcct and fedsac; FedDisco waits for nobody \
-                     (a round closes with the silos registered)",
-                    path.display()
-                );
-            }
-            if !(j.is_finite() && j > 0.0) {
-                anyhow::bail!("{}: join_s must be > 0 seconds, got {j}", path.display());
-            }
-        }
-        if !(c.update_deadline_s.is_finite() && c.update_deadline_s > 0.0) {
-            anyhow::bail!("{}: update_deadline_s must be > 0", path.display());
-        }
-        if c.classes < 2 {
-            anyhow::bail!("{}: classes must be ≥ 2", path.display());
-        }
-        Ok(c)
-    }
-
     /// FedSaC's coordinator settings.
     fn fedsac_settings(&self) -> fedsac_server::Settings {
         let f = &self.fedsac;
@@ -555,8 +408,8 @@ pub async fn run(
         Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
     };
     let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
-    let mut state = match (cfg.algorithm.as_str(), resumed) {
-        ("hcct", Some(b)) => {
+    let mut state = match (cfg.algorithm, resumed) {
+        (CoordinatedAlgorithm::Hcct, Some(b)) => {
             let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
             if s.nodes() != cfg.nodes {
                 return Err(bad(format!(
@@ -567,11 +420,11 @@ pub async fn run(
             }
             Server::Hcct(Box::new(s))
         }
-        ("hcct", None) => Server::Hcct(Box::new(
+        (CoordinatedAlgorithm::Hcct, None) => Server::Hcct(Box::new(
             HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
                 .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        ("fedsac", Some(b)) => {
+        (CoordinatedAlgorithm::Fedsac, Some(b)) => {
             let s = FedsacServer::decode(
                 cfg.fedsac_settings(),
                 cfg.rounds,
@@ -588,7 +441,7 @@ pub async fn run(
             }
             Server::Fedsac(Box::new(s))
         }
-        ("fedsac", None) => Server::Fedsac(Box::new(
+        (CoordinatedAlgorithm::Fedsac, None) => Server::Fedsac(Box::new(
             FedsacServer::new(
                 cfg.fedsac_settings(),
                 cfg.nodes,
@@ -598,7 +451,7 @@ pub async fn run(
             )
             .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        ("fedcollab", Some(b)) => {
+        (CoordinatedAlgorithm::Fedcollab, Some(b)) => {
             let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
             if s.nodes() != cfg.nodes {
                 return Err(bad(format!(
@@ -609,12 +462,14 @@ pub async fn run(
             }
             Server::Collab(Box::new(s))
         }
-        ("fedcollab", None) => Server::Collab(Box::new(
+        (CoordinatedAlgorithm::Fedcollab, None) => Server::Collab(Box::new(
             FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
                 .map_err(|e| anyhow::anyhow!(e))?,
         )),
-        (_, Some(b)) => Server::Disco(ServerState::decode(&b).map_err(bad)?, params),
-        (_, None) => Server::Disco(ServerState::new(init()?), params),
+        (CoordinatedAlgorithm::Feddisco, Some(b)) => {
+            Server::Disco(ServerState::decode(&b).map_err(bad)?, params)
+        }
+        (CoordinatedAlgorithm::Feddisco, None) => Server::Disco(ServerState::new(init()?), params),
     };
     if state.round() > 0 || state.registered() > 0 {
         info!(
@@ -630,7 +485,7 @@ pub async fn run(
             .members
             .iter()
             .position(|m| m.peer_id == *peer)
-            .filter(|&i| cfg.algorithm == "feddisco" || i < cfg.nodes)
+            .filter(|&i| cfg.algorithm == CoordinatedAlgorithm::Feddisco || i < cfg.nodes)
     };
 
     let mut registry = prometheus_client::registry::Registry::default();
@@ -869,80 +724,4 @@ fn serve_held(swarm: &mut libp2p::Swarm<CoordBehaviour>, state: &Server, held: &
         let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
     }
     *held = keep;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load(edit: impl Fn(String) -> String) -> anyhow::Result<CoordinatorConfig> {
-        let dir = tempfile::tempdir().unwrap();
-        let text = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("node-config/coordinator.toml"),
-        )
-        .unwrap();
-        let path = dir.path().join("c.toml");
-        std::fs::write(&path, edit(text)).unwrap();
-        CoordinatorConfig::load(&path)
-    }
-
-    #[test]
-    fn the_example_loads_and_bad_settings_are_named() {
-        let c = load(|t| t).unwrap();
-        assert_eq!(c.hcct.alpha, crate::coord::hcct::Alpha::Constant(25.0));
-        let e = load(|t| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedprox""#))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("allowed: \"feddisco\", \"hcct\", \"fedsac\", \"fedcollab\""),
-            "{e}"
-        );
-        let fedcollab =
-            |t: String| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedcollab""#);
-        assert_eq!(load(fedcollab).unwrap().fedcollab.capacity, 10.0);
-        let e = load(|t| fedcollab(t).replace("max_passes = 100", r#"distance = "label_tv""#))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("label_tv") && e.contains("discriminator"), "{e}");
-        let e = load(|t| fedcollab(t).replace("nodes = 3 ", "nodes = 1 "))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("at least 2"), "{e}");
-        let e = load(|t| t.replace("nodes = 3 ", "nodes = 0 "))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("needs nodes"), "{e}");
-        let e = load(|t| t.replace("one_shot = false", "efficient = true"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("hcct.efficient"), "{e}");
-        let e = load(|t| t.replace("alpha = 25 ", "alpha = -1 "))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("alpha"), "{e}");
-        let c = load(|t| fedcollab(t).replace("# join_s = 600 ", "join_s = 600 ")).unwrap();
-        assert_eq!(c.join_s, Some(600.0));
-        let e = load(|t| fedcollab(t).replace("# join_s = 600 ", "join_s = 0 "))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("join_s must be > 0"), "{e}");
-        let hcct = load(|t| t.replace("# join_s = 600 ", "join_s = 600 ")).unwrap();
-        assert_eq!(
-            (hcct.algorithm.as_str(), hcct.join_s),
-            ("hcct", Some(600.0))
-        );
-        let fedsac = |t: String| t.replace(r#"algorithm = "hcct""#, r#"algorithm = "fedsac""#);
-        let c = load(|t| fedsac(t).replace("# join_s = 600 ", "join_s = 0.5 ")).unwrap();
-        assert_eq!(c.join_s, Some(0.5));
-        let e = load(|t| {
-            t.replace(r#"algorithm = "hcct""#, r#"algorithm = "feddisco""#)
-                .replace("# join_s = 600 ", "join_s = 600 ")
-        })
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("join_s is for fedcollab, hcct and fedsac"),
-            "{e}"
-        );
-    }
 }

@@ -1,11 +1,14 @@
 //! The libp2p driver: one real peer per silo (`federico node`).
-//! Owns: identity and membership ([`identity`]), the node config ([`config`]), the wire codec
-//! and behaviour, the round driver that moves models and gradients between the FedeRiCo core
-//! and the network ([`node`]), the training thread, checkpoints and metrics.
+//! Owns: identity and membership ([`identity`]), every config file of a node or coordinator
+//! ([`config`]), the wire codec and behaviour, the round driver that moves models and gradients
+//! between the FedeRiCo core and the network ([`node`]), the coordinated node
+//! ([`coordinated`], FedCollab's in `collab_node`, both asking the coordinator through
+//! `client`), the coordinator ([`coordinator`]), the training thread, checkpoints and metrics.
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients),
 //! or train inside the swarm event loop: training runs on its own thread.
 
 mod behaviour;
+mod client;
 mod collab_node;
 pub mod config;
 pub mod control;

@@ -10,9 +10,9 @@
 //! their types only.
 
 pub(crate) mod batches;
-pub mod federico;
 pub(crate) mod fedcollab;
 pub(crate) mod feddisco;
+pub mod federico;
 pub(crate) mod fedsac;
 pub(crate) mod hcct;
 pub(crate) mod recipe;

@@ -219,7 +219,7 @@ pub struct NodeConfig {
     pub deadlines: Deadlines,
     /// `[control]`: the local control channel `federico swarm` uses for fault schedules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control: Option<super::control::ControlConfig>,
+    pub control: Option<crate::net::control::ControlConfig>,
     /// `[coordinated]`: run against a coordinator (e.g. FedDisco) instead of FedeRiCo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinated: Option<super::coordinated::CoordinatedConfig>,
