@@ -6,18 +6,19 @@
 //!
 //! # Layout
 //!
-//! The crate is layered; a layer may use the ones above it, never the ones below.
+//! The crate is layered; a layer may use the ones above it, never the ones below
+//! (`docs/architecture.md` draws the layers and says which file owns which decision).
 //!
 //! | module | owns | must not |
 //! |---|---|---|
 //! | [`ids`] | node identifiers | — |
-//! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox | touch tensors, sockets, clocks or threads (std, rand and serde only) |
+//! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox, and the round protocol ([`core::round`], time passed in) | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`coord`] | the coordinator algorithms (FedDisco, FedCollab, HCCT, FedSaC): weights, coalitions, merges | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
 //! | [`trace`] | the per-round record of one silo (a node's run log, the simulator's fault traces) | compute anything |
 //! | [`faults`] | fault schedules (schema, validation, round timeline) and the pass/fail checks over traces | apply anything |
 //! | [`scenario`] | the validated scenario file (data, split, model, algorithms, hyperparameters) | run anything |
-//! | [`silo`] | what one silo computes on its own data, the same in both drivers: local training recipes, batch orders and their stream tags, FedSaC's feature subspace, FedCollab's discriminator halves | drive rounds, talk to peers, or decide weights, groups or coalitions ([`core`], [`coord`]) |
+//! | [`silo`] | what one silo computes on its own data, the same in both drivers: FedeRiCo's round jobs and checkpoint format, local training recipes, batch orders and their stream tags, FedSaC's feature subspace, FedCollab's discriminator halves | drive rounds, talk to peers, or decide weights, groups or coalitions ([`core`], [`coord`]) |
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
 //! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
 //! | [`store`] | atomic file replacement and versioned file headers (shards, checkpoints) | know what the bytes mean |

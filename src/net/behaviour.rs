@@ -220,7 +220,7 @@ where
 
 pub(crate) type ModelCodec = Codec<ModelRequest, ModelResponse>;
 pub(crate) type GradientCodec = Codec<GradientRequest, GradientResponse>;
-/// The codec of `/federico/coord/1`: the nodes' size-capped bincode frames.
+/// The codec of `/federico/coord/2`: the nodes' size-capped bincode frames.
 pub(crate) type CoordCodec = Codec<CoordRequest, CoordResponse>;
 
 /// One FedeRiCo protocol: request-response with our [`Codec`], whose copy for each connection

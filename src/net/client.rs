@@ -1,4 +1,4 @@
-//! The silo side of `/federico/coord/1`, shared by the coordinated node ([`super::coordinated`])
+//! The silo side of `/federico/coord/2`, shared by the coordinated node ([`super::coordinated`])
 //! and the FedCollab node ([`super::collab_node`]).
 //! Owns: the reply a request made of a swarm task waits on ([`Reply`]), why an exchange gave
 //! no answer ([`ExchangeError`]), and routing the coordinator exchange's events to those

@@ -1,6 +1,6 @@
 //! A FedCollab node (issue 5; spec §6): `[coordinated] mode = "fedcollab"`.
 //! Owns: joining the coordinator with the sample count only; the pairwise discriminator protocol
-//! with every other silo, peer to peer on `/federico/collab/1` (the higher index of a pair
+//! with every other silo, peer to peer on `/federico/collab/2` (the higher index of a pair
 //! drives it, the lower answers from its own thread; neither weights nor data reach the
 //! coordinator); reporting the scalar distances; receiving its own coalition; FedAvg inside the
 //! coalition peer to peer (all-to-all: every member pulls every other member's trained model of

@@ -1,7 +1,7 @@
 //! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a libp2p
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
-//! Owns: the coordinator's swarm (allow-list + `/federico/coord/1`), the round
+//! Owns: the coordinator's swarm (allow-list + `/federico/coord/2`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), the join
 //! deadline of FedCollab, HCCT and FedSaC (`join_s`: when it passes, joining is closed on the
 //! silos that came), held fetches,

@@ -23,7 +23,7 @@ type Labels = Vec<(String, String)>;
 /// and alerts key on them): add new ones, never rename.
 ///
 /// There is no `wrong_version`: frames carry no version, the protocol names do
-/// (`/federico/model/1`), and a peer speaking another version fails protocol negotiation before
+/// (`/federico/model/2`), and a peer speaking another version fails protocol negotiation before
 /// any frame reaches the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reason {

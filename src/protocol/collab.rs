@@ -1,4 +1,4 @@
-//! FedCollab's silo ↔ silo protocol `/federico/collab/1` (FedCollab spec §6 phases 2 and 4):
+//! FedCollab's silo ↔ silo protocol `/federico/collab/2` (FedCollab spec §6 phases 2 and 4):
 //! pairwise discriminator rounds and coalition models, with no coordinator in the loop.
 //!
 //! Owns: the silo ↔ silo messages, the protocol name, and their payload validation (weight
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// FedCollab's silo ↔ silo protocol (spec §6 phases 2 and 4): the pairwise discriminator
 /// rounds and the FedAvg model exchange inside a coalition, with no coordinator in the loop.
-pub const COLLAB_PROTOCOL: &str = "/federico/collab/1";
+pub const COLLAB_PROTOCOL: &str = "/federico/collab/2";
 
 /// Silo → silo (FedCollab). The sender is the authenticated peer; its manifest index says
 /// which pair or coalition member it is.
@@ -25,6 +25,7 @@ pub enum CollabRequest {
         /// The pair's round (0-based).
         round: u32,
         /// The sender's weights.
+        #[serde(with = "super::floats")]
         weights: Arc<Vec<f32>>,
         /// The sender's accuracy of the previous evaluated average.
         acc: Option<f64>,
@@ -53,6 +54,7 @@ pub enum CollabResponse {
     /// average when the round is evaluated.
     DiscStep {
         /// Its weights.
+        #[serde(with = "super::floats")]
         weights: Arc<Vec<f32>>,
         /// Its accuracy of this round's average, if evaluated.
         acc: Option<f64>,
@@ -62,6 +64,7 @@ pub enum CollabResponse {
         /// The round.
         round: u64,
         /// Flat parameters in name-sorted order.
+        #[serde(with = "super::floats")]
         params: Arc<Vec<f32>>,
     },
     /// Recorded.

@@ -1,4 +1,4 @@
-//! The coordinator protocol `/federico/coord/1` (coordinated mode: FedDisco, HCCT, FedSaC and
+//! The coordinator protocol `/federico/coord/2` (coordinated mode: FedDisco, HCCT, FedSaC and
 //! FedCollab): what a node and the thin coordinator say to each other, and the checks a
 //! received message must pass before it reaches the coordinator's state.
 //!
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Node ↔ coordinator requests and responses.
-pub const COORD_PROTOCOL: &str = "/federico/coord/1";
+pub const COORD_PROTOCOL: &str = "/federico/coord/2";
 
 /// The most directions a FedSaC subspace may have (the paper uses k = 3).
 pub const MAX_SUBSPACE_RANK: usize = 64;
@@ -51,6 +51,7 @@ pub enum CoordRequest {
         /// The round trained.
         round: u64,
         /// Flat parameters in name-sorted order.
+        #[serde(with = "super::floats")]
         params: Arc<Vec<f32>>,
         /// `N_k` again (informational; the registered report is used for the weights).
         n_train: u64,
@@ -69,6 +70,7 @@ pub enum CoordRequest {
         /// The round trained.
         round: u64,
         /// Flat parameters in name-sorted order.
+        #[serde(with = "super::floats")]
         params: Arc<Vec<f32>>,
         /// The subspace's basis rows.
         subspace: Option<Vec<Vec<f64>>>,
@@ -92,6 +94,7 @@ pub enum CoordResponse {
         /// Its round.
         round: u64,
         /// Flat parameters in name-sorted order.
+        #[serde(with = "super::floats")]
         params: Arc<Vec<f32>>,
     },
     /// FedSaC: the silo's personalised model θ̃ for round `round`, its regulariser direction,
@@ -100,8 +103,10 @@ pub enum CoordResponse {
         /// The round.
         round: u64,
         /// θ̃: train from it, or once the run is over, score it.
+        #[serde(with = "super::floats")]
         params: Arc<Vec<f32>>,
         /// c: the direction of its last aggregation.
+        #[serde(with = "super::floats::option")]
         direction: Option<Arc<Vec<f32>>>,
         /// In this round's cohort.
         train: bool,

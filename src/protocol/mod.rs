@@ -4,9 +4,9 @@
 //!
 //! Owns: message types, protocol names, frame encoding/decoding with a bound checked before any
 //! allocation, and payload validation. `frame.rs` is the framing every protocol shares;
-//! `peer.rs` is FedeRiCo's peer-to-peer protocols (`/federico/model/1`,
-//! `/federico/gradient/1`), `coord.rs` the node ↔ coordinator protocol (`/federico/coord/1`)
-//! and `collab.rs` FedCollab's silo ↔ silo protocol (`/federico/collab/1`).
+//! `peer.rs` is FedeRiCo's peer-to-peer protocols (`/federico/model/2`,
+//! `/federico/gradient/2`), `coord.rs` the node ↔ coordinator protocol (`/federico/coord/2`)
+//! and `collab.rs` FedCollab's silo ↔ silo protocol (`/federico/collab/2`).
 //! Must not: know about swarms, rounds in progress or the core's state; it is used by `net` and
 //! by tests that speak the protocols by hand. It may use [`crate::coord`]'s report types;
 //! `coord` never uses it.
@@ -20,13 +20,15 @@
 //! [`decode`] return an error for anything that is not exactly one well-formed message, never
 //! panic, and never allocate more than the bytes actually received (plus a small constant): the
 //! frame length is checked against the bound before reading, the body is buffered as it arrives,
-//! vectors grow as their elements decode, and strings are taken from the received bytes rather
+//! vectors grow as their elements decode (parameter vectors are
+//! borrowed from the received bytes, `floats.rs`), and strings are taken from the received bytes rather
 //! than allocated at an announced length. The frame has no version field: the protocol names
-//! carry it (`/federico/model/1`), and a peer speaking another version fails protocol
+//! carry it (`/federico/model/2`), and a peer speaking another version fails protocol
 //! negotiation before any frame is exchanged.
 
 mod collab;
 mod coord;
+mod floats;
 mod frame;
 mod peer;
 

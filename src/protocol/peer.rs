@@ -1,6 +1,6 @@
 //! What FedeRiCo peers say to each other (spec `federico.md` §3.3): model pulls, round
-//! notices and fetches on `/federico/model/1`, weighted gradients and skips on
-//! `/federico/gradient/1`, and the checks a received model must pass.
+//! notices and fetches on `/federico/model/2`, weighted gradients and skips on
+//! `/federico/gradient/2`, and the checks a received model must pass.
 //!
 //! Owns: those messages, their protocol names, and model validation (architecture
 //! fingerprint, parameter count, finiteness).
@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Model pulls, round notices and final-model fetches (request → response).
-pub const MODEL_PROTOCOL: &str = "/federico/model/1";
+pub const MODEL_PROTOCOL: &str = "/federico/model/2";
 /// Weighted gradients and skips, sampler → owner (request → acknowledgement).
-pub const GRADIENT_PROTOCOL: &str = "/federico/gradient/1";
+pub const GRADIENT_PROTOCOL: &str = "/federico/gradient/2";
 
 /// Sampler → owner on [`MODEL_PROTOCOL`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -57,6 +57,7 @@ pub struct ModelPayload {
     /// The architecture fingerprint (`ModelSpec::fingerprint`): a different model is refused.
     pub fingerprint: u64,
     /// Flat parameters in name-sorted order.
+    #[serde(with = "super::floats")]
     pub params: Arc<Vec<f32>>,
 }
 
@@ -74,6 +75,7 @@ pub enum GradientRequest {
         /// w_ib, already folded into `grad` (informational).
         weight: f64,
         /// The weighted summed gradient.
+        #[serde(with = "super::floats")]
         grad: Vec<f32>,
     },
     /// No gradient will come for `version` (the sampler gave up or its weight underflowed).
