@@ -4,7 +4,8 @@
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients).
 
 use super::faults::{FaultSim, Msg};
-use super::{ClientEval, Ctx, SimError, par_silos, score_each};
+use super::pool::{par_silos, score_each};
+use super::{ClientEval, Ctx, SimError};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};
