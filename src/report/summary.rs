@@ -1,4 +1,4 @@
-//! The summaries a run writes at the end, shared by `simulate` ([`crate::sim`]) and `swarm`
+//! The summaries a run writes at the end, shared by `simulate` (the `sim` driver) and `swarm`
 //! ([`crate::launch`]).
 //! Owns: scoring one evaluation of every silo into an [`AlgorithmRound`], the same-group weight
 //! mass, `summary.json` and `table.txt` over the seeds with the seed-mean metric plot, a seed's

@@ -1,5 +1,5 @@
 //! What one silo computes on its own data, the same in both drivers: the simulator
-//! ([`crate::sim`]) runs it for every silo in one process, the libp2p nodes ([`crate::net`])
+//! (`sim`) runs it for every silo in one process, the libp2p nodes ([`crate::net`])
 //! each for their own silo.
 //! Owns: each algorithm's local recipe (FedeRiCo's round jobs and checkpoint format,
 //! mini-batch orders, the SGD steps, FedSaC's feature subspace, FedCollab's discriminator

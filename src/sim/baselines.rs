@@ -4,7 +4,8 @@
 //! scores, so one FedAvg run serves both rows.
 //! Must not: touch FedeRiCo's state.
 
-use super::{ClientEval, Ctx, SimError, score_each};
+use super::pool::score_each;
+use super::{ClientEval, Ctx, SimError};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
 use rand::SeedableRng;

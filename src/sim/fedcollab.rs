@@ -15,7 +15,8 @@
 //! the C sweep of spec §8 item 7) is written to `<seed dir>/fedcollab.json`.
 
 use super::coordinated::CoordinatedRun;
-use super::{ClientEval, Ctx, SimError, score_each};
+use super::pool::score_each;
+use super::{ClientEval, Ctx, SimError};
 use crate::coord::fedcollab::{
     Distance, FedCollabConfig, Problem, Solution, coalition_average, disc_train_target,
     distance_matrix, label_tv,

@@ -10,7 +10,8 @@
 //! [`feddisco::weights`].
 
 use super::coordinated::CoordinatedRun;
-use super::{ClientEval, Ctx, SimError, score_each};
+use super::pool::score_each;
+use super::{ClientEval, Ctx, SimError};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::scenario::FeddiscoConfig;

@@ -7,7 +7,8 @@
 
 use super::engines::Engines;
 use super::faults::{FaultSim, Msg};
-use super::{ClientEval, Ctx, SimError, par_silos, score_each};
+use super::pool::{par_silos, score_each};
+use super::{ClientEval, Ctx, SimError};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer, Stragglers};
 use crate::faults::checks::CrashEvidence;
 use crate::faults::{Fault, Schedule};

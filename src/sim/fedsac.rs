@@ -9,7 +9,8 @@
 //! differently from a coordinated node (the recipe is [`crate::silo`]'s).
 
 use super::coordinated::CoordinatedRun;
-use super::{ClientEval, Ctx, SimError, score_each};
+use super::pool::score_each;
+use super::{ClientEval, Ctx, SimError};
 use crate::coord::fedsac::{self, FedsacError, GraphSettings, Subspace};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::scenario::{FedsacConfig, FedsacScore};

@@ -13,7 +13,8 @@
 //! for calibrating α, §6.4) to stderr.
 
 use super::coordinated::CoordinatedRun;
-use super::{ClientEval, Ctx, SimError, score_each};
+use super::pool::score_each;
+use super::{ClientEval, Ctx, SimError};
 use crate::coord::hcct::{
     Coordinator, HcctConfig, HcctError, Optimizer, group_average, pseudo_gradient, select_layer,
 };

@@ -1,0 +1,347 @@
+//! One seed of a simulation: every requested algorithm stepped round by round on the seed's
+//! split, from the same initial weights.
+//! Owns: building the seed's runs, timing and evaluating them each round, the seed's files
+//! (`rounds.jsonl`, `partition.json`, `summary.json`, `timing.json`, plots, a coordinated
+//! algorithm's record, and under faults `faults.txt` and `traces.jsonl`) and its fault checks.
+//! Must not: make algorithm decisions (the runs do) or summarise across seeds (that is
+//! [`crate::report::summary`], called by [`super::run`]).
+
+use super::baselines::{FedAvgRun, LocalRun};
+use super::federico::FedericoRun;
+use super::{ClientEval, Ctx, Setup, SimError, coordinated, faults, io_err, ordered, setup};
+use crate::faults::checks;
+use crate::learn::ModelSpec;
+use crate::report::records::{
+    AlgorithmResult, AlgorithmRound, AlgorithmTiming, FedericoRound, RoundRecord, RunSummary,
+    Timing,
+};
+use crate::report::summary::{algorithm_round, same_group_mass, write_json, write_seed_plots};
+use crate::scenario::{Algorithm, Scenario};
+use crate::trace::EvalRecord;
+use indicatif::ProgressBar;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One seed's scores of one algorithm at one evaluation.
+struct Scored {
+    algorithm: Algorithm,
+    clients: Vec<ClientEval>,
+}
+
+/// [`algorithm_round`] of one [`Scored`] evaluation.
+fn to_round(s: &Scored, regression: bool) -> AlgorithmRound {
+    algorithm_round(
+        s.algorithm,
+        s.clients.iter().map(|&c| c.into()).collect(),
+        regression,
+    )
+}
+
+/// What one seed produced.
+pub(super) struct SeedRun {
+    pub(super) summary: RunSummary,
+    pub(super) curves: Vec<(String, Vec<(usize, f64)>)>,
+    pub(super) spec: ModelSpec,
+    pub(super) num_params: usize,
+    pub(super) clients: usize,
+    pub(super) regression: bool,
+}
+
+/// Runs seed `seed` of `scenario` on `pool` and writes its files under `dir`.
+pub(super) fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    real: Option<&crate::learn::loaders::RealData>,
+    pool: &rayon::ThreadPool,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> Result<SeedRun, SimError> {
+    let Setup {
+        fed,
+        spec,
+        learners,
+        init,
+    } = setup(scenario, seed, real)?;
+    write_json(&dir.join("partition.json"), &fed.report())?;
+    let regression = spec.is_regression();
+    let num_params = init[0].len();
+    let mut ctx = Ctx {
+        scenario,
+        fed: &fed,
+        seed,
+        learners,
+        pool,
+    };
+    let groups = fed.groups();
+    let wants = |a| scenario.algorithms.contains(&a);
+
+    let mut local = wants(Algorithm::Local).then(|| LocalRun::new(&ctx, &init));
+    let mut fedavg = (wants(Algorithm::Fedavg) || wants(Algorithm::FedavgPlus))
+        .then(|| FedAvgRun::new(&ctx, &init));
+    // A fault schedule applies to FedeRiCo; the same run without faults is kept beside it for
+    // the recovery check.
+    let schedule = scenario.fault_schedule()?;
+    let faulty = !schedule.events.is_empty();
+    let mut fedrc = wants(Algorithm::Federico).then(|| {
+        let run = FedericoRun::new(&ctx, &init);
+        if faulty {
+            run.with_faults(schedule.clone(), scenario.rounds as u64, seed)
+        } else {
+            run
+        }
+    });
+    let mut fault_free =
+        (faulty && schedule.config.baseline).then(|| FedericoRun::new(&ctx, &init));
+    let mut fault_free_finals = None;
+    let mut coordinated: Vec<(Algorithm, Box<dyn coordinated::CoordinatedRun>)> = scenario
+        .algorithms
+        .iter()
+        .filter_map(|&a| coordinated::build(a, &ctx, &init).map(|r| (a, r)))
+        .collect();
+    let algorithms = ordered(&scenario.algorithms);
+    let started = Instant::now();
+    let mut train_rounds: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+    let mut eval_seconds = vec![0f64; algorithms.len()];
+    let slot = |a: Algorithm| {
+        algorithms
+            .iter()
+            .position(|&x| x == a)
+            .expect("only requested algorithms are timed")
+    };
+    let mut curves: Vec<(String, Vec<(usize, f64)>)> = algorithms
+        .iter()
+        .map(|a| (a.name().to_string(), Vec::new()))
+        .collect();
+    let mut last: Vec<AlgorithmRound> = Vec::new();
+    let mut last_mass = None;
+
+    let log_path = dir.join("rounds.jsonl");
+    let mut log =
+        std::io::BufWriter::new(std::fs::File::create(&log_path).map_err(io_err(&log_path))?);
+    for round in 1..=scenario.rounds {
+        // Train. FedAvg's time is shared by its two rows and charged to both.
+        if let Some(run) = local.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            train_rounds[slot(Algorithm::Local)].push(t.elapsed().as_secs_f64());
+        }
+        if let Some(run) = fedavg.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            let s = t.elapsed().as_secs_f64();
+            for a in [Algorithm::Fedavg, Algorithm::FedavgPlus] {
+                if wants(a) {
+                    train_rounds[slot(a)].push(s);
+                }
+            }
+        }
+        if let Some(run) = fedrc.as_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            train_rounds[slot(Algorithm::Federico)].push(t.elapsed().as_secs_f64());
+        }
+        if let Some(run) = fault_free.as_mut() {
+            run.round(&mut ctx)?;
+            if round == scenario.rounds {
+                fault_free_finals = Some(run.evaluate(&mut ctx)?);
+            }
+        }
+        for (a, run) in coordinated.iter_mut() {
+            let t = Instant::now();
+            run.round(&mut ctx)?;
+            train_rounds[slot(*a)].push(t.elapsed().as_secs_f64());
+        }
+
+        // Evaluate.
+        let mut scored = Vec::new();
+        if round % scenario.eval_every == 0 || round == scenario.rounds {
+            for &a in &algorithms {
+                let t = Instant::now();
+                let clients = match a {
+                    Algorithm::Local => local.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    Algorithm::Fedavg => fedavg.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    Algorithm::FedavgPlus => {
+                        fedavg.as_mut().map(|r| r.evaluate_plus(&mut ctx, round))
+                    }
+                    Algorithm::Federico => fedrc.as_mut().map(|r| r.evaluate(&mut ctx)),
+                    #[allow(unreachable_patterns)] // the coordinated algorithms
+                    _ => coordinated
+                        .iter_mut()
+                        .find(|(x, _)| *x == a)
+                        .map(|(_, r)| r.evaluate(&mut ctx)),
+                }
+                .expect("every requested algorithm has a run")?;
+                eval_seconds[slot(a)] += t.elapsed().as_secs_f64();
+                scored.push(Scored {
+                    algorithm: a,
+                    clients,
+                });
+            }
+        }
+        let rounds_scored: Vec<AlgorithmRound> =
+            scored.iter().map(|s| to_round(s, regression)).collect();
+        for (r, (_, pts)) in rounds_scored.iter().zip(curves.iter_mut()) {
+            pts.push((round, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
+        }
+        let federico = fedrc.as_ref().map(|run| {
+            let weights = run.weight_matrix();
+            let mass = groups.as_deref().map(|g| same_group_mass(&weights, g));
+            last_mass = mass;
+            FedericoRound {
+                sampled: run
+                    .last_sampled
+                    .iter()
+                    .map(|s| s.iter().map(|n| n.0).collect())
+                    .collect(),
+                same_group_mass: mass,
+                weights,
+            }
+        });
+        let record = RoundRecord {
+            seed,
+            round,
+            algorithms: rounds_scored.clone(),
+            federico,
+        };
+        serde_json::to_writer(&mut log, &record).map_err(|e| SimError::Io {
+            path: log_path.clone(),
+            source: e.into(),
+        })?;
+        writeln!(log)
+            .and_then(|_| log.flush())
+            .map_err(io_err(&log_path))?;
+
+        if !rounds_scored.is_empty() {
+            let msg: Vec<String> = rounds_scored
+                .iter()
+                .map(|r| match r.accuracy {
+                    Some(acc) => format!("{} {:.1}%", r.algorithm, 100.0 * acc),
+                    None => format!("{} mse {:.4}", r.algorithm, r.mse.unwrap_or(f64::NAN)),
+                })
+                .collect();
+            bar.set_message(format!("seed {seed}: {}", msg.join("  ")));
+            last = rounds_scored;
+        }
+        bar.inc(1);
+    }
+
+    let summary = RunSummary {
+        seed,
+        rounds: scenario.rounds,
+        algorithms: last
+            .iter()
+            .zip(&algorithms)
+            .map(|(r, &a)| AlgorithmResult {
+                algorithm: r.algorithm.clone(),
+                accuracy: r.accuracy,
+                mse: r.mse,
+                per_client: r.per_client.clone(),
+                same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
+            })
+            .collect(),
+        faults: None,
+    };
+    let mut summary = summary;
+    if let Some(f) = fedrc.as_ref().and_then(|r| r.faults.as_ref()) {
+        let report = fault_report(scenario, f, groups.as_deref(), fault_free_finals.as_deref());
+        write_fault_files(dir, f, &report)?;
+        summary.faults = Some(serde_json::to_value(&report).map_err(|e| SimError::Io {
+            path: dir.join("summary.json"),
+            source: e.into(),
+        })?);
+    }
+    write_json(&dir.join("summary.json"), &summary)?;
+    for (a, run) in &coordinated {
+        if let Some(record) = run.record() {
+            write_json(&dir.join(format!("{}.json", a.name())), &record)?;
+        }
+    }
+    write_seed_plots(
+        scenario,
+        dir,
+        &log_path,
+        &curves,
+        groups.as_deref(),
+        regression,
+    )?;
+    let timing = Timing {
+        seed,
+        threads: pool.current_num_threads(),
+        total_seconds: started.elapsed().as_secs_f64(),
+        algorithms: algorithms
+            .iter()
+            .enumerate()
+            .map(|(s, a)| AlgorithmTiming {
+                algorithm: a.name().into(),
+                train_seconds: train_rounds[s].iter().sum(),
+                eval_seconds: eval_seconds[s],
+                median_round_seconds: median(&train_rounds[s]),
+            })
+            .collect(),
+    };
+    write_json(&dir.join("timing.json"), &timing)?;
+    Ok(SeedRun {
+        summary,
+        curves,
+        spec,
+        num_params,
+        clients: fed.clients.len(),
+        regression,
+    })
+}
+
+/// The checks of a faulty FedeRiCo run; the round budget is τ_model + τ_grad (the simulator's
+/// rounds cost only their waits).
+fn fault_report(
+    scenario: &Scenario,
+    f: &faults::FaultSim,
+    groups: Option<&[usize]>,
+    fault_free: Option<&[ClientEval]>,
+) -> checks::Report {
+    let baseline: Option<Vec<Option<EvalRecord>>> =
+        fault_free.map(|v| v.iter().map(|&e| Some(e.into())).collect());
+    checks::evaluate(&checks::Inputs {
+        schedule: &f.schedule,
+        applied: &f.applied,
+        traces: &f.traces,
+        groups,
+        baseline: baseline.as_deref(),
+        round_budget_s: f.tau_model + f.tau_grad,
+        stall_after: 1.0,
+        suspect_after: scenario.federico.suspect_after,
+        crashes: &f.crashes,
+        exits: None,
+    })
+}
+
+/// `faults.txt` (the printed report) and `traces.jsonl` (every silo's per-round record, as
+/// nodes write them) in the seed's directory.
+fn write_fault_files(
+    dir: &Path,
+    f: &faults::FaultSim,
+    report: &checks::Report,
+) -> Result<(), SimError> {
+    let path = dir.join("faults.txt");
+    std::fs::write(&path, report.render()).map_err(io_err(&path))?;
+    let path = dir.join("traces.jsonl");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io_err(&path))?);
+    for rec in f.traces.iter().flatten() {
+        serde_json::to_writer(&mut out, rec).map_err(|e| SimError::Io {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        writeln!(out).map_err(io_err(&path))?;
+    }
+    out.flush().map_err(io_err(&path))
+}
