@@ -8,8 +8,8 @@
 //! the per-round JSONL log and the checkpoint after every round (resumed on restart).
 //! Must not: decide weights, groups, coalitions or models itself
 //! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
-//! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; [`Server`] only
-//! dispatches to them). FedCollab has no rounds here: the coordinator plans, takes the
+//! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; the driver only
+//! shuttles requests to them through one `CoordAlgorithm` each, in `coordinator/algorithm.rs`). FedCollab has no rounds here: the coordinator plans, takes the
 //! distances, solves and serves each silo its coalition (`fedcollab.json`) until stopped. Nor
 //! read its config file ([`super::config`] does, and checks it).
 //!
@@ -19,20 +19,23 @@
 //! data. HCCT's, FedSaC's and FedCollab's silos are named by their index in the manifest, as in
 //! the simulator.
 
+mod algorithm;
+
 use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
 use super::config::CoordinatedAlgorithm;
 pub use super::config::CoordinatorConfig;
 use super::identity::{self, Manifest};
 use super::metrics::Metrics;
-use crate::coord::fedcollab_server::{self, FedCollabServer};
+use crate::coord::fedcollab_server::FedCollabServer;
 use crate::coord::feddisco::Params;
-use crate::coord::feddisco_server::{FetchAnswer, ServerState};
+use crate::coord::feddisco_server::ServerState;
 use crate::coord::fedsac_server::{self, FedsacServer};
-use crate::coord::hcct_server::{self, HcctServer};
+use crate::coord::hcct_server::HcctServer;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::scenario::FedsacScore;
+use algorithm::{CoordAlgorithm, Disco};
 use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
@@ -93,278 +96,6 @@ struct LogLine {
     elapsed_s: f64,
 }
 
-/// The algorithm's state behind the coordinator: a dispatch, no decisions of its own.
-enum Server {
-    Disco(ServerState, Params),
-    Hcct(Box<HcctServer>),
-    Fedsac(Box<FedsacServer>),
-    /// FedCollab has no rounds at the coordinator: it plans, collects distances and solves.
-    Collab(Box<FedCollabServer>),
-}
-
-impl Server {
-    fn round(&self) -> u64 {
-        match self {
-            Server::Disco(s, _) => s.round,
-            Server::Hcct(s) => s.round(),
-            Server::Fedsac(s) => s.round(),
-            Server::Collab(_) => 0,
-        }
-    }
-
-    fn registered(&self) -> usize {
-        match self {
-            Server::Disco(s, _) => s.reports.len(),
-            Server::Hcct(s) => s.registered(),
-            Server::Fedsac(s) => s.registered(),
-            Server::Collab(s) => s.registered(),
-        }
-    }
-
-    /// The round clock may run: FedDisco once anyone registered, HCCT and FedSaC once everyone
-    /// did.
-    fn clock_may_run(&self) -> bool {
-        match self {
-            Server::Disco(s, _) => !s.reports.is_empty(),
-            Server::Hcct(s) => s.ready(),
-            Server::Fedsac(s) => s.ready(),
-            Server::Collab(_) => false,
-        }
-    }
-
-    /// FedCollab's plan is out, HCCT's or FedSaC's run started (FedDisco needs neither).
-    fn plan_out(&self) -> bool {
-        match self {
-            Server::Collab(s) => s.ready(),
-            Server::Hcct(s) => s.ready(),
-            Server::Fedsac(s) => s.ready(),
-            Server::Disco(..) => true,
-        }
-    }
-
-    /// Every update a round awaits can have come: FedDisco's round closes early only once
-    /// `nodes` nodes registered; HCCT's and FedSaC's `all_in` already covers the run's silos
-    /// (every silo, or those that came before the join deadline).
-    fn complete(&self, nodes: usize) -> bool {
-        match self {
-            Server::Disco(s, _) => s.reports.len() >= nodes,
-            _ => true,
-        }
-    }
-
-    /// Silos still awaited before the run can start (none once it started, and none for
-    /// FedDisco, which awaits nobody).
-    fn missing(&self) -> Vec<usize> {
-        match self {
-            Server::Collab(s) if !s.ready() => s.missing(),
-            Server::Hcct(s) if !s.ready() => s.missing(),
-            Server::Fedsac(s) if !s.ready() => s.missing(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// The run started without silo `index` (joining closed before it came).
-    fn left_out(&self, index: Option<usize>) -> bool {
-        let Some(i) = index else { return false };
-        match self {
-            Server::Collab(s) => s.left_out(i),
-            Server::Hcct(s) => s.left_out(i),
-            Server::Fedsac(s) => s.left_out(i),
-            Server::Disco(..) => false,
-        }
-    }
-
-    /// Joining may close on the silos that came (the algorithm says how many it needs).
-    fn may_close_joining(&self) -> bool {
-        match self {
-            Server::Collab(s) => s.may_close_joining(),
-            Server::Hcct(s) => s.may_close_joining(),
-            Server::Fedsac(s) => s.may_close_joining(),
-            Server::Disco(..) => false,
-        }
-    }
-
-    /// Closes joining on the silos that came (the join deadline passed); the silos left out.
-    fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        match self {
-            Server::Collab(s) => s.close_joining(),
-            Server::Hcct(s) => s.close_joining(),
-            Server::Fedsac(s) => s.close_joining(),
-            Server::Disco(..) => Err("feddisco has no joining to close".into()),
-        }
-    }
-
-    fn num_params(&self) -> usize {
-        match self {
-            Server::Disco(s, _) => s.global.len(),
-            Server::Hcct(s) => s.num_params(),
-            Server::Fedsac(s) => s.num_params(),
-            // No model reaches a FedCollab coordinator.
-            Server::Collab(_) => 0,
-        }
-    }
-
-    /// Handles a registration; the error is the reason sent back.
-    fn register(
-        &mut self,
-        who: &str,
-        index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String> {
-        match (self, req) {
-            (
-                Server::Disco(s, _),
-                CoordRequest::Register {
-                    n_train,
-                    discrepancy,
-                },
-            ) => {
-                s.register(
-                    who,
-                    crate::coord::feddisco::DiscoReport {
-                        num_samples: *n_train,
-                        discrepancy: *discrepancy,
-                    },
-                );
-                Ok(())
-            }
-            (Server::Hcct(s), CoordRequest::Join { n_train }) => {
-                let i = index.ok_or(NOT_A_SILO)?;
-                s.register(i, *n_train)
-            }
-            (Server::Fedsac(s), CoordRequest::Join { n_train }) => {
-                let i = index.ok_or(NOT_A_SILO)?;
-                s.register(i, *n_train)
-            }
-            (Server::Collab(s), CoordRequest::Join { n_train }) => {
-                let i = index.ok_or(NOT_A_SILO)?;
-                s.register(i, *n_train)
-            }
-            (Server::Collab(_), _) => {
-                Err("this coordinator runs fedcollab: join with n_train".into())
-            }
-            (Server::Disco(..), _) => {
-                Err("this coordinator runs feddisco: register with (n_train, discrepancy)".into())
-            }
-            (Server::Hcct(_), _) => Err("this coordinator runs hcct: join with n_train".into()),
-            (Server::Fedsac(_), _) => Err("this coordinator runs fedsac: join with n_train".into()),
-        }
-    }
-
-    /// Handles an `Update` or a `Contribute`; true when every expected sender has sent.
-    fn update(
-        &mut self,
-        who: &str,
-        index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String> {
-        match (self, req) {
-            (Server::Disco(s, _), CoordRequest::Update { round, params, .. }) => {
-                s.update(who, round, params)
-            }
-            (Server::Hcct(s), CoordRequest::Update { round, params, .. }) => {
-                s.update(index.ok_or(NOT_A_SILO)?, round, params)
-            }
-            (
-                Server::Fedsac(s),
-                CoordRequest::Contribute {
-                    round,
-                    params,
-                    subspace,
-                },
-            ) => s.update(index.ok_or(NOT_A_SILO)?, round, params, subspace),
-            (Server::Fedsac(_), _) => {
-                Err("this coordinator runs fedsac: contribute a model and a subspace".into())
-            }
-            (Server::Collab(s), CoordRequest::Distances { pairs }) => {
-                s.report(index.ok_or(NOT_A_SILO)?, pairs)
-            }
-            (Server::Collab(_), _) => Err(
-                "this coordinator runs fedcollab: it takes distances; models stay within \
-                 the coalitions"
-                    .into(),
-            ),
-            (_, CoordRequest::Distances { .. }) => {
-                Err("distances are for a fedcollab coordinator".into())
-            }
-            _ => Err("send the trained model as an update".into()),
-        }
-    }
-
-    /// The answer to a fetch, or `None` to hold it.
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
-        let global = |round, params| Some(CoordResponse::Global { round, params });
-        match self {
-            Server::Disco(s, _) => Ok(match s.fetch(round) {
-                FetchAnswer::Now { round, params } => global(round, params),
-                FetchAnswer::Hold => None,
-            }),
-            Server::Hcct(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
-                hcct_server::FetchAnswer::Now { round, params } => global(round, params),
-                hcct_server::FetchAnswer::Hold => None,
-                hcct_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
-            }),
-            Server::Fedsac(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
-                fedsac_server::FetchAnswer::Now(a) => Some(CoordResponse::Assigned {
-                    round: a.round,
-                    params: a.params,
-                    direction: a.direction,
-                    train: a.train,
-                }),
-                fedsac_server::FetchAnswer::Hold => None,
-                fedsac_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
-            }),
-            Server::Collab(s) => Ok(match s.fetch(index.ok_or(NOT_A_SILO)?, round)? {
-                fedcollab_server::FetchAnswer::Hold => None,
-                fedcollab_server::FetchAnswer::Plan {
-                    target,
-                    nodes,
-                    members,
-                } => Some(CoordResponse::DiscPlan {
-                    target,
-                    nodes,
-                    members,
-                }),
-                fedcollab_server::FetchAnswer::Coalition { members, sizes } => {
-                    Some(CoordResponse::Coalition { members, sizes })
-                }
-            }),
-        }
-    }
-
-    /// Closes the open round: its number, how many sent, and the log line's fields.
-    fn close(&mut self, timed_out: bool) -> Result<(u64, usize, serde_json::Value), String> {
-        let (round, senders, v) = match self {
-            Server::Disco(s, p) => {
-                let l = s.close(p, timed_out)?;
-                (l.round, l.peers.len(), serde_json::to_value(&l))
-            }
-            Server::Hcct(s) => {
-                let l = s.close(timed_out)?;
-                (l.round, l.senders.len(), serde_json::to_value(&l))
-            }
-            Server::Fedsac(s) => {
-                let l = s.close(timed_out)?;
-                (l.round, l.senders.len(), serde_json::to_value(&l))
-            }
-            Server::Collab(_) => return Err("fedcollab has no rounds to close".into()),
-        };
-        Ok((round, senders, v.map_err(|e| e.to_string())?))
-    }
-
-    fn save(&self, path: &Path) -> Result<(), String> {
-        let bytes = match self {
-            Server::Disco(s, _) => return s.save(path),
-            Server::Hcct(s) => s.encode()?,
-            Server::Fedsac(s) => s.encode()?,
-            Server::Collab(s) => s.encode()?,
-        };
-        crate::store::write_atomic(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
-    }
-}
-
-const NOT_A_SILO: &str = "not a silo of this federation's manifest";
-
 /// Runs the coordinator until its rounds are done or `shutdown` resolves.
 pub async fn run(
     cfg: CoordinatorConfig,
@@ -383,94 +114,9 @@ pub async fn run(
             cfg.name
         );
     }
-    let spec = cfg
-        .model
-        .spec(&cfg.sample_shape, Some(cfg.classes))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinator.bin");
-    let params = cfg.params();
-    params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let init = || {
-        Learner::new(&spec, 1)
-            .map(|l| {
-                l.init_params(&mut StdRng::seed_from_u64(stream_seed(
-                    cfg.seed,
-                    NodeId(0),
-                    Stream::Init,
-                )))
-            })
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    };
-    let resumed = match std::fs::read(&ckpt) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
-    };
-    let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
-    let mut state = match (cfg.algorithm, resumed) {
-        (CoordinatedAlgorithm::Hcct, Some(b)) => {
-            let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
-            if s.nodes() != cfg.nodes {
-                return Err(bad(format!(
-                    "saved for {} silos, the config has nodes = {}",
-                    s.nodes(),
-                    cfg.nodes
-                )));
-            }
-            Server::Hcct(Box::new(s))
-        }
-        (CoordinatedAlgorithm::Hcct, None) => Server::Hcct(Box::new(
-            HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
-                .map_err(|e| anyhow::anyhow!(e))?,
-        )),
-        (CoordinatedAlgorithm::Fedsac, Some(b)) => {
-            let s = FedsacServer::decode(
-                cfg.fedsac_settings(),
-                cfg.rounds,
-                cfg.fedsac_sampler_seed(),
-                &b,
-            )
-            .map_err(bad)?;
-            if s.nodes() != cfg.nodes {
-                return Err(bad(format!(
-                    "saved for {} silos, the config has nodes = {}",
-                    s.nodes(),
-                    cfg.nodes
-                )));
-            }
-            Server::Fedsac(Box::new(s))
-        }
-        (CoordinatedAlgorithm::Fedsac, None) => Server::Fedsac(Box::new(
-            FedsacServer::new(
-                cfg.fedsac_settings(),
-                cfg.nodes,
-                cfg.rounds,
-                cfg.fedsac_sampler_seed(),
-                init()?,
-            )
-            .map_err(|e| anyhow::anyhow!(e))?,
-        )),
-        (CoordinatedAlgorithm::Fedcollab, Some(b)) => {
-            let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
-            if s.nodes() != cfg.nodes {
-                return Err(bad(format!(
-                    "saved for {} silos, the config has nodes = {}",
-                    s.nodes(),
-                    cfg.nodes
-                )));
-            }
-            Server::Collab(Box::new(s))
-        }
-        (CoordinatedAlgorithm::Fedcollab, None) => Server::Collab(Box::new(
-            FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
-                .map_err(|e| anyhow::anyhow!(e))?,
-        )),
-        (CoordinatedAlgorithm::Feddisco, Some(b)) => {
-            Server::Disco(ServerState::decode(&b).map_err(bad)?, params)
-        }
-        (CoordinatedAlgorithm::Feddisco, None) => Server::Disco(ServerState::new(init()?), params),
-    };
+    let state = open_algorithm(&cfg, &ckpt)?;
     if state.round() > 0 || state.registered() > 0 {
         info!(
             round = state.round(),
@@ -478,16 +124,6 @@ pub async fn run(
             "resuming from checkpoint"
         );
     }
-    let num_params = state.num_params();
-    // HCCT's and FedSaC's silos are the manifest's members, by index.
-    let index_of = |peer: &libp2p::PeerId| {
-        manifest
-            .members
-            .iter()
-            .position(|m| m.peer_id == *peer)
-            .filter(|&i| cfg.algorithm == CoordinatedAlgorithm::Feddisco || i < cfg.nodes)
-    };
-
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let allowed: Option<Vec<libp2p::PeerId>> =
@@ -505,7 +141,7 @@ pub async fn run(
                 .with_max_concurrent_streams(1024),
         ),
     };
-    let mut swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
+    let swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
     let log_path = cfg.state_dir.join("coordinator.jsonl");
     let cut = crate::trace::trim_log(&log_path, state.round()).map_err(|e| anyhow::anyhow!(e))?;
     if cut > 0 {
@@ -515,213 +151,382 @@ pub async fn run(
             "round log cut back to the checkpoint"
         );
     }
-    let mut log = std::fs::OpenOptions::new()
+    let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)?;
     info!(peer = %peer_id, algorithm = %cfg.algorithm, round = state.round(), rounds = cfg.rounds, "coordinator started");
+    let driver = Driver {
+        num_params: state.num_params(),
+        silos: manifest.members.iter().map(|m| m.peer_id).collect(),
+        cfg: &cfg,
+        state,
+        swarm,
+        held: Vec::new(),
+        log,
+        ckpt,
+        opened: Instant::now(),
+        round_deadline: None,
+    };
+    driver.run(deadline, shutdown).await
+}
 
-    let mut held: Vec<Held> = Vec::new();
-    let mut opened = Instant::now();
-    let mut round_deadline: Option<Instant> = None;
-    let mut linger: Option<Instant> = None;
-    // The join deadline (FedCollab, HCCT, FedSaC): armed by the first join (or a resumed
-    // one), it closes joining once enough silos are in; `join_due` once it passed with fewer.
-    let mut join_deadline: Option<Instant> = None;
-    let mut join_due = false;
-    tokio::pin!(shutdown);
-    loop {
-        if let Some(j) = cfg.join_s
-            && !state.plan_out()
-            && state.registered() > 0
-        {
-            let at =
-                *join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
-            if (join_due || Instant::now() >= at) && state.may_close_joining() {
-                let absent = state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
-                warn!(
-                    ?absent,
-                    join_s = j,
-                    "join deadline passed: the run starts without these silos; they will train alone"
-                );
-                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
-                serve_held(&mut swarm, &state, &mut held);
-                continue;
-            }
-            if Instant::now() >= at {
-                join_due = true;
-            }
+/// The configured algorithm's server: resumed from the checkpoint `ckpt` when there is one,
+/// else fresh, every silo starting from silo 0's seeded initialisation.
+fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dyn CoordAlgorithm>> {
+    let spec = cfg
+        .model
+        .spec(&cfg.sample_shape, Some(cfg.classes))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let params = cfg.params();
+    params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let init = || {
+        Learner::new(&spec, 1)
+            .map(|l| {
+                l.init_params(&mut StdRng::seed_from_u64(stream_seed(
+                    cfg.seed,
+                    NodeId(0),
+                    Stream::Init,
+                )))
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    let resumed = match std::fs::read(ckpt) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
+    };
+    let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
+    let same_silos = |saved: usize| {
+        if saved == cfg.nodes {
+            Ok(())
+        } else {
+            Err(bad(format!(
+                "saved for {saved} silos, the config has nodes = {}",
+                cfg.nodes
+            )))
         }
-        // The round clock runs whenever a round is open and someone registered, so a round
-        // whose updates were lost (a restart) still closes, keeping the global.
-        if round_deadline.is_none() && state.round() < cfg.rounds && state.clock_may_run() {
-            round_deadline = Some(Instant::now() + deadline);
-            opened = Instant::now();
+    };
+    Ok(match (cfg.algorithm, resumed) {
+        (CoordinatedAlgorithm::Hcct, Some(b)) => {
+            let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
+            same_silos(s.nodes())?;
+            Box::new(s)
         }
-        if state.round() >= cfg.rounds && linger.is_none() {
-            info!("all rounds done; serving the final model a while");
-            linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
+        (CoordinatedAlgorithm::Hcct, None) => Box::new(
+            HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
+                .map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        (CoordinatedAlgorithm::Fedsac, Some(b)) => {
+            let s = FedsacServer::decode(
+                cfg.fedsac_settings(),
+                cfg.rounds,
+                cfg.fedsac_sampler_seed(),
+                &b,
+            )
+            .map_err(bad)?;
+            same_silos(s.nodes())?;
+            Box::new(s)
         }
-        let wake = match (round_deadline, linger) {
-            (_, Some(l)) => l,
-            (Some(d), None) => d,
-            (None, None) => join_deadline
-                .filter(|_| !join_due && !state.plan_out())
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
-        };
-        tokio::select! {
-            _ = &mut shutdown => {
-                info!("stopped by a signal");
-                return Ok(());
-            }
-            _ = tokio::time::sleep_until(wake) => {
-                if linger.is_some() {
-                    return Ok(());
-                }
-                // (Without a round open, this was the join deadline: the top of the loop
-                // handles it.)
-                if round_deadline.is_some() {
-                    close(&mut state, true, &mut log, opened, &ckpt)?;
-                    round_deadline = None;
-                    opened = Instant::now();
-                    serve_held(&mut swarm, &state, &mut held);
-                }
-            }
-            ev = swarm.select_next_some() => {
-                let SwarmEvent::Behaviour(CoordBehaviourEvent::Coord(rr::Event::Message {
-                    peer,
-                    message: rr::Message::Request { request, channel, .. },
-                    ..
-                })) = ev else {
-                    // (A request the codec refused never gets here: the codec logs it with
-                    // the member's peer ID and counts it by reason.)
-                    if let SwarmEvent::NewListenAddr { address, .. } = ev {
-                        info!(%address, "listening");
-                    }
-                    continue;
-                };
-                let who = peer.to_string();
-                let index = index_of(&peer);
-                if let Err(reason) = request.check(cfg.feddisco.metric, cfg.classes, num_params) {
-                    warn!(peer = %who, %reason, "refused a request");
-                    let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
-                    continue;
-                }
-                match request {
-                    CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
-                        let answer = match state.register(&who, index, &request) {
-                            Ok(()) => {
-                                let waiting_for = state.missing();
-                                info!(peer = %who, ?index, ?request, ?waiting_for, "registered");
-                                if state.left_out(index) {
-                                    warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
-                                }
-                                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
-                                // HCCT: the last registration opens round 0.
-                                serve_held(&mut swarm, &state, &mut held);
-                                CoordResponse::Ack
-                            }
-                            Err(reason) => {
-                                warn!(peer = %who, %reason, "refused a registration");
-                                CoordResponse::Error { reason }
-                            }
-                        };
-                        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
-                    }
-                    CoordRequest::Fetch { round } => match state.fetch(index, round) {
-                        Ok(Some(answer)) => {
-                            let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
-                        }
-                        Ok(None) => held.push((index, round, channel)),
-                        Err(reason) => {
-                            let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
-                        }
-                    },
-                    CoordRequest::Distances { .. } => {
-                        let answer = match state.update(&who, index, request) {
-                            Ok(solved) => {
-                                info!(peer = %who, ?index, "distances received");
-                                state.save(&ckpt).map_err(|e| anyhow::anyhow!(e))?;
-                                if solved && let Server::Collab(s) = &state {
-                                    let record = s.solved().map(serde_json::to_value).transpose()?;
-                                    crate::report::summary::write_json(&cfg.state_dir.join("fedcollab.json"), &record)
-                                        .map_err(|e| anyhow::anyhow!("{e}"))?;
-                                    info!(coalitions = ?s.solved().map(|x| &x.coalitions), "structure solved");
-                                    serve_held(&mut swarm, &state, &mut held);
-                                }
-                                CoordResponse::Ack
-                            }
-                            Err(reason) => {
-                                warn!(peer = %who, %reason, "refused distances");
-                                CoordResponse::Error { reason }
-                            }
-                        };
-                        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
-                    }
-                    CoordRequest::Update { .. } | CoordRequest::Contribute { .. } => {
-                        if state.round() >= cfg.rounds {
-                            let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error {
-                                reason: "the run is over".into(),
-                            });
-                            continue;
-                        }
-                        match state.update(&who, index, request) {
-                            Ok(all_in) => {
-                                let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Ack);
-                                if all_in && state.complete(cfg.nodes) {
-                                    close(&mut state, false, &mut log, opened, &ckpt)?;
-                                    round_deadline = None;
-                                    opened = Instant::now();
-                                    serve_held(&mut swarm, &state, &mut held);
-                                }
-                            }
-                            Err(reason) => {
-                                warn!(peer = %who, %reason, "refused an update");
-                                let _ = swarm.behaviour_mut().coord.send_response(channel, CoordResponse::Error { reason });
-                            }
-                        }
-                    }
-                }
-            }
+        (CoordinatedAlgorithm::Fedsac, None) => Box::new(
+            FedsacServer::new(
+                cfg.fedsac_settings(),
+                cfg.nodes,
+                cfg.rounds,
+                cfg.fedsac_sampler_seed(),
+                init()?,
+            )
+            .map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        (CoordinatedAlgorithm::Fedcollab, Some(b)) => {
+            let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
+            same_silos(s.nodes())?;
+            Box::new(s)
         }
-    }
+        (CoordinatedAlgorithm::Fedcollab, None) => Box::new(
+            FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
+                .map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        (CoordinatedAlgorithm::Feddisco, Some(b)) => Box::new(Disco {
+            state: ServerState::decode(&b).map_err(bad)?,
+            params,
+        }),
+        (CoordinatedAlgorithm::Feddisco, None) => Box::new(Disco {
+            state: ServerState::new(init()?),
+            params,
+        }),
+    })
 }
 
 /// A fetch held until its round exists: the silo's index, the round, the channel.
 type Held = (Option<usize>, u64, ResponseChannel<CoordResponse>);
 
-fn close(
-    state: &mut Server,
-    timed_out: bool,
-    log: &mut std::fs::File,
+/// The coordinator's loop: one algorithm behind [`CoordAlgorithm`], its swarm, the held
+/// fetches, the round clock, the round log and the checkpoint.
+struct Driver<'a> {
+    cfg: &'a CoordinatorConfig,
+    state: Box<dyn CoordAlgorithm>,
+    swarm: libp2p::Swarm<CoordBehaviour>,
+    /// Fetches answered once their round exists.
+    held: Vec<Held>,
+    /// `coordinator.jsonl`.
+    log: std::fs::File,
+    /// `coordinator.bin`, written after every change a restart must not lose.
+    ckpt: std::path::PathBuf,
+    /// When the open round opened (its log line's `elapsed_s`).
     opened: Instant,
-    ckpt: &Path,
-) -> anyhow::Result<()> {
-    let (round, senders, line) = state.close(timed_out).map_err(|e| anyhow::anyhow!(e))?;
-    // The line before the checkpoint: a kill between the two leaves a line the restart cuts.
-    let text = serde_json::to_string(&LogLine {
-        round: line,
-        elapsed_s: opened.elapsed().as_secs_f64(),
-    })?;
-    writeln!(log, "{text}")?;
-    log.flush()?;
-    state.save(ckpt).map_err(|e| anyhow::anyhow!(e))?;
-    info!(round, senders, timed_out, "round closed");
-    Ok(())
+    /// When the open round closes with what arrived (τ after it opened); `None` while the
+    /// clock does not run.
+    round_deadline: Option<Instant>,
+    /// The model size requests are checked against (0: no model reaches this coordinator).
+    num_params: usize,
+    /// The manifest's members, whose positions are the silo indices.
+    silos: Vec<libp2p::PeerId>,
 }
 
-fn serve_held(swarm: &mut libp2p::Swarm<CoordBehaviour>, state: &Server, held: &mut Vec<Held>) {
-    let mut keep = Vec::new();
-    for (index, round, channel) in held.drain(..) {
-        let answer = match state.fetch(index, round) {
-            Ok(Some(answer)) => answer,
-            Ok(None) => {
-                keep.push((index, round, channel));
-                continue;
+impl Driver<'_> {
+    /// The loop: the join deadline, the round clock, the linger after the last round, and the
+    /// peers' requests, until the rounds are done or `shutdown` resolves.
+    async fn run(
+        mut self,
+        deadline: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let mut linger: Option<Instant> = None;
+        // The join deadline (FedCollab, HCCT, FedSaC): armed by the first join (or a resumed
+        // one), it closes joining once enough silos are in; `join_due` once it passed with
+        // fewer.
+        let mut join_deadline: Option<Instant> = None;
+        let mut join_due = false;
+        tokio::pin!(shutdown);
+        loop {
+            if let Some(j) = cfg.join_s
+                && !self.state.plan_out()
+                && self.state.registered() > 0
+            {
+                let at = *join_deadline
+                    .get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
+                if (join_due || Instant::now() >= at) && self.state.may_close_joining() {
+                    let absent = self.state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
+                    warn!(
+                        ?absent,
+                        join_s = j,
+                        "join deadline passed: the run starts without these silos; they will train alone"
+                    );
+                    self.save()?;
+                    self.serve_held();
+                    continue;
+                }
+                if Instant::now() >= at {
+                    join_due = true;
+                }
             }
-            Err(reason) => CoordResponse::Error { reason },
-        };
-        let _ = swarm.behaviour_mut().coord.send_response(channel, answer);
+            // The round clock runs whenever a round is open and someone registered, so a round
+            // whose updates were lost (a restart) still closes, keeping the global.
+            if self.round_deadline.is_none()
+                && self.state.round() < cfg.rounds
+                && self.state.clock_may_run()
+            {
+                self.round_deadline = Some(Instant::now() + deadline);
+                self.opened = Instant::now();
+            }
+            if self.state.round() >= cfg.rounds && linger.is_none() {
+                info!("all rounds done; serving the final model a while");
+                linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
+            }
+            let wake = match (self.round_deadline, linger) {
+                (_, Some(l)) => l,
+                (Some(d), None) => d,
+                (None, None) => join_deadline
+                    .filter(|_| !join_due && !self.state.plan_out())
+                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
+            };
+            tokio::select! {
+                _ = &mut shutdown => {
+                    info!("stopped by a signal");
+                    return Ok(());
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    if linger.is_some() {
+                        return Ok(());
+                    }
+                    // (Without a round open, this was the join deadline: the top of the loop
+                    // handles it.)
+                    if self.round_deadline.is_some() {
+                        self.close_round(true)?;
+                    }
+                }
+                ev = self.swarm.select_next_some() => {
+                    let SwarmEvent::Behaviour(CoordBehaviourEvent::Coord(rr::Event::Message {
+                        peer,
+                        message: rr::Message::Request { request, channel, .. },
+                        ..
+                    })) = ev else {
+                        // (A request the codec refused never gets here: the codec logs it with
+                        // the member's peer ID and counts it by reason.)
+                        if let SwarmEvent::NewListenAddr { address, .. } = ev {
+                            info!(%address, "listening");
+                        }
+                        continue;
+                    };
+                    self.handle_request(peer, request, channel)?;
+                }
+            }
+        }
     }
-    *held = keep;
+
+    /// HCCT's, FedSaC's and FedCollab's silos are the manifest's members, by index (FedDisco
+    /// takes any member).
+    fn index_of(&self, peer: &libp2p::PeerId) -> Option<usize> {
+        self.silos
+            .iter()
+            .position(|p| p == peer)
+            .filter(|&i| self.cfg.algorithm == CoordinatedAlgorithm::Feddisco || i < self.cfg.nodes)
+    }
+
+    /// One peer's request: checked, then handed to the algorithm; answered now, or held (a
+    /// fetch of a round that does not exist yet). A registration, distances or the last update
+    /// of a round may let held fetches go.
+    fn handle_request(
+        &mut self,
+        peer: libp2p::PeerId,
+        request: CoordRequest,
+        channel: ResponseChannel<CoordResponse>,
+    ) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let who = peer.to_string();
+        let index = self.index_of(&peer);
+        if let Err(reason) = request.check(cfg.feddisco.metric, cfg.classes, self.num_params) {
+            warn!(peer = %who, %reason, "refused a request");
+            self.respond(channel, CoordResponse::Error { reason });
+            return Ok(());
+        }
+        match request {
+            CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
+                let answer = match self.state.register(&who, index, &request) {
+                    Ok(()) => {
+                        let waiting_for = self.state.missing();
+                        info!(peer = %who, ?index, ?request, ?waiting_for, "registered");
+                        if index.is_some_and(|i| self.state.left_out(i)) {
+                            warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
+                        }
+                        self.save()?;
+                        // HCCT: the last registration opens round 0.
+                        self.serve_held();
+                        CoordResponse::Ack
+                    }
+                    Err(reason) => {
+                        warn!(peer = %who, %reason, "refused a registration");
+                        CoordResponse::Error { reason }
+                    }
+                };
+                self.respond(channel, answer);
+            }
+            CoordRequest::Fetch { round } => match self.state.fetch(index, round) {
+                Ok(Some(answer)) => self.respond(channel, answer),
+                Ok(None) => self.held.push((index, round, channel)),
+                Err(reason) => self.respond(channel, CoordResponse::Error { reason }),
+            },
+            CoordRequest::Distances { .. } => {
+                let answer = match self.state.update(&who, index, request) {
+                    Ok(solved) => {
+                        info!(peer = %who, ?index, "distances received");
+                        self.save()?;
+                        if solved && let Some(s) = self.state.solved() {
+                            let record = Some(serde_json::to_value(s)?);
+                            crate::report::summary::write_json(
+                                &cfg.state_dir.join("fedcollab.json"),
+                                &record,
+                            )
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                            info!(coalitions = ?Some(&s.coalitions), "structure solved");
+                            self.serve_held();
+                        }
+                        CoordResponse::Ack
+                    }
+                    Err(reason) => {
+                        warn!(peer = %who, %reason, "refused distances");
+                        CoordResponse::Error { reason }
+                    }
+                };
+                self.respond(channel, answer);
+            }
+            CoordRequest::Update { .. } | CoordRequest::Contribute { .. } => {
+                if self.state.round() >= cfg.rounds {
+                    let reason = "the run is over".into();
+                    self.respond(channel, CoordResponse::Error { reason });
+                    return Ok(());
+                }
+                match self.state.update(&who, index, request) {
+                    Ok(all_in) => {
+                        self.respond(channel, CoordResponse::Ack);
+                        if all_in && self.state.complete(cfg.nodes) {
+                            self.close_round(false)?;
+                        }
+                    }
+                    Err(reason) => {
+                        warn!(peer = %who, %reason, "refused an update");
+                        self.respond(channel, CoordResponse::Error { reason });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends an answer; a peer that has gone meanwhile is no error.
+    fn respond(&mut self, channel: ResponseChannel<CoordResponse>, answer: CoordResponse) {
+        let _ = self
+            .swarm
+            .behaviour_mut()
+            .coord
+            .send_response(channel, answer);
+    }
+
+    /// Writes the checkpoint.
+    fn save(&self) -> anyhow::Result<()> {
+        let bytes = self.state.encode().map_err(|e| anyhow::anyhow!(e))?;
+        crate::store::write_atomic(&self.ckpt, &bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.ckpt.display()))
+    }
+
+    /// Closes the open round (at its deadline, or once every update is in): its log line, then
+    /// the checkpoint; the next round's clock starts over and held fetches of it go.
+    fn close_round(&mut self, timed_out: bool) -> anyhow::Result<()> {
+        let (round, senders, line) = self
+            .state
+            .close(timed_out)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        // The line before the checkpoint: a kill between the two leaves a line the restart cuts.
+        let text = serde_json::to_string(&LogLine {
+            round: line,
+            elapsed_s: self.opened.elapsed().as_secs_f64(),
+        })?;
+        writeln!(self.log, "{text}")?;
+        self.log.flush()?;
+        self.save()?;
+        info!(round, senders, timed_out, "round closed");
+        self.round_deadline = None;
+        self.opened = Instant::now();
+        self.serve_held();
+        Ok(())
+    }
+
+    /// Answers the held fetches whose round now exists (or that are now refused).
+    fn serve_held(&mut self) {
+        let mut keep = Vec::new();
+        for (index, round, channel) in std::mem::take(&mut self.held) {
+            let answer = match self.state.fetch(index, round) {
+                Ok(Some(answer)) => answer,
+                Ok(None) => {
+                    keep.push((index, round, channel));
+                    continue;
+                }
+                Err(reason) => CoordResponse::Error { reason },
+            };
+            self.respond(channel, answer);
+        }
+        self.held = keep;
+    }
 }
