@@ -1,3 +1,7 @@
+//! Unit tests of `coord::fedcollab` (moved unchanged from its inline `mod tests`).
+//! Owns: the module's unit tests and their fixtures.
+//! Must not: hold code the module itself uses.
+
 #[test]
 fn the_coalition_average_renormalises_over_the_models_that_arrived() {
     let (a, b) = ([1.0f32, 2.0], [3.0f32, 6.0]);

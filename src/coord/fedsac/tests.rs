@@ -1,3 +1,7 @@
+//! Unit tests of `coord::fedsac` (moved unchanged from its inline `mod tests`).
+//! Owns: the module's unit tests and their fixtures.
+//! Must not: hold code the module itself uses.
+
 use super::*;
 
 /// Appendix G's toy (spec §3): S and C reverse-engineered by the spec's author; all 64

@@ -1,3 +1,7 @@
+//! Unit tests of `coord::hcct` (moved unchanged from its inline `mod tests`).
+//! Owns: the module's unit tests and their fixtures.
+//! Must not: hold code the module itself uses.
+
 use super::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
