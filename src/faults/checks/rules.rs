@@ -1,333 +1,14 @@
-//! Did the federation survive? Pass/fail checks over the per-round traces of a faulty run.
-//!
-//! Owns: the definition of every check (liveness, memory of collaborators, recovery, crash
-//! safety, late join, clean exits), the figures behind each verdict, and their printed and JSON
-//! forms. Both drivers feed it the same inputs: every silo's [`NodeRound`] trace, the faults as
-//! they were applied on the same clock as the trace's `at`, and what only a driver can know
-//! (checkpoint reads, exit statuses).
-//! Must not: run, time or apply anything.
-//!
-//! Clocks: a node's record says when its round ended (`at`, Unix seconds) and the swarm logs the
-//! time it applied each fault; the simulator writes round `r` at `at = r` and applies the faults
-//! of round `r` at `r − 0.5`. "During a partition" means a record with `at` in (partition, heal].
+//! The definition of each fault check: liveness, memory of collaborators, recovery, crash
+//! safety, late join and clean exits, each with the figures behind its verdict.
+//! Owns: one function per check, from the [`Inputs`] and the windows `mod.rs` derives.
+//! Must not: decide which checks a schedule calls for ([`evaluate`](super::evaluate)), or run,
+//! time or apply anything.
 
-use super::{Fault, Schedule};
-use crate::trace::{EvalRecord, NodeRound};
-use serde::{Deserialize, Serialize};
+use super::{Check, ExitEvidence, Fault, Inputs, Window, check, is_down, lookup};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-
-/// A fault as a driver applied it, on the traces' clock.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Applied {
-    /// When (see the module doc for the clock).
-    pub at: f64,
-    /// What.
-    pub fault: Fault,
-}
-
-impl Applied {
-    /// `partition [[0, 1], [2, 3]]`, `crash silo 5`, `heal`, ...
-    pub fn describe(&self) -> String {
-        match &self.fault {
-            Fault::Partition(g) => format!("partition {g:?}"),
-            Fault::Delay { silo, ms } => format!("delay silo {silo} by {ms} ms"),
-            Fault::Loss { fraction, silos } => match silos {
-                Some(s) => format!("loss {fraction} on silos {s:?}"),
-                None => format!("loss {fraction}"),
-            },
-            other => match other.silo() {
-                Some(silo) => format!("{} silo {silo}", other.kind()),
-                None => other.kind().to_string(),
-            },
-        }
-    }
-}
-
-/// An applied fault as reports show it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AppliedRecord {
-    /// When, on the traces' clock.
-    pub at: f64,
-    /// What ([`Applied::describe`]).
-    pub what: String,
-}
-
-/// What a driver saw of one crash of one silo.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CrashEvidence {
-    /// The silo.
-    pub silo: u32,
-    /// Its checkpoint read back after the kill (`Err`: why not; `Ok(None)`: none written yet).
-    pub checkpoint: Result<Option<u64>, String>,
-    /// Its peer ID before the crash and after the restart (equal for a healthy restart).
-    pub peer_ids: Option<(String, String)>,
-}
-
-/// How one process ended (swarm only).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ExitEvidence {
-    /// The silo.
-    pub silo: u32,
-    /// Every exit of its processes: `"ok"`, `"killed by the schedule"`, or what went wrong.
-    pub exits: Vec<String>,
-    /// Lines of its logs that report a panic or an error.
-    pub bad_lines: Vec<String>,
-}
-
-/// Everything the checks look at.
-#[derive(Clone, Debug)]
-pub struct Inputs<'a> {
-    /// The schedule that was run.
-    pub schedule: &'a Schedule,
-    /// The faults as applied, in order.
-    pub applied: &'a [Applied],
-    /// Every silo's trace, in round order, all of its lives concatenated.
-    pub traces: &'a [Vec<NodeRound>],
-    /// The data group of each silo, where the split has groups.
-    pub groups: Option<&'a [usize]>,
-    /// Each silo's final test score in the same run without faults.
-    pub baseline: Option<&'a [Option<EvalRecord>]>,
-    /// The longest a round may take: the deadlines plus the driver's compute allowance.
-    pub round_budget_s: f64,
-    /// On the traces' clock, how long a partition must last for every live silo to be
-    /// expected to complete a round in it (the simulator: 1 round; a swarm: the budget).
-    pub stall_after: f64,
-    /// `suspect_after` of the FedeRiCo configuration.
-    pub suspect_after: u32,
-    /// One entry per crash applied, in order.
-    pub crashes: &'a [CrashEvidence],
-    /// Process exits and log scans (swarm only).
-    pub exits: Option<&'a [ExitEvidence]>,
-}
-
-/// One verdict.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    /// `liveness`, `memory`, `recovery`, `crash_safety`, `late_join`, `clean_exit`.
-    pub name: String,
-    /// Passed?
-    pub pass: bool,
-    /// One line saying why.
-    pub detail: String,
-    /// The figures behind the verdict.
-    pub figures: BTreeMap<String, Value>,
-}
-
-/// All verdicts of a run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Report {
-    /// Every check passed.
-    pub pass: bool,
-    /// The verdicts.
-    pub checks: Vec<Check>,
-    /// The faults as applied.
-    pub applied: Vec<AppliedRecord>,
-    /// Final accuracy (percent, test-size weighted) of this run and of the fault-free run, over
-    /// the silos that finished.
-    pub accuracy: Option<f64>,
-    /// The same for the fault-free run.
-    pub baseline_accuracy: Option<f64>,
-}
-
-impl Report {
-    /// `PASS liveness: …` lines, one per check, with the figures.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let applied: Vec<String> = self
-            .applied
-            .iter()
-            .map(|a| format!("{} @ {}", a.what, a.at))
-            .collect();
-        out.push_str(&format!("faults applied: {}\n", applied.join(", ")));
-        for c in &self.checks {
-            let figures: Vec<String> = c.figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            out.push_str(&format!(
-                "{} {:<13} {}\n    {}\n",
-                if c.pass { "PASS" } else { "FAIL" },
-                c.name,
-                c.detail,
-                figures.join("  ")
-            ));
-        }
-        out.push_str(if self.pass {
-            "all checks passed\n"
-        } else {
-            "SOME CHECKS FAILED\n"
-        });
-        out
-    }
-}
-
-fn check(name: &'static str, pass: bool, detail: String, figures: Vec<(&str, Value)>) -> Check {
-    Check {
-        name: name.to_string(),
-        pass,
-        detail,
-        figures: figures
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    }
-}
-
-/// A partition window: when it started and ended, and each silo's side.
-struct Window {
-    from: f64,
-    to: f64,
-    side: Vec<Option<usize>>,
-}
-
-fn partition_windows(inputs: &Inputs<'_>) -> Vec<Window> {
-    let k = inputs.schedule.clients;
-    let mut out = Vec::new();
-    let mut open: Option<(f64, Vec<Option<usize>>)> = None;
-    for a in inputs.applied {
-        match &a.fault {
-            Fault::Partition(groups) => {
-                let mut side = vec![None; k];
-                for (g, members) in groups.iter().enumerate() {
-                    for &s in members {
-                        side[s as usize] = Some(g);
-                    }
-                }
-                open = Some((a.at, side));
-            }
-            Fault::Heal => {
-                if let Some((from, side)) = open.take() {
-                    out.push(Window {
-                        from,
-                        to: a.at,
-                        side,
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    if let Some((from, side)) = open {
-        out.push(Window {
-            from,
-            to: f64::INFINITY,
-            side,
-        });
-    }
-    out
-}
-
-/// When each silo was down (crashed until restart, left, or not yet joined): `(from, to)`.
-fn down_windows(inputs: &Inputs<'_>) -> Vec<Vec<(f64, f64)>> {
-    let k = inputs.schedule.clients;
-    let mut out = vec![Vec::new(); k];
-    let mut since: Vec<Option<f64>> = vec![None; k];
-    for e in &inputs.schedule.events {
-        if let Fault::Join(s) = e.fault {
-            since[s as usize] = Some(f64::NEG_INFINITY);
-        }
-    }
-    for a in inputs.applied {
-        match a.fault {
-            Fault::Crash { silo, .. } | Fault::Leave(silo) => since[silo as usize] = Some(a.at),
-            Fault::Restart(silo) | Fault::Join(silo) => {
-                if let Some(from) = since[silo as usize].take() {
-                    out[silo as usize].push((from, a.at));
-                }
-            }
-            _ => {}
-        }
-    }
-    for (s, from) in since.into_iter().enumerate() {
-        if let Some(from) = from {
-            out[s].push((from, f64::INFINITY));
-        }
-    }
-    out
-}
-
-fn lookup(row: &[(u32, f64)], peer: u32) -> Option<f64> {
-    row.iter().find(|x| x.0 == peer).map(|x| x.1)
-}
-
-fn final_eval(trace: &[NodeRound]) -> Option<EvalRecord> {
-    trace.iter().rev().find_map(|r| r.eval)
-}
-
-fn accuracy(evals: impl Iterator<Item = EvalRecord>) -> Option<f64> {
-    let (c, n) = evals.fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
-    (n > 0).then(|| 100.0 * c as f64 / n as f64)
-}
-
-/// Runs every check that the schedule calls for.
-pub fn evaluate(inputs: &Inputs<'_>) -> Report {
-    let windows = partition_windows(inputs);
-    let down = down_windows(inputs);
-    let mut checks = vec![liveness(inputs, &windows, &down)];
-    let kinds: Vec<&str> = inputs
-        .schedule
-        .events
-        .iter()
-        .map(|e| e.fault.kind())
-        .collect();
-    let unreachable_kinds = ["partition", "crash", "leave"];
-    if kinds.iter().any(|k| unreachable_kinds.contains(k)) {
-        checks.push(memory(inputs, &windows, &down));
-    }
-    // Accuracy against the fault-free run, over the silos that finished in both.
-    let finals: Vec<Option<EvalRecord>> = inputs.traces.iter().map(|t| final_eval(t)).collect();
-    let both: Vec<usize> = (0..finals.len())
-        .filter(|&i| {
-            finals[i].is_some()
-                && inputs
-                    .baseline
-                    .is_some_and(|b| b.get(i).is_some_and(|e| e.is_some()))
-        })
-        .collect();
-    let acc = accuracy(finals.iter().flatten().copied());
-    let (acc_both, base_both) = match inputs.baseline {
-        Some(b) => (
-            accuracy(both.iter().filter_map(|&i| finals[i])),
-            accuracy(both.iter().filter_map(|&i| b[i])),
-        ),
-        None => (None, None),
-    };
-    if kinds
-        .iter()
-        .any(|k| ["heal", "crash", "delay", "loss", "leave", "join"].contains(k))
-    {
-        checks.push(recovery(inputs, &windows, acc_both, base_both, both.len()));
-    }
-    if kinds.contains(&"crash") {
-        checks.push(crash_safety(inputs));
-    }
-    if kinds.contains(&"join") {
-        checks.push(late_join(inputs));
-    }
-    if let Some(exits) = inputs.exits {
-        checks.push(clean_exit(exits));
-    }
-    Report {
-        pass: checks.iter().all(|c| c.pass),
-        checks,
-        applied: inputs
-            .applied
-            .iter()
-            .map(|a| AppliedRecord {
-                at: a.at,
-                what: a.describe(),
-            })
-            .collect(),
-        accuracy: acc_both.or(acc),
-        baseline_accuracy: base_both,
-    }
-}
-
-fn is_down(down: &[(f64, f64)], at: f64) -> bool {
-    down.iter().any(|&(a, b)| at > a && at <= b)
-}
-
 /// Every live silo keeps completing rounds through every partition, and no round takes longer
 /// than the deadline budget.
-fn liveness(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
+pub(super) fn liveness(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
     let mut slowest = 0.0f64;
     let mut slowest_at = None;
     let mut over = 0usize;
@@ -409,7 +90,7 @@ fn round3(x: f64) -> f64 {
 /// Losses of unreachable peers are kept (ℓ unchanged, L̂ not reset) and a peer that keeps
 /// failing is pulled at a backed-off pace: after `suspect_after` failures in a row, the n-th
 /// further try comes at least `backoff_rounds(n)` rounds (2, 4, 8, …) after the one before.
-fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
+pub(super) fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> Check {
     let k = inputs.schedule.clients;
     let unreachable = |i: usize, j: usize, at: f64| -> bool {
         is_down(&down[j], at)
@@ -541,7 +222,7 @@ fn memory(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64, f64)>]) -> 
 
 /// After a heal, pulls across the old divide succeed again within `recovery_rounds` rounds on
 /// every side; the final accuracy is within `accuracy_tolerance` of the fault-free run.
-fn recovery(
+pub(super) fn recovery(
     inputs: &Inputs<'_>,
     windows: &[Window],
     acc: Option<f64>,
@@ -629,7 +310,7 @@ fn recovery(
 
 /// Each crashed silo resumed from its checkpoint, lost at most the round in flight and kept its
 /// peer ID; no checkpoint was unreadable.
-fn crash_safety(inputs: &Inputs<'_>) -> Check {
+pub(super) fn crash_safety(inputs: &Inputs<'_>) -> Check {
     let mut problems = Vec::new();
     let mut per_crash = Vec::new();
     let crash_times: Vec<(u32, f64, Option<f64>)> = {
@@ -719,7 +400,7 @@ fn crash_safety(inputs: &Inputs<'_>) -> Check {
 }
 
 /// A late joiner is pulled from by a silo of its own group within `join_rounds` rounds.
-fn late_join(inputs: &Inputs<'_>) -> Check {
+pub(super) fn late_join(inputs: &Inputs<'_>) -> Check {
     let cfg = &inputs.schedule.config;
     let mut problems = Vec::new();
     let mut per = Vec::new();
@@ -785,7 +466,7 @@ fn late_join(inputs: &Inputs<'_>) -> Check {
 }
 
 /// No process panicked or exited abnormally, outside the kills of the schedule.
-fn clean_exit(exits: &[ExitEvidence]) -> Check {
+pub(super) fn clean_exit(exits: &[ExitEvidence]) -> Check {
     let bad: Vec<String> = exits
         .iter()
         .flat_map(|e| {
@@ -814,173 +495,4 @@ fn clean_exit(exits: &[ExitEvidence]) -> Check {
             ("problems", json!(bad.len())),
         ],
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::faults::FaultsConfig;
-
-    /// Two silos, one on each side of a partition in rounds 3..=4, healed at round 5.
-    fn schedule() -> Schedule {
-        let text =
-            "[[events]]\nround = 3\npartition = [[0], [1]]\n[[events]]\nround = 5\nheal = true";
-        toml::from_str::<FaultsConfig>(text)
-            .unwrap()
-            .schedule(2)
-            .unwrap()
-    }
-
-    fn rec(node: u32, round: u64, sampled: &[u32], answered: &[u32], other_loss: f64) -> NodeRound {
-        let other = 1 - node;
-        NodeRound {
-            node,
-            round,
-            version: round,
-            sampled: sampled.to_vec(),
-            answered: answered.to_vec(),
-            gradients: 1,
-            weights: vec![(0, 0.5), (1, 0.5)],
-            eval: Some(EvalRecord {
-                loss_sum: 1.0,
-                correct: 9,
-                count: 10,
-            }),
-            seconds: 1.0,
-            bytes_sent: 0,
-            stream_bytes_sent: 0,
-            at: round as f64,
-            start: round as f64 - 0.4,
-            tracked: vec![(node, 0.5), (other, other_loss)],
-            last: vec![(node, 0.5), (other, other_loss)],
-            suspects: Vec::new(),
-            resumed: false,
-        }
-    }
-
-    /// Silo `n`'s healthy trace: pulls its peer in rounds 1, 2 and 5–6, fails in 3–4.
-    fn healthy(n: u32) -> Vec<NodeRound> {
-        let o = 1 - n;
-        vec![
-            rec(n, 1, &[o], &[o], 1.0),
-            rec(n, 2, &[o], &[o], 1.0),
-            rec(n, 3, &[o], &[], 1.0),
-            rec(n, 4, &[o], &[], 1.0),
-            rec(n, 5, &[o], &[o], 1.2),
-            rec(n, 6, &[o], &[o], 1.1),
-        ]
-    }
-
-    fn judge(traces: &[Vec<NodeRound>], suspect_after: u32) -> Report {
-        let s = schedule();
-        let applied = vec![
-            Applied {
-                at: 2.5,
-                fault: s.events[0].fault.clone(),
-            },
-            Applied {
-                at: 4.5,
-                fault: Fault::Heal,
-            },
-        ];
-        let base = vec![
-            Some(EvalRecord {
-                loss_sum: 1.0,
-                correct: 9,
-                count: 10,
-            });
-            2
-        ];
-        evaluate(&Inputs {
-            schedule: &s,
-            applied: &applied,
-            traces,
-            groups: None,
-            baseline: Some(&base),
-            round_budget_s: 4.0,
-            stall_after: 1.0,
-            suspect_after,
-            crashes: &[],
-            exits: None,
-        })
-    }
-
-    fn pass(r: &Report, name: &str) -> bool {
-        r.checks.iter().find(|c| c.name == name).unwrap().pass
-    }
-
-    #[test]
-    fn a_healthy_trace_passes() {
-        let r = judge(&[healthy(0), healthy(1)], 3);
-        assert!(r.pass, "{}", r.render());
-    }
-
-    #[test]
-    fn a_reset_loss_fails_memory() {
-        let mut t = healthy(0);
-        t[3].last[1].1 = 0.0; // ℓ forgotten during the partition
-        t[3].tracked[1].1 = 0.0;
-        let r = judge(&[t, healthy(1)], 3);
-        assert!(!pass(&r, "memory"), "{}", r.render());
-    }
-
-    #[test]
-    fn retrying_a_cut_peer_before_its_backoff_fails_memory() {
-        let r = judge(&[healthy(0), healthy(1)], 1);
-        assert!(!pass(&r, "memory"), "{}", r.render());
-    }
-
-    #[test]
-    fn no_cross_pull_after_the_heal_fails_recovery() {
-        let mut t0 = healthy(0);
-        let mut t1 = healthy(1);
-        for t in [&mut t0, &mut t1] {
-            for r in t.iter_mut().skip(4) {
-                r.answered.clear();
-            }
-        }
-        let r = judge(&[t0, t1], 3);
-        assert!(!pass(&r, "recovery"), "{}", r.render());
-    }
-
-    #[test]
-    fn a_worse_final_accuracy_fails_recovery() {
-        let mut t = healthy(0);
-        t[5].eval = Some(EvalRecord {
-            loss_sum: 1.0,
-            correct: 5,
-            count: 10,
-        });
-        let r = judge(&[t, healthy(1)], 3);
-        assert!(!pass(&r, "recovery"), "{}", r.render());
-    }
-
-    #[test]
-    fn a_slow_or_missing_round_fails_liveness() {
-        let mut t = healthy(0);
-        t[4].seconds = 9.0;
-        let r = judge(&[t, healthy(1)], 3);
-        assert!(!pass(&r, "liveness"), "{}", r.render());
-        let mut t = healthy(0);
-        t.retain(|r| !(3..=4).contains(&r.round));
-        let r = judge(&[t, healthy(1)], 3);
-        assert!(!pass(&r, "liveness"), "{}", r.render());
-    }
-
-    #[test]
-    fn a_panic_fails_clean_exit() {
-        let exits = [ExitEvidence {
-            silo: 0,
-            exits: vec!["ok".into()],
-            bad_lines: vec!["thread 'main' panicked at src/x.rs".into()],
-        }];
-        let c = clean_exit(&exits);
-        assert!(!c.pass);
-        let exits = [ExitEvidence {
-            silo: 0,
-            exits: vec!["killed by the schedule".into(), "ok".into()],
-            bad_lines: Vec::new(),
-        }];
-        assert!(clean_exit(&exits).pass);
-    }
 }

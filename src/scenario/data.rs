@@ -1,0 +1,267 @@
+//! The `[data]` and `[split]` sections of a scenario, and turning them into a run's data: the
+//! data directory, the real data set loaded once, and each run's [`Federation`].
+//! Owns: [`DataConfig`], [`Source`], [`SplitConfig`], [`SplitKind`], [`CLUSTER4_ODD_SHARE`] and
+//! `Scenario::{data_dir, load_real, federation}`.
+//! Must not: validate the whole file (`validate.rs`) or implement a loader or a partitioner
+//! (`learn::loaders`, `learn::partition`).
+
+use super::{DATA_DIR_ENV, Scenario, ScenarioError};
+use crate::learn::loaders::{self, RealSource};
+use crate::learn::synthetic::{self, MixtureParams};
+use crate::learn::{DataError, Federation, partition};
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+/// Share of its odd label each cluster4 type gets (the paper's `cluster4_0.25`, FedCollab spec
+/// §7.1): the odd label is 1/7 of a client's data.
+pub const CLUSTER4_ODD_SHARE: f64 = 0.25;
+
+/// Where samples come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Synthetic label-group Gaussian mixture (no files).
+    Mixture,
+    /// The sine toy of the paper's Figure 1 (no files).
+    Sine,
+    /// MNIST IDX files.
+    Mnist,
+    /// Fashion-MNIST IDX files.
+    FashionMnist,
+    /// CIFAR-10 binary batches.
+    Cifar10,
+    /// UCI optdigits.
+    Optdigits,
+}
+
+/// `[data]`: the samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// Where samples come from.
+    pub source: Source,
+    /// Data directory for real data (overridden by `--data-dir` and `FEDERICO_DATA_DIR`).
+    pub dir: Option<PathBuf>,
+    /// Real data: fraction of the official training set used as the pool (paper: 0.1).
+    pub fraction: f64,
+    /// Mixture: input clusters per group.
+    pub classes_per_group: usize,
+    /// Mixture: feature dimension.
+    pub dim: usize,
+    /// Synthetic: training samples per client.
+    pub train: usize,
+    /// Synthetic: test samples per client.
+    pub test: usize,
+    /// Mixture: distance scale between cluster centres.
+    pub separation: f64,
+    /// Sine: standard deviation of the noise on y.
+    pub noise: f64,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            source: Source::Mixture,
+            dir: None,
+            fraction: 0.1,
+            classes_per_group: 4,
+            dim: 40,
+            train: 40,
+            test: 200,
+            separation: 3.0,
+            noise: 0.3,
+        }
+    }
+}
+
+/// How samples are divided between silos.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitKind {
+    /// Disjoint label groups (spec §7.1); synthetic sources always use their own groups.
+    LabelGroups,
+    /// Dirichlet over label clusters (Table 4).
+    Dirichlet,
+    /// Pathological label shards.
+    Shards,
+    /// Uniformly random.
+    Iid,
+    /// FedCollab's four-type label shift with quantity skew (FedCollab spec §7.1; 10 classes,
+    /// a multiple of 4 clients; `quantity_decay` shrinks the second half's training sets).
+    Cluster4,
+    /// FedCollab's concept shift on 10 classes: an IID split, each of four client types seeing
+    /// the labels through its own permutation (a multiple of 4 clients; `quantity_decay` as for
+    /// `cluster4`).
+    Concept4,
+    /// FedCollab's feature shift: an IID split, each of four client types seeing every image
+    /// rotated by its own angle (−25°, 25°, 155°, 205°; images only, a multiple of 4 clients;
+    /// `quantity_decay` as for `cluster4`).
+    Rotate4,
+    /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
+    /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
+    BiasedUniform,
+}
+
+/// `[split]`: silos and how data is divided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SplitConfig {
+    /// The partitioner.
+    pub kind: SplitKind,
+    /// K: number of silos.
+    pub clients: usize,
+    /// G: groups for label-group splits (intervals for the sine toy).
+    pub groups: usize,
+    /// Dirichlet concentration.
+    pub alpha: f64,
+    /// Dirichlet: label clusters.
+    pub clusters: usize,
+    /// Shards per client (for `biased_uniform`: whole classes per biased client).
+    pub shards_per_client: usize,
+    /// `biased_uniform`: clients holding every class equally (the last ones).
+    pub uniform_clients: usize,
+    /// Fraction of each client's samples used for training (the rest is its test set).
+    pub train_fraction: f64,
+    /// Cluster4: the second half of the clients keep `exp(-quantity_decay)` of their training
+    /// share (FedCollab spec §7.1: 5.0 for FMNIST; 0 keeps all).
+    pub quantity_decay: f64,
+}
+
+impl Default for SplitConfig {
+    fn default() -> Self {
+        Self {
+            kind: SplitKind::LabelGroups,
+            clients: 8,
+            groups: 2,
+            alpha: 0.4,
+            clusters: 4,
+            shards_per_client: 2,
+            uniform_clients: 1,
+            train_fraction: 0.8,
+            quantity_decay: 0.0,
+        }
+    }
+}
+
+impl Scenario {
+    /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`.
+    pub fn data_dir(&self, cli: Option<&Path>) -> Option<PathBuf> {
+        cli.map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(DATA_DIR_ENV).map(PathBuf::from))
+            .or_else(|| self.data.dir.clone())
+    }
+
+    /// Loads the real data set once (synthetic sources return `None`).
+    pub fn load_real(
+        &self,
+        data_dir: Option<&Path>,
+    ) -> Result<Option<loaders::RealData>, ScenarioError> {
+        let source = match self.data.source {
+            Source::Mixture | Source::Sine => return Ok(None),
+            Source::Mnist => RealSource::Mnist,
+            Source::FashionMnist => RealSource::FashionMnist,
+            Source::Cifar10 => RealSource::Cifar10,
+            Source::Optdigits => RealSource::Optdigits,
+        };
+        let dir = data_dir.ok_or_else(|| {
+            DataError::Missing(format!(
+                "source {:?} needs real data: pass --data-dir DIR, set {DATA_DIR_ENV}, or set data.dir in the scenario \
+                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/)",
+                self.data.source
+            ))
+        })?;
+        Ok(Some(loaders::load(source, dir)?))
+    }
+
+    /// The federation of one run: generated (synthetic) or subsampled and split (real), from the
+    /// run's data stream.
+    pub fn federation(
+        &self,
+        real: Option<&loaders::RealData>,
+        rng: &mut StdRng,
+    ) -> Result<Federation, ScenarioError> {
+        let d = &self.data;
+        let sp = &self.split;
+        let fed = match (d.source, real) {
+            (Source::Mixture, _) => synthetic::label_group_mixture(
+                &MixtureParams {
+                    clients: sp.clients,
+                    groups: sp.groups,
+                    classes_per_group: d.classes_per_group,
+                    dim: d.dim,
+                    train: d.train,
+                    test: d.test,
+                    separation: d.separation,
+                },
+                rng,
+            )?,
+            (Source::Sine, _) => {
+                synthetic::sine(sp.clients, sp.groups, d.train, d.test, d.noise, rng)?
+            }
+            (_, None) => return Err(ScenarioError::Invalid("real data was not loaded".into())),
+            (_, Some(real)) => {
+                let pool = if d.fraction < 1.0 {
+                    partition::subsample(&real.train, d.fraction, rng)?
+                } else {
+                    real.train.clone()
+                };
+                match sp.kind {
+                    SplitKind::LabelGroups => partition::label_groups(
+                        &pool,
+                        sp.clients,
+                        sp.groups,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Dirichlet => partition::dirichlet(
+                        &pool,
+                        sp.clients,
+                        sp.clusters,
+                        sp.alpha,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Shards => partition::shards(
+                        &pool,
+                        sp.clients,
+                        sp.shards_per_client,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                    SplitKind::Iid => partition::iid(&pool, sp.clients, sp.train_fraction, rng)?,
+                    SplitKind::Cluster4 => partition::cluster4(
+                        &pool,
+                        sp.clients,
+                        CLUSTER4_ODD_SHARE,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
+                    SplitKind::Concept4 => partition::concept4(
+                        &pool,
+                        sp.clients,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
+                    SplitKind::Rotate4 => partition::rotate4(
+                        &pool,
+                        sp.clients,
+                        sp.train_fraction,
+                        sp.quantity_decay,
+                        rng,
+                    )?,
+                    SplitKind::BiasedUniform => partition::biased_uniform(
+                        &pool,
+                        sp.clients,
+                        sp.uniform_clients,
+                        sp.shards_per_client,
+                        sp.train_fraction,
+                        rng,
+                    )?,
+                }
+            }
+        };
+        Ok(fed)
+    }
+}

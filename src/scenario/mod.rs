@@ -1,0 +1,284 @@
+//! Scenario files: what `federico simulate` runs.
+//!
+//! Owns: the TOML schema (data, split, model, training, FedeRiCo hyperparameters, algorithms,
+//! rounds, seeds), its validation, and turning it into concrete objects (a
+//! [`Federation`](crate::learn::Federation), a [`ModelSpec`]). Unknown fields and invalid
+//! values fail at load with a message naming the field and the allowed values.
+//! Must not: run anything.
+//!
+//! Layout: `data.rs` (`[data]`, `[split]` and building the federation), `model.rs` (`[model]`,
+//! `[train]`), `algorithms.rs` (`[feddisco]`, `[fedsac]`), `validate.rs` (the whole-file
+//! checks); the file itself, [`Algorithm`], loading and parsing are here.
+
+mod algorithms;
+mod data;
+mod model;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use algorithms::{FeddiscoConfig, FedsacConfig, FedsacScore};
+pub use data::{CLUSTER4_ODD_SHARE, DataConfig, Source, SplitConfig, SplitKind};
+pub use model::{ModelConfig, ModelKind, TrainConfig};
+
+use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::hcct::HcctConfig;
+use crate::core::FedericoConfig;
+use crate::faults::{FaultsConfig, Schedule};
+use crate::learn::{DataError, ModelSpec};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the data directory (after `--data-dir`, before `data.dir`).
+pub const DATA_DIR_ENV: &str = "FEDERICO_DATA_DIR";
+
+/// Errors loading or validating a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The scenario file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown field, or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The scenario file.
+        path: PathBuf,
+        /// The parser's message (names the field, the line and the allowed values).
+        message: String,
+    },
+    /// A value outside its allowed range.
+    #[error("invalid scenario: {0}")]
+    Invalid(String),
+    /// The data could not be loaded or split.
+    #[error(transparent)]
+    Data(#[from] DataError),
+}
+
+/// An algorithm `simulate` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Each silo trains alone (spec §8.3).
+    Local,
+    /// One global model, n_i-weighted averaging after one local epoch per round.
+    Fedavg,
+    /// FedAvg, then one epoch of local fine-tuning before evaluation.
+    FedavgPlus,
+    /// FedeRiCo (Algorithm 1).
+    Federico,
+    /// FedCollab: pairwise discriminator distances, coalitions from Algorithm 2, FedAvg inside
+    /// each coalition (`../shared/specs/fedcollab.md`).
+    Fedcollab,
+    /// HCCT: per-round hierarchical merging of silos into groups (`[hcct]`).
+    Hcct,
+    /// FedDisco: FedAvg with discrepancy-aware aggregation weights (`[feddisco]`).
+    Feddisco,
+    /// FedSaC: personalised graphs balancing similarity and complementarity (`[fedsac]`).
+    Fedsac,
+}
+
+impl Algorithm {
+    /// The name used in files and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Local => "local",
+            Algorithm::Fedavg => "fedavg",
+            Algorithm::FedavgPlus => "fedavg_plus",
+            Algorithm::Federico => "federico",
+            Algorithm::Fedcollab => "fedcollab",
+            Algorithm::Hcct => "hcct",
+            Algorithm::Feddisco => "feddisco",
+            Algorithm::Fedsac => "fedsac",
+        }
+    }
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    /// Name used in reports (default: the file stem).
+    pub name: String,
+    /// One line saying what the scenario shows.
+    pub description: String,
+    /// Run seeds; the table reports mean ± std over them.
+    pub seeds: Vec<u64>,
+    /// Rounds per run.
+    pub rounds: usize,
+    /// Evaluate every this many rounds (the last round is always evaluated).
+    pub eval_every: usize,
+    /// Worker threads for training silos in parallel (0 = all cores).
+    pub threads: usize,
+    /// Algorithms to compare, on identical splits and initial weights.
+    pub algorithms: Vec<Algorithm>,
+    /// `[data]`.
+    pub data: DataConfig,
+    /// `[split]`.
+    pub split: SplitConfig,
+    /// `[model]`.
+    pub model: ModelConfig,
+    /// `[train]`.
+    pub train: TrainConfig,
+    /// `[federico]`.
+    pub federico: FedericoConfig,
+    /// `[fedcollab]`.
+    pub fedcollab: FedCollabConfig,
+    /// `[hcct]`.
+    pub hcct: HcctConfig,
+    /// `[feddisco]`.
+    pub feddisco: FeddiscoConfig,
+    /// `[fedsac]`.
+    pub fedsac: FedsacConfig,
+    /// `[faults]`: what goes wrong and when (FedeRiCo runs only; the other algorithms run
+    /// fault-free beside it).
+    pub faults: FaultsConfig,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            description: String::new(),
+            seeds: vec![1],
+            rounds: 100,
+            eval_every: 1,
+            threads: 0,
+            algorithms: vec![
+                Algorithm::Local,
+                Algorithm::Fedavg,
+                Algorithm::FedavgPlus,
+                Algorithm::Federico,
+            ],
+            data: DataConfig::default(),
+            split: SplitConfig::default(),
+            model: ModelConfig::default(),
+            train: TrainConfig::default(),
+            federico: FedericoConfig::default(),
+            fedcollab: FedCollabConfig::default(),
+            hcct: HcctConfig::default(),
+            feddisco: FeddiscoConfig::default(),
+            fedsac: FedsacConfig::default(),
+            faults: FaultsConfig::default(),
+        }
+    }
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        Self::load_with(path, &[])
+    }
+
+    /// Reads a scenario file with `--set` overrides (see [`Self::parse_with`]).
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut s = Self::parse_with(&text, overrides).map_err(|e| match e {
+            ScenarioError::Parse { message, .. } => ScenarioError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        if s.name.is_empty() {
+            s.name = path
+                .file_stem()
+                .map_or("scenario".into(), |n| n.to_string_lossy().into_owned());
+        }
+        Ok(s)
+    }
+
+    /// Parses and validates scenario text.
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        Self::parse_with(text, &[])
+    }
+
+    /// Parses scenario text with `key=value` overrides applied first (`--set`): `key` is a dotted
+    /// path such as `federico.loss_scale`, `value` a TOML value (`10`, `"sum"`, `[1, 2]`); a bare
+    /// word that is not valid TOML is taken as a string. The result is validated as a whole.
+    pub fn parse_with(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
+        let parse_err = |message: String| ScenarioError::Parse {
+            path: PathBuf::from("<scenario>"),
+            message,
+        };
+        let mut doc: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+        for o in overrides {
+            let (key, value) = o.split_once('=').ok_or_else(|| {
+                ScenarioError::Invalid(format!("--set {o:?}: expected KEY=VALUE"))
+            })?;
+            let value: toml::Value =
+                toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
+                    .ok()
+                    .and_then(|mut t| t.remove("v"))
+                    .unwrap_or_else(|| toml::Value::String(value.trim().to_string()));
+            let mut path: Vec<&str> = key.trim().split('.').collect();
+            let last = path
+                .pop()
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| ScenarioError::Invalid(format!("--set {o:?}: empty key")))?;
+            let mut table = &mut doc;
+            for part in path {
+                table = table
+                    .entry(part)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .ok_or_else(|| {
+                        ScenarioError::Invalid(format!("--set {o:?}: {part} is not a table"))
+                    })?;
+            }
+            table.insert(last.to_string(), value);
+        }
+        let s: Scenario = doc
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The validated fault schedule (empty when the scenario has no `[faults]` events).
+    pub fn fault_schedule(&self) -> Result<Schedule, ScenarioError> {
+        let s = self
+            .faults
+            .schedule(self.split.clients)
+            .map_err(ScenarioError::Invalid)?;
+        if !s.events.is_empty() && !self.algorithms.contains(&Algorithm::Federico) {
+            return Err(ScenarioError::Invalid(
+                "faults apply to FedeRiCo runs, but algorithms does not list \"federico\"".into(),
+            ));
+        }
+        if !s.events.is_empty() && self.federico.mstep != crate::core::MStep::Full {
+            return Err(ScenarioError::Invalid(format!(
+                "faults need federico.mstep = \"full\" (what the peers run), got {:?}",
+                self.federico.mstep
+            )));
+        }
+        Ok(s)
+    }
+
+    /// The model for this scenario's data: see [`ModelConfig::spec`].
+    pub fn model_spec(
+        &self,
+        sample_shape: &[usize],
+        classes: Option<usize>,
+    ) -> Result<ModelSpec, ScenarioError> {
+        self.model.spec(sample_shape, classes)
+    }
+
+    /// The data RNG of a run seed (shared by all silos: the split is one draw).
+    pub fn data_rng(seed: u64) -> StdRng {
+        StdRng::seed_from_u64(crate::ids::stream_seed(
+            seed,
+            crate::ids::NodeId(u32::MAX),
+            crate::ids::Stream::Data,
+        ))
+    }
+}

@@ -1,0 +1,202 @@
+//! Whole-scenario validation: every value in range, and the sections consistent with each
+//! other (algorithms, split, data source, model, faults).
+//! Owns: `Scenario::validate`; errors name the field, the allowed range and the value.
+//! Must not: parse (`mod.rs`) or build anything from the scenario (`data.rs`, `model.rs`).
+
+use super::{Algorithm, ModelKind, Scenario, ScenarioError, Source, SplitKind};
+
+/// `Ok` when `ok`, else [`ScenarioError::Invalid`] with `msg()`.
+pub(super) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(msg()))
+    }
+}
+
+impl Scenario {
+    /// Checks every value; errors name the field, the allowed range and the value.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        check(!self.seeds.is_empty(), || {
+            "seeds must list at least one seed".into()
+        })?;
+        check(self.rounds >= 1, || {
+            format!("rounds must be at least 1, got {}", self.rounds)
+        })?;
+        check(self.eval_every >= 1, || {
+            format!("eval_every must be at least 1, got {}", self.eval_every)
+        })?;
+        check(!self.algorithms.is_empty(), || {
+            "algorithms must name at least one of \"local\", \"fedavg\", \"fedavg_plus\", \"federico\", \"fedcollab\", \"hcct\", \"feddisco\", \"fedsac\"".into()
+        })?;
+        let mut algs = self.algorithms.clone();
+        algs.sort();
+        algs.dedup();
+        check(algs.len() == self.algorithms.len(), || {
+            "algorithms lists an algorithm twice".into()
+        })?;
+        let d = &self.data;
+        let sp = &self.split;
+        check(sp.clients >= 1, || {
+            format!("split.clients must be at least 1, got {}", sp.clients)
+        })?;
+        check(sp.groups >= 1 && sp.groups <= sp.clients, || {
+            format!(
+                "split.groups must be in [1, split.clients = {}], got {}",
+                sp.clients, sp.groups
+            )
+        })?;
+        check(sp.train_fraction > 0.0 && sp.train_fraction < 1.0, || {
+            format!(
+                "split.train_fraction must be in (0, 1), got {}",
+                sp.train_fraction
+            )
+        })?;
+        check(sp.alpha > 0.0 && sp.alpha.is_finite(), || {
+            format!("split.alpha must be positive, got {}", sp.alpha)
+        })?;
+        check(sp.clusters >= 1, || {
+            format!("split.clusters must be at least 1, got {}", sp.clusters)
+        })?;
+        check(sp.shards_per_client >= 1, || {
+            format!(
+                "split.shards_per_client must be at least 1, got {}",
+                sp.shards_per_client
+            )
+        })?;
+        if matches!(
+            sp.kind,
+            SplitKind::Cluster4 | SplitKind::Concept4 | SplitKind::Rotate4
+        ) {
+            check(sp.clients % 4 == 0, || {
+                format!(
+                    "split.clients must be a multiple of 4 for split.kind \"{}\" (four types), got {}",
+                    match sp.kind {
+                        SplitKind::Cluster4 => "cluster4",
+                        SplitKind::Concept4 => "concept4",
+                        _ => "rotate4",
+                    },
+                    sp.clients
+                )
+            })?;
+        }
+        check(
+            sp.quantity_decay.is_finite() && sp.quantity_decay >= 0.0,
+            || {
+                format!(
+                    "split.quantity_decay must be a finite number >= 0, got {}",
+                    sp.quantity_decay
+                )
+            },
+        )?;
+        check(d.fraction > 0.0 && d.fraction <= 1.0, || {
+            format!("data.fraction must be in (0, 1], got {}", d.fraction)
+        })?;
+        let synthetic = matches!(d.source, Source::Mixture | Source::Sine);
+        if synthetic {
+            check(sp.kind == SplitKind::LabelGroups, || {
+                "split.kind must be \"label_groups\" for synthetic sources (they generate their own groups)".into()
+            })?;
+            check(d.train >= 1, || {
+                format!("data.train must be at least 1, got {}", d.train)
+            })?;
+            check(d.test >= 1, || {
+                format!("data.test must be at least 1, got {}", d.test)
+            })?;
+        }
+        if d.source == Source::Mixture {
+            check(d.classes_per_group >= 2, || {
+                format!(
+                    "data.classes_per_group must be at least 2, got {}",
+                    d.classes_per_group
+                )
+            })?;
+            check(d.dim >= 1, || {
+                format!("data.dim must be at least 1, got {}", d.dim)
+            })?;
+            check(d.separation > 0.0, || {
+                format!("data.separation must be positive, got {}", d.separation)
+            })?;
+        }
+        if d.source == Source::Sine {
+            check(d.noise >= 0.0, || {
+                format!("data.noise must be >= 0, got {}", d.noise)
+            })?;
+            check(self.model.kind == ModelKind::Linear, || {
+                "model.kind must be \"linear\" for the sine source (a regression task)".into()
+            })?;
+        } else {
+            check(self.model.kind != ModelKind::Linear, || {
+                format!(
+                    "model.kind \"linear\" is for regression (source \"sine\"), not {:?}",
+                    d.source
+                )
+            })?;
+        }
+        if self.model.kind == ModelKind::Mlp {
+            check(self.model.hidden.iter().all(|&h| h >= 1), || {
+                "model.hidden widths must be at least 1".into()
+            })?;
+        }
+        if self.model.kind == ModelKind::Cnn {
+            check(
+                !self.model.conv.is_empty() && self.model.conv.iter().all(|&c| c >= 1),
+                || "model.conv must list at least one positive channel count".into(),
+            )?;
+            check(
+                matches!(
+                    d.source,
+                    Source::Mnist | Source::FashionMnist | Source::Cifar10 | Source::Optdigits
+                ),
+                || {
+                    "model.kind \"cnn\" needs image data (mnist, fashion_mnist, cifar10, optdigits)"
+                        .into()
+                },
+            )?;
+        }
+        check(self.train.lr > 0.0 && self.train.lr.is_finite(), || {
+            format!("train.lr must be positive, got {}", self.train.lr)
+        })?;
+        check(self.train.batch_size >= 1, || {
+            format!(
+                "train.batch_size must be at least 1, got {}",
+                self.train.batch_size
+            )
+        })?;
+        self.federico
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("federico.{m}")))?;
+        self.fedcollab
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("fedcollab.{m}")))?;
+        self.hcct
+            .validate()
+            .map_err(|e| ScenarioError::Invalid(format!("hcct.{e}")))?;
+        self.feddisco
+            .validate(sp.clients)
+            .map_err(|m| ScenarioError::Invalid(format!("feddisco.{m}")))?;
+        self.fedsac
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("fedsac.{m}")))?;
+        if sp.kind == SplitKind::BiasedUniform {
+            check(sp.uniform_clients <= sp.clients, || {
+                format!(
+                    "split.uniform_clients must be in [0, split.clients = {}], got {}",
+                    sp.clients, sp.uniform_clients
+                )
+            })?;
+        }
+        if d.source == Source::Sine {
+            let needs_classes =
+                |a: &&Algorithm| matches!(a, Algorithm::Feddisco | Algorithm::Fedsac);
+            if let Some(a) = self.algorithms.iter().find(needs_classes) {
+                return Err(ScenarioError::Invalid(format!(
+                    "algorithm \"{}\" needs class labels; source \"sine\" is a regression task",
+                    a.name()
+                )));
+            }
+        }
+        self.fault_schedule()?;
+        Ok(())
+    }
+}
