@@ -4,27 +4,36 @@
 //! starting and stopping the processes, the progress bar, and merging the nodes' run logs into
 //! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
 //! Must not: take part in a round; the nodes run the federation on their own.
+//!
+//! Layout: the run directory and each seed's run are here; `procs.rs` starts, watches and
+//! stops the node processes; `outcome.rs` merges their run logs and computes the figures and
+//! fault checks; `faults.rs` applies a fault schedule; `netns.rs` sets up network namespaces;
+//! `coordinated.rs` runs the coordinated algorithms.
 
 pub mod coordinated;
 mod faults;
 mod netns;
+mod outcome;
+mod procs;
 
-use crate::faults::checks;
-use crate::learn::{Evaluation, Federation, Shard};
+use crate::learn::{Federation, Shard};
 use crate::net::config::Deadlines;
 use crate::net::node::NodeRound;
 use crate::net::{Manifest, Member, NodeConfig, keygen, load_key};
-use crate::report::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
+use crate::report::records::{AlgorithmResult, RunSummary};
 use crate::report::summary::{
-    Curves, Outcome, Report, algorithm_round, same_group_mass, write_json, write_seed_plots,
-    write_summary,
+    Curves, Outcome, Report, write_json, write_seed_plots, write_summary,
 };
 use crate::scenario::{Algorithm, Scenario};
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+pub use outcome::{SwarmFigures, read_run_log};
+use outcome::{fault_report, figures, merge};
+pub use procs::start_node;
+use procs::{start_silo, stop_all, tail, watch};
 
 /// Writes one shard per silo of `scenario`'s split for `seed` into `out`, plus
 /// `partition.json`; returns the shard paths in node order.
@@ -298,52 +307,6 @@ impl Proc {
     }
 }
 
-/// Resident set size of a process in KiB (Linux; 0 elsewhere or once it has exited).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Speed and size of one swarm run (`seed-<n>/swarm.json`), the figures of issue 3.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct SwarmFigures {
-    /// Node processes.
-    pub nodes: usize,
-    /// Model parameters d.
-    pub num_params: usize,
-    /// M.
-    pub neighbours: usize,
-    /// The payload minimum per node per round: 2·M·4d bytes (M gradients sent, M models served
-    /// on average).
-    pub payload_min_bytes: f64,
-    /// Encoded message bytes sent per node per round (mean over rounds without evaluation).
-    pub message_bytes: f64,
-    /// Stream bytes sent per node per round (libp2p's count: messages plus negotiation).
-    pub stream_bytes: f64,
-    /// `message_bytes / payload_min_bytes`.
-    pub message_ratio: f64,
-    /// `stream_bytes / payload_min_bytes`.
-    pub stream_ratio: f64,
-    /// Median round wall time over nodes and rounds without evaluation.
-    pub median_round_seconds: f64,
-    /// Every round evaluated, so the figures include the evaluation fetches.
-    pub includes_evaluation: bool,
-    /// Largest resident set of any node (MiB).
-    pub max_rss_mib: f64,
-    /// Median over nodes of their largest resident set (MiB).
-    pub median_rss_mib: f64,
-    /// From starting the processes until every node had finished round 1.
-    pub first_round_seconds: f64,
-    /// The whole run, start to last exit.
-    pub total_seconds: f64,
-}
-
 /// A swarm run directory, ready to start: keys, manifest, shards and one config per node.
 pub struct Prepared {
     /// The seed's split (for groups and reports).
@@ -465,53 +428,6 @@ fn prepare_at(
         nodes_dir,
         spec,
     })
-}
-
-/// Starts `exe node --config <config>` with its log (stderr) in `log`.
-pub fn start_node(exe: &Path, config: &Path, log: &Path) -> anyhow::Result<std::process::Child> {
-    spawn_node(std::process::Command::new(exe), exe, config, log)
-}
-
-/// Starts silo `silo`'s node, inside its network namespace when there is one.
-fn start_silo(
-    ns: Option<&netns::Netns>,
-    silo: usize,
-    exe: &Path,
-    config: &Path,
-    log: &Path,
-) -> anyhow::Result<std::process::Child> {
-    match ns {
-        Some(ns) => spawn_node(ns.command(silo, exe), exe, config, log),
-        None => start_node(exe, config, log),
-    }
-}
-
-fn spawn_node(
-    mut command: std::process::Command,
-    exe: &Path,
-    config: &Path,
-    log: &Path,
-) -> anyhow::Result<std::process::Child> {
-    command
-        .arg("node")
-        .arg("--config")
-        .arg(config)
-        .env("RAYON_NUM_THREADS", "1")
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log)?)
-        .spawn()
-        .with_context(|| {
-            format!(
-                "starting {} node --config {}",
-                exe.display(),
-                config.display()
-            )
-        })
 }
 
 fn run_seed(
@@ -751,377 +667,4 @@ fn run_seed(
         clients: k,
         regression,
     })
-}
-
-/// The checks of a faulty swarm. The round budget is τ_model (pulls) + τ_grad (gradients) +
-/// τ_model (the evaluation fetch) plus a compute allowance of 3× the median round of the run
-/// and 1 s; the baseline is the simulator's fault-free run of the same seed, which the
-/// fault-free swarm reproduces decision for decision (`tests/swarm.rs`).
-fn fault_report(
-    scenario: &Scenario,
-    seed: u64,
-    opts: &SwarmOptions,
-    driver: &faults::FaultDriver,
-    procs: &[Proc],
-    logs: &[Vec<NodeRound>],
-    groups: Option<&[usize]>,
-) -> anyhow::Result<checks::Report> {
-    let cfg = &scenario.faults;
-    let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
-    let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
-    // The one use of the simulator here: the baseline is a simulation, not a report.
-    let baseline = if cfg.baseline {
-        Some(
-            crate::sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
-                .context("the fault-free baseline run")?,
-        )
-    } else {
-        None
-    };
-    let exits: Vec<checks::ExitEvidence> = procs
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut exits = p.lives.clone();
-            exits.push(match p.status {
-                Some(s) if s.success() => "ok".into(),
-                Some(_) if p.by_schedule => "killed by the schedule".into(),
-                Some(s) => format!("exited {s}"),
-                None => "still running".into(),
-            });
-            let bad_lines = p
-                .logs
-                .iter()
-                .flat_map(|l| {
-                    std::fs::read_to_string(l)
-                        .unwrap_or_default()
-                        .lines()
-                        .filter(|x| x.contains("panicked") || x.contains(" ERROR "))
-                        .map(|x| x.chars().take(200).collect::<String>())
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            checks::ExitEvidence {
-                silo: i as u32,
-                exits,
-                bad_lines,
-            }
-        })
-        .collect();
-    let schedule = scenario.fault_schedule()?;
-    Ok(checks::evaluate(&checks::Inputs {
-        schedule: &schedule,
-        applied: &driver.applied,
-        traces: logs,
-        groups,
-        baseline: baseline.as_deref(),
-        round_budget_s: budget,
-        stall_after: budget,
-        suspect_after: scenario.federico.suspect_after,
-        crashes: &driver.crashes,
-        exits: Some(&exits),
-    }))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// Per-round figures from the run logs: rounds that evaluated (and fetched models for it)
-/// and round 1 (start-up) are left out of the byte and time medians.
-fn figures(
-    logs: &[Vec<NodeRound>],
-    scenario: &Scenario,
-    num_params: usize,
-    procs: &[Proc],
-    first_round_seconds: f64,
-    total_seconds: f64,
-) -> SwarmFigures {
-    let m = scenario.federico.neighbours;
-    let payload = 2.0 * m as f64 * 4.0 * num_params as f64;
-    let rounds = logs.iter().map(|l| l.len()).min().unwrap_or(0);
-    let consecutive = |r: usize| logs.iter().all(|l| l[r - 1].round + 1 == l[r].round);
-    let plain = |r: usize| consecutive(r) && logs.iter().all(|l| l[r].eval.is_none());
-    // Evaluation rounds also fetch models for the mixture; leave them out when there are others.
-    let includes_evaluation = !(1..rounds).any(plain);
-    let (mut msg, mut stream, mut secs) = (Vec::new(), Vec::new(), Vec::new());
-    for r in 1..rounds {
-        let keep = if includes_evaluation {
-            consecutive(r)
-        } else {
-            plain(r)
-        };
-        if !keep {
-            continue;
-        }
-        let k = logs.len() as f64;
-        msg.push(
-            logs.iter()
-                .map(|l| (l[r].bytes_sent - l[r - 1].bytes_sent.min(l[r].bytes_sent)) as f64)
-                .sum::<f64>()
-                / k,
-        );
-        stream.push(
-            logs.iter()
-                .map(|l| {
-                    (l[r].stream_bytes_sent
-                        - l[r - 1].stream_bytes_sent.min(l[r].stream_bytes_sent))
-                        as f64
-                })
-                .sum::<f64>()
-                / k,
-        );
-        secs.extend(logs.iter().map(|l| l[r].seconds));
-    }
-    let rss: Vec<f64> = procs
-        .iter()
-        .map(|p| p.max_rss_kib as f64 / 1024.0)
-        .collect();
-    // Bytes are averaged, not medianed: a pull served early for the next round lands in this
-    // round's count, so single rounds scatter around the mean while their sum does not.
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (message_bytes, stream_bytes) = (mean(&msg), mean(&stream));
-    SwarmFigures {
-        nodes: logs.len(),
-        num_params,
-        neighbours: m,
-        payload_min_bytes: payload,
-        message_bytes,
-        stream_bytes,
-        message_ratio: message_bytes / payload,
-        stream_ratio: stream_bytes / payload,
-        median_round_seconds: median(secs),
-        includes_evaluation,
-        max_rss_mib: rss.iter().copied().fold(0.0, f64::max),
-        median_rss_mib: median(rss),
-        first_round_seconds,
-        total_seconds,
-    }
-}
-
-/// Follows the nodes until all have exited, showing progress; Ctrl-C stops them.
-fn watch(
-    procs: &mut [Proc],
-    scenario: &Scenario,
-    seed: u64,
-    opts: &SwarmOptions,
-    started: Instant,
-    first_round: &mut Option<Duration>,
-    mut faults: Option<&mut faults::FaultDriver>,
-) -> anyhow::Result<()> {
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = interrupted.clone();
-    // SIGINT while the swarm runs: stop the nodes cleanly (they checkpoint), then report.
-    let _ = ctrlc_hook(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
-    let total = scenario.rounds as u64 * procs.len() as u64;
-    let bar = if opts.progress {
-        let b = ProgressBar::new(total);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
-                .expect("the template is a valid constant"),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
-    loop {
-        let mut done = 0u64;
-        let mut min_round = u64::MAX;
-        let mut logged = 0u64;
-        let mut acc = Vec::new();
-        for p in procs.iter_mut() {
-            if p.status.is_none() {
-                p.max_rss_kib = p.max_rss_kib.max(rss_kib(p.child.id()));
-                p.status = p.child.try_wait()?;
-            }
-            let rounds = read_run_log(&p.run_log).unwrap_or_default();
-            logged = logged.max(rounds.last().map_or(0, |r| r.round));
-            done += rounds.len() as u64;
-            min_round = min_round.min(rounds.len() as u64);
-            if let Some(e) = rounds.iter().rev().find_map(|r| r.eval) {
-                acc.push(e.correct as f64 / e.count.max(1) as f64);
-            }
-        }
-        bar.set_position(done);
-        if first_round.is_none() && min_round >= 1 && min_round != u64::MAX {
-            *first_round = Some(started.elapsed());
-        }
-        let mean_acc = if acc.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "  federico {:.1}%",
-                100.0 * acc.iter().sum::<f64>() / acc.len() as f64
-            )
-        };
-        bar.set_message(format!(
-            "seed {seed}: {} nodes, slowest at round {}/{}{mean_acc}",
-            procs.len(),
-            if min_round == u64::MAX { 0 } else { min_round },
-            scenario.rounds
-        ));
-        if let Some(f) = faults.as_deref_mut() {
-            // With nobody running, a restart due at a round would wait for ever: fire it.
-            let idle = procs.iter().all(|p| p.status.is_some());
-            f.tick(procs, if idle { u64::MAX - 1 } else { logged })?;
-        }
-        let pending = faults.as_deref().is_some_and(|f| f.pending());
-        if procs.iter().all(|p| p.status.is_some()) && !pending {
-            break;
-        }
-        if let Some(p) = procs.iter().find(|p| p.status.is_some() && !p.ended_well()) {
-            bar.finish_and_clear();
-            bail!(
-                "node {} exited {}; stopping the swarm. Its log ({}):\n{}",
-                p.name,
-                p.status.map(|s| s.to_string()).unwrap_or_default(),
-                p.log.display(),
-                tail(&p.log, 12)
-            );
-        }
-        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-            bar.finish_and_clear();
-            bail!("interrupted: nodes stopped; their checkpoints and logs are in place");
-        }
-        if started.elapsed() > opts.timeout {
-            bar.finish_and_clear();
-            bail!("the swarm did not finish within {:?}", opts.timeout);
-        }
-        // A pending fault is fired within a few milliseconds of its round.
-        let pause = if pending { 10 } else { 200 };
-        std::thread::sleep(Duration::from_millis(pause));
-    }
-    bar.finish_and_clear();
-    Ok(())
-}
-
-/// Installs a SIGINT handler that runs `f` (once per signal) instead of killing the launcher.
-fn ctrlc_hook(f: impl Fn() + Send + 'static) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("sigint".into())
-        .spawn(move || {
-            rt.block_on(async {
-                while tokio::signal::ctrl_c().await.is_ok() {
-                    f();
-                }
-            })
-        })?;
-    Ok(())
-}
-
-/// SIGTERM to every node still running, then SIGKILL after a grace period.
-fn stop_all(procs: &mut [Proc]) {
-    for p in procs.iter_mut().filter(|p| p.status.is_none()) {
-        // SAFETY: kill(2) on a child we started and have not reaped.
-        unsafe {
-            libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    let grace = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < grace && procs.iter().any(|p| p.status.is_none()) {
-        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
-            p.status = p.child.try_wait().ok().flatten();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for p in procs.iter_mut().filter(|p| p.status.is_none()) {
-        let _ = p.child.kill();
-        p.status = p.child.wait().ok();
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A node's run log; a torn last line (the node was killed mid-write) is ignored.
-pub fn read_run_log(path: &Path) -> anyhow::Result<Vec<NodeRound>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<NodeRound>(l).ok())
-        .collect())
-}
-
-/// The nodes' run logs as the simulator's per-round records (FedeRiCo only). A round a node
-/// ran twice (it resumed from a checkpoint) counts with its last run.
-fn merge(
-    seed: u64,
-    logs: &[Vec<NodeRound>],
-    k: usize,
-    groups: Option<&[usize]>,
-    regression: bool,
-) -> anyhow::Result<Vec<RoundRecord>> {
-    let rounds = logs
-        .iter()
-        .map(|l| l.iter().map(|r| r.round).max().unwrap_or(0))
-        .min()
-        .unwrap_or(0);
-    let mut out = Vec::new();
-    for round in 1..=rounds {
-        let rows: Vec<&NodeRound> = logs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                l.iter()
-                    .rev()
-                    .find(|r| r.round == round)
-                    .with_context(|| format!("silo-{i} has no record of round {round}"))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let weights: Vec<Vec<f64>> = rows
-            .iter()
-            .map(|r| {
-                let mut row = vec![0.0; k];
-                for &(j, w) in &r.weights {
-                    if (j as usize) < k {
-                        row[j as usize] = w;
-                    }
-                }
-                row
-            })
-            .collect();
-        let mass = groups.map(|g| same_group_mass(&weights, g));
-        let evals: Option<Vec<Evaluation>> = rows
-            .iter()
-            .map(|r| {
-                r.eval.map(|e| Evaluation {
-                    loss_sum: e.loss_sum,
-                    correct: e.correct,
-                    count: e.count,
-                })
-            })
-            .collect();
-        out.push(RoundRecord {
-            seed,
-            round: round as usize,
-            algorithms: evals
-                .map(|e| vec![algorithm_round(Algorithm::Federico, e, regression)])
-                .unwrap_or_default(),
-            federico: Some(FedericoRound {
-                weights,
-                sampled: rows.iter().map(|r| r.sampled.clone()).collect(),
-                same_group_mass: mass,
-            }),
-        });
-    }
-    Ok(out)
 }

@@ -177,8 +177,9 @@ pub struct RoundGraph {
 /// (spec §4 steps 2-3), the one composition both the simulator and the coordinator server
 /// use: the size prior `p` of `counts`, the similarity `S` of `models` on `θ − init`, the
 /// complementarity `C` of `subspaces`, α scheduled for the round, then the collaboration graph
-/// `W`. Each sender's personalised model and direction are [`personalise`] of its row. With
-/// no senders, the graph is empty (α is still scheduled).
+/// `W`. Each sender's personalised model and direction are
+/// [`personalise`](fn@super::personalise) of its row. With no senders, the graph is empty (α is
+/// still scheduled).
 pub fn round_graph(
     models: &[&[f32]],
     init: &[f32],

@@ -130,8 +130,8 @@ pub struct HcctConfig {
     /// unset: stop at the first non-positive best benefit.
     pub groups: Option<usize>,
     /// HCCT-E (§2.5): similarities use one layer's block of the pseudo-gradients, the layer
-    /// chosen once before training by [`select_layer`]. Default off (full HCCT). It needs its
-    /// own α (the paper: 100 for FMNIST and Digit, 10 for CIFAR-10).
+    /// chosen once before training by [`select_layer`](super::select_layer). Default off (full
+    /// HCCT). It needs its own α (the paper: 100 for FMNIST and Digit, 10 for CIFAR-10).
     pub efficient: bool,
     /// HCCT-P (§2.6, A12): group members share the body but keep their own classifier (the
     /// last linear layer): a member starts each round from its group's average body and its

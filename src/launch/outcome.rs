@@ -1,0 +1,280 @@
+//! What a finished swarm run produced: the nodes' run logs merged into the simulator's
+//! per-round records, the speed and size figures (`swarm.json`), and the fault checks.
+//! Owns: [`SwarmFigures`], [`read_run_log`], merging the logs, and the fault report's inputs.
+//! Must not: start or stop processes (`procs.rs`) or define a check (`faults::checks`).
+
+use super::{Proc, SwarmOptions, faults};
+use crate::faults::checks;
+use crate::learn::Evaluation;
+use crate::net::node::NodeRound;
+use crate::report::records::{FedericoRound, RoundRecord};
+use crate::report::summary::{algorithm_round, same_group_mass};
+use crate::scenario::{Algorithm, Scenario};
+use anyhow::Context;
+use std::path::Path;
+/// Speed and size of one swarm run (`seed-<n>/swarm.json`), the figures of issue 3.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SwarmFigures {
+    /// Node processes.
+    pub nodes: usize,
+    /// Model parameters d.
+    pub num_params: usize,
+    /// M.
+    pub neighbours: usize,
+    /// The payload minimum per node per round: 2·M·4d bytes (M gradients sent, M models served
+    /// on average).
+    pub payload_min_bytes: f64,
+    /// Encoded message bytes sent per node per round (mean over rounds without evaluation).
+    pub message_bytes: f64,
+    /// Stream bytes sent per node per round (libp2p's count: messages plus negotiation).
+    pub stream_bytes: f64,
+    /// `message_bytes / payload_min_bytes`.
+    pub message_ratio: f64,
+    /// `stream_bytes / payload_min_bytes`.
+    pub stream_ratio: f64,
+    /// Median round wall time over nodes and rounds without evaluation.
+    pub median_round_seconds: f64,
+    /// Every round evaluated, so the figures include the evaluation fetches.
+    pub includes_evaluation: bool,
+    /// Largest resident set of any node (MiB).
+    pub max_rss_mib: f64,
+    /// Median over nodes of their largest resident set (MiB).
+    pub median_rss_mib: f64,
+    /// From starting the processes until every node had finished round 1.
+    pub first_round_seconds: f64,
+    /// The whole run, start to last exit.
+    pub total_seconds: f64,
+}
+
+/// The checks of a faulty swarm. The round budget is τ_model (pulls) + τ_grad (gradients) +
+/// τ_model (the evaluation fetch) plus a compute allowance of 3× the median round of the run
+/// and 1 s; the baseline is the simulator's fault-free run of the same seed, which the
+/// fault-free swarm reproduces decision for decision (`tests/swarm.rs`).
+pub(super) fn fault_report(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    driver: &faults::FaultDriver,
+    procs: &[Proc],
+    logs: &[Vec<NodeRound>],
+    groups: Option<&[usize]>,
+) -> anyhow::Result<checks::Report> {
+    let cfg = &scenario.faults;
+    let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
+    let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
+    // The one use of the simulator here: the baseline is a simulation, not a report.
+    let baseline = if cfg.baseline {
+        Some(
+            crate::sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
+                .context("the fault-free baseline run")?,
+        )
+    } else {
+        None
+    };
+    let exits: Vec<checks::ExitEvidence> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut exits = p.lives.clone();
+            exits.push(match p.status {
+                Some(s) if s.success() => "ok".into(),
+                Some(_) if p.by_schedule => "killed by the schedule".into(),
+                Some(s) => format!("exited {s}"),
+                None => "still running".into(),
+            });
+            let bad_lines = p
+                .logs
+                .iter()
+                .flat_map(|l| {
+                    std::fs::read_to_string(l)
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|x| x.contains("panicked") || x.contains(" ERROR "))
+                        .map(|x| x.chars().take(200).collect::<String>())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            checks::ExitEvidence {
+                silo: i as u32,
+                exits,
+                bad_lines,
+            }
+        })
+        .collect();
+    let schedule = scenario.fault_schedule()?;
+    Ok(checks::evaluate(&checks::Inputs {
+        schedule: &schedule,
+        applied: &driver.applied,
+        traces: logs,
+        groups,
+        baseline: baseline.as_deref(),
+        round_budget_s: budget,
+        stall_after: budget,
+        suspect_after: scenario.federico.suspect_after,
+        crashes: &driver.crashes,
+        exits: Some(&exits),
+    }))
+}
+
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Per-round figures from the run logs: rounds that evaluated (and fetched models for it)
+/// and round 1 (start-up) are left out of the byte and time medians.
+pub(super) fn figures(
+    logs: &[Vec<NodeRound>],
+    scenario: &Scenario,
+    num_params: usize,
+    procs: &[Proc],
+    first_round_seconds: f64,
+    total_seconds: f64,
+) -> SwarmFigures {
+    let m = scenario.federico.neighbours;
+    let payload = 2.0 * m as f64 * 4.0 * num_params as f64;
+    let rounds = logs.iter().map(|l| l.len()).min().unwrap_or(0);
+    let consecutive = |r: usize| logs.iter().all(|l| l[r - 1].round + 1 == l[r].round);
+    let plain = |r: usize| consecutive(r) && logs.iter().all(|l| l[r].eval.is_none());
+    // Evaluation rounds also fetch models for the mixture; leave them out when there are others.
+    let includes_evaluation = !(1..rounds).any(plain);
+    let (mut msg, mut stream, mut secs) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 1..rounds {
+        let keep = if includes_evaluation {
+            consecutive(r)
+        } else {
+            plain(r)
+        };
+        if !keep {
+            continue;
+        }
+        let k = logs.len() as f64;
+        msg.push(
+            logs.iter()
+                .map(|l| (l[r].bytes_sent - l[r - 1].bytes_sent.min(l[r].bytes_sent)) as f64)
+                .sum::<f64>()
+                / k,
+        );
+        stream.push(
+            logs.iter()
+                .map(|l| {
+                    (l[r].stream_bytes_sent
+                        - l[r - 1].stream_bytes_sent.min(l[r].stream_bytes_sent))
+                        as f64
+                })
+                .sum::<f64>()
+                / k,
+        );
+        secs.extend(logs.iter().map(|l| l[r].seconds));
+    }
+    let rss: Vec<f64> = procs
+        .iter()
+        .map(|p| p.max_rss_kib as f64 / 1024.0)
+        .collect();
+    // Bytes are averaged, not medianed: a pull served early for the next round lands in this
+    // round's count, so single rounds scatter around the mean while their sum does not.
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (message_bytes, stream_bytes) = (mean(&msg), mean(&stream));
+    SwarmFigures {
+        nodes: logs.len(),
+        num_params,
+        neighbours: m,
+        payload_min_bytes: payload,
+        message_bytes,
+        stream_bytes,
+        message_ratio: message_bytes / payload,
+        stream_ratio: stream_bytes / payload,
+        median_round_seconds: median(secs),
+        includes_evaluation,
+        max_rss_mib: rss.iter().copied().fold(0.0, f64::max),
+        median_rss_mib: median(rss),
+        first_round_seconds,
+        total_seconds,
+    }
+}
+
+/// A node's run log; a torn last line (the node was killed mid-write) is ignored.
+pub fn read_run_log(path: &Path) -> anyhow::Result<Vec<NodeRound>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<NodeRound>(l).ok())
+        .collect())
+}
+
+/// The nodes' run logs as the simulator's per-round records (FedeRiCo only). A round a node
+/// ran twice (it resumed from a checkpoint) counts with its last run.
+pub(super) fn merge(
+    seed: u64,
+    logs: &[Vec<NodeRound>],
+    k: usize,
+    groups: Option<&[usize]>,
+    regression: bool,
+) -> anyhow::Result<Vec<RoundRecord>> {
+    let rounds = logs
+        .iter()
+        .map(|l| l.iter().map(|r| r.round).max().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for round in 1..=rounds {
+        let rows: Vec<&NodeRound> = logs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                l.iter()
+                    .rev()
+                    .find(|r| r.round == round)
+                    .with_context(|| format!("silo-{i} has no record of round {round}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let weights: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|r| {
+                let mut row = vec![0.0; k];
+                for &(j, w) in &r.weights {
+                    if (j as usize) < k {
+                        row[j as usize] = w;
+                    }
+                }
+                row
+            })
+            .collect();
+        let mass = groups.map(|g| same_group_mass(&weights, g));
+        let evals: Option<Vec<Evaluation>> = rows
+            .iter()
+            .map(|r| {
+                r.eval.map(|e| Evaluation {
+                    loss_sum: e.loss_sum,
+                    correct: e.correct,
+                    count: e.count,
+                })
+            })
+            .collect();
+        out.push(RoundRecord {
+            seed,
+            round: round as usize,
+            algorithms: evals
+                .map(|e| vec![algorithm_round(Algorithm::Federico, e, regression)])
+                .unwrap_or_default(),
+            federico: Some(FedericoRound {
+                weights,
+                sampled: rows.iter().map(|r| r.sampled.clone()).collect(),
+                same_group_mass: mass,
+            }),
+        });
+    }
+    Ok(out)
+}
