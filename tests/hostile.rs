@@ -146,7 +146,7 @@ fn swarm(key: identity::Keypair) -> Swarm<Hostile> {
         .with_behaviour(|_| Hostile {
             model: rr(MODEL_PROTOCOL, ProtocolSupport::Full),
             gradient: rr(GRADIENT_PROTOCOL, ProtocolSupport::Full),
-            gradient_v2: rr("/federico/gradient/2", ProtocolSupport::Outbound),
+            gradient_v2: rr("/federico/gradient/1", ProtocolSupport::Outbound),
             coord: rr(COORD_PROTOCOL, ProtocolSupport::Outbound),
             collab: rr(COLLAB_PROTOCOL, ProtocolSupport::Outbound),
         })
@@ -508,10 +508,11 @@ async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
             Outcome::Failed(_) => {}
         }
     }
-    // Another protocol version: refused at negotiation; the node never sees a frame.
+    // Another protocol version (the one before the f32 block layout): refused at
+    // negotiation; the node never sees a frame.
     match h.send(Proto::GradientV2, skip.clone()).await {
         Outcome::Failed(OutboundFailure::UnsupportedProtocols) => {}
-        other => panic!("/federico/gradient/2 was not refused: {other:?}"),
+        other => panic!("/federico/gradient/1 was not refused: {other:?}"),
     }
     // A fetch for a version far in the future is answered at once with what the node holds.
     let far = params(h.model(ModelRequest::Fetch { version: u64::MAX }).await);
