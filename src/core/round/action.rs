@@ -99,8 +99,8 @@ pub enum Action<H> {
         /// The version that came.
         version: u64,
     },
-    /// Hand a job to the silo's learner; its [`Done`] comes back through
-    /// [`Round::handle_done`]. One job is in flight at a time.
+    /// Hand a job to the silo's learner; its [`super::Done`] comes back through
+    /// [`super::Round::handle_done`]. One job is in flight at a time.
     Run(Job),
     /// The round's record, before the round's checkpoint.
     Report(RoundReport),

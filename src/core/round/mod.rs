@@ -2,7 +2,7 @@
 //!
 //! Owns: every rule of a round over an unreliable network — when round 1 may start, when
 //! pulling is over, which pull an owner holds for its next version, when an owner may step
-//! ([`owner`]), the deadlines, the stragglers, the evaluation fetches and their
+//! (`owner.rs`), the deadlines, the stragglers, the evaluation fetches and their
 //! renormalisation, when a finished peer may leave — and the order of the jobs a silo's learner
 //! runs.
 //! Must not: read a clock (time is passed in as `now`), touch sockets, threads or tensors. A
@@ -21,7 +21,7 @@
 //! 3. [`Job::Measure`] on what arrived and the own model; the core's E-step gives the fresh
 //!    weights; [`Job::Scale`]; the weighted gradients go to their owners.
 //! 4. As an owner, the peer served version v to every pull of round r and steps once its
-//!    round is over ([`owner`]); a pull of round r + 1 that arrives before the step is held
+//!    round is over (`owner.rs`); a pull of round r + 1 that arrives before the step is held
 //!    until it, so it is served version v + 1. With no faults this is the simulator's
 //!    lock-step round, decision for decision.
 //! 5. After the step: on evaluation rounds, fetch the post-step models of the peers with

@@ -7,8 +7,8 @@
 //! what a deadline means: [`crate::core::round`] decides, with the time this driver passes in —
 //! compare a deadline with the clock, or run tensor work (the training thread does).
 //!
-//! [`setup`] builds what a node runs with; [`translate`] turns swarm events into the engine's
-//! inputs.
+//! `setup.rs` builds what a node runs with; `translate.rs` turns swarm events into the
+//! engine's inputs.
 
 mod setup;
 mod translate;
