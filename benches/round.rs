@@ -30,7 +30,9 @@ fn rounds(c: &mut Criterion) {
     unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
     federico::learn::runtime::retain_freed_memory();
     if std::env::var_os("FEDERICO_DATA_DIR").is_none() {
-        panic!("set FEDERICO_DATA_DIR to the data directory (e.g. ../shared/data)");
+        panic!(
+            "set FEDERICO_DATA_DIR to the data directory (see the Real data section of the README)"
+        );
     }
     let mut g = c.benchmark_group("federico_round");
     g.sample_size(10)

@@ -21,7 +21,7 @@ use std::process::Command;
 fn simulate(out: &Path, overrides: &[&str]) -> Value {
     let dir = std::env::var_os("FEDERICO_DATA_DIR").unwrap_or_else(|| {
         panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (e.g. ../shared/data)"
+            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
         )
     });
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fedcollab-repro.toml");

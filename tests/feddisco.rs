@@ -17,7 +17,7 @@ use std::path::Path;
 /// Runs the shipped scenario with `overrides`; returns the per-round accuracies of seed 1.
 fn run(overrides: &[&str], out: &Path) -> Vec<f64> {
     let dir = std::env::var_os("FEDERICO_DATA_DIR").expect(
-        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (e.g. ../shared/data)",
+        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)",
     );
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/feddisco-repro.toml");
     let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();

@@ -18,7 +18,7 @@ use std::path::Path;
 
 fn run(overrides: &[&str], out: &Path) -> sim::Outcome {
     let dir = std::env::var_os("FEDERICO_DATA_DIR").expect(
-        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (e.g. ../shared/data)",
+        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)",
     );
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fedsac-repro.toml");
     let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();

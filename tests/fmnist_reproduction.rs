@@ -44,7 +44,7 @@ fn fashion_mnist_label_groups_reproduce_the_papers_ordering() {
     }
     let Some(dir) = std::env::var_os("FEDERICO_DATA_DIR") else {
         panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (e.g. ../shared/data)"
+            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
         );
     };
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fmnist-g4.toml");

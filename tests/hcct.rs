@@ -83,7 +83,7 @@ fn same_seed_gives_a_bit_identical_summary() {
 fn fashion_mnist_label_groups_reproduce_the_headline_ordering() {
     let Some(dir) = std::env::var_os("FEDERICO_DATA_DIR") else {
         panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (e.g. ../shared/data)"
+            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
         );
     };
     let [ind, glob, hc] = ordering("hcct-repro.toml", "seeds=[1]", Some(Path::new(&dir)));

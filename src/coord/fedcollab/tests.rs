@@ -546,14 +546,14 @@ fn config_defaults_are_the_specs_and_validation_names_fields() {
 // Golden: the official distance matrices.
 // -----------------------------------------------------------------------------------------
 
-/// `fedcollab_golden.json`, beside the spec: the three official 20×20 distance matrices from
+/// `tests/data/fedcollab_golden.json` (provenance in `tests/data/README.md`): the three official 20×20 distance matrices from
 /// github.com/baowenxuan/FedCollab @ 4c8ac1d (`divergence/*.pkl`, rounded to 4 decimals), the
 /// client sizes from the same files, and objective values recomputed independently in f64;
 /// the expected structures match the official `collab/*.pkl`.
 fn golden() -> serde_json::Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/specs/fedcollab_golden.json"
+        "/tests/data/fedcollab_golden.json"
     );
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading the golden file {path}: {e}"));
