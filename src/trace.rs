@@ -35,12 +35,11 @@ pub struct NodeRound {
     /// protocol negotiation; not Noise, Yamux or TCP framing).
     #[serde(default)]
     pub stream_bytes_sent: u64,
-    /// When the round ended: Unix seconds (a node) or the federation's round number (the
-    /// simulator). Checks compare it with the times the faults were applied.
+    /// When the round ended: Unix seconds (a node) or seconds on the simulated network's
+    /// virtual clock (the simulator). Checks compare it with the times the faults were applied.
     #[serde(default)]
     pub at: f64,
-    /// When the round started, on the same clock as `at` (the simulator: `at − 0.4`, after
-    /// the round's faults at `at − 0.5`).
+    /// When the round started, on the same clock as `at`.
     #[serde(default)]
     pub start: f64,
     /// L̂ per known peer after the E-step, `(peer, tracked loss)`, self included.
@@ -55,6 +54,42 @@ pub struct NodeRound {
     /// The first round after the node resumed from a checkpoint.
     #[serde(default)]
     pub resumed: bool,
+}
+
+impl NodeRound {
+    /// The record of round report `rep` of node `node`, which ended at `at` (seconds, on the
+    /// clock the driver's fault times use), with the bytes sent so far.
+    pub fn from_report(
+        node: u32,
+        rep: crate::core::round::RoundReport,
+        at: f64,
+        bytes_sent: u64,
+        stream_bytes_sent: u64,
+    ) -> Self {
+        let seconds = rep.duration.as_secs_f64();
+        let ids = |v: Vec<crate::ids::NodeId>| v.into_iter().map(|b| b.0).collect();
+        let pairs =
+            |v: Vec<(crate::ids::NodeId, f64)>| v.into_iter().map(|(b, x)| (b.0, x)).collect();
+        Self {
+            node,
+            round: rep.round,
+            version: rep.version,
+            sampled: ids(rep.sampled),
+            answered: ids(rep.answered),
+            gradients: rep.gradients,
+            weights: pairs(rep.weights),
+            eval: rep.eval.map(EvalRecord::from),
+            seconds,
+            bytes_sent,
+            stream_bytes_sent,
+            at,
+            start: at - seconds,
+            tracked: pairs(rep.tracked),
+            last: pairs(rep.last),
+            suspects: ids(rep.suspects),
+            resumed: rep.resumed,
+        }
+    }
 }
 
 /// A test score in a node's run log.

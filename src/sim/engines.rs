@@ -8,8 +8,9 @@
 //! ([`FedericoSilo`]) computes. Nothing here reads a clock: the engines' clock never moves, so
 //! no deadline is ever reached and every round ends on its last gradient.
 
+use super::mail::{Handle, Msg, deliver};
 use super::{Ctx, SimError, par_silos};
-use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig};
+use crate::core::round::{Action, Done, Job, Round, RoundConfig};
 use crate::core::{FedericoConfig, Peer};
 use crate::ids::NodeId;
 use crate::learn::Adam;
@@ -17,49 +18,6 @@ use crate::silo::federico::FedericoSilo;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// An inbound model request's handle: the requester and its name for the request.
-type Handle = (usize, ReqId);
-
-/// A message between two engines.
-enum Msg {
-    Pull {
-        from: usize,
-        round: u64,
-        req: ReqId,
-    },
-    Notice {
-        from: usize,
-        round: u64,
-        req: ReqId,
-    },
-    Fetch {
-        from: usize,
-        version: u64,
-        req: ReqId,
-    },
-    Finished {
-        from: usize,
-        req: ReqId,
-    },
-    Model {
-        req: ReqId,
-        version: u64,
-        params: Arc<Vec<f32>>,
-    },
-    Ack {
-        req: ReqId,
-    },
-    Gradient {
-        from: usize,
-        version: u64,
-        grad: Vec<f32>,
-    },
-    Skip {
-        from: usize,
-        version: u64,
-    },
-}
 
 /// Every silo's engine and model.
 pub(crate) struct Engines {
@@ -218,116 +176,32 @@ impl Engines {
 
     fn take_actions(&mut self, i: usize) -> Result<(), SimError> {
         while let Some(action) = self.rounds[i].poll_action() {
-            let (to, msg) = match action {
-                Action::Pull { req, to, round } => (
-                    to.index(),
-                    Msg::Pull {
-                        from: i,
-                        round,
-                        req,
-                    },
-                ),
-                Action::Notice { req, to, round } => (
-                    to.index(),
-                    Msg::Notice {
-                        from: i,
-                        round,
-                        req,
-                    },
-                ),
-                Action::Fetch { req, to, version } => (
-                    to.index(),
-                    Msg::Fetch {
-                        from: i,
-                        version,
-                        req,
-                    },
-                ),
-                Action::Finished { req, to } => (to.index(), Msg::Finished { from: i, req }),
-                Action::Serve {
-                    handle: (requester, req),
-                    version,
-                    params,
-                    ..
-                } => (
-                    requester,
-                    Msg::Model {
-                        req,
-                        version,
-                        params,
-                    },
-                ),
-                Action::Gradient {
-                    to, version, grad, ..
-                } => (
-                    to.index(),
-                    Msg::Gradient {
-                        from: i,
-                        version,
-                        grad,
-                    },
-                ),
-                Action::Skip { to, version } => (to.index(), Msg::Skip { from: i, version }),
-                Action::Run(job) => {
+            match Msg::from_action(i, action) {
+                Ok(sent) => self.mail.push_back(sent),
+                Err(Action::Run(job)) => {
                     if self.jobs[i].replace(job).is_some() {
                         return Err(SimError::Invariant(format!(
                             "silo-{i} asked for a job with one in flight"
                         )));
                     }
-                    continue;
                 }
-                Action::Report(rep) => {
-                    self.last_sampled[i] = rep.sampled;
-                    continue;
-                }
+                Err(Action::Report(rep)) => self.last_sampled[i] = rep.sampled,
                 // Nothing is ever restarted in a fault-free run.
-                Action::Checkpoint { .. } | Action::Log(_) => continue,
-            };
-            self.mail.push_back((to, msg));
+                Err(_) => {}
+            }
         }
         Ok(())
     }
 
     fn deliver(&mut self, to: usize, msg: Msg) -> Result<(), SimError> {
-        let now = self.now;
-        let r = &mut self.rounds[to];
-        match msg {
-            Msg::Pull { from, round, req } => {
-                r.handle_pull(now, NodeId(from as u32), round, (from, req))
+        match deliver(&mut self.rounds[to], self.now, msg) {
+            Ok(reply) => self.mail.extend(reply),
+            Err(e) => {
+                return Err(SimError::Invariant(format!(
+                    "silo-{to} rejected the gradient of silo-{}: {}",
+                    e.from, e.why
+                )));
             }
-            Msg::Notice { from, round, req } => {
-                r.handle_notice(now, NodeId(from as u32), round);
-                self.mail.push_back((from, Msg::Ack { req }));
-            }
-            Msg::Fetch { from, version, req } => {
-                r.handle_fetch(now, NodeId(from as u32), version, (from, req))
-            }
-            Msg::Finished { from, req } => {
-                r.handle_peer_finished(now, NodeId(from as u32));
-                self.mail.push_back((from, Msg::Ack { req }));
-            }
-            Msg::Model {
-                req,
-                version,
-                params,
-            } => r.handle_model(now, req, version, params),
-            Msg::Ack { req } => r.handle_ack(req),
-            Msg::Gradient {
-                from,
-                version,
-                grad,
-            } => r
-                .handle_gradient(now, NodeId(from as u32), version, grad)
-                .map_err(|e| {
-                    SimError::Invariant(format!(
-                        "silo-{to} rejected the gradient of silo-{from}: {e}"
-                    ))
-                })?,
-            Msg::Skip { from, version } => r
-                .handle_skip(now, NodeId(from as u32), version)
-                .map_err(|e| {
-                    SimError::Invariant(format!("silo-{to} rejected the skip of silo-{from}: {e}"))
-                })?,
         }
         Ok(())
     }

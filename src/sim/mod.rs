@@ -1,4 +1,4 @@
-//! The in-process simulator: all silos of a federation in one process, lock-step rounds,
+//! The in-process simulator: all silos of a federation in one process, round by round,
 //! deterministic for a seed (`federico simulate`).
 //!
 //! Owns: building each run (split, learners, identical initial weights for every algorithm),
@@ -11,12 +11,13 @@
 mod baselines;
 mod coordinated;
 mod engines;
-mod faults;
 mod fedcollab;
 mod feddisco;
 mod federico;
 mod fedsac;
 mod hcct;
+mod mail;
+mod network;
 mod pool;
 mod seed;
 

@@ -8,7 +8,8 @@
 
 use super::baselines::{FedAvgRun, LocalRun};
 use super::federico::FedericoRun;
-use super::{ClientEval, Ctx, Setup, SimError, coordinated, faults, io_err, ordered, setup};
+use super::network::FaultNet;
+use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
 use crate::faults::checks;
 use crate::learn::ModelSpec;
 use crate::report::records::{
@@ -93,14 +94,16 @@ pub(super) fn run_seed(
     // the recovery check.
     let schedule = scenario.fault_schedule()?;
     let faulty = !schedule.events.is_empty();
-    let mut fedrc = wants(Algorithm::Federico).then(|| {
-        let run = FedericoRun::new(&ctx, &init);
-        if faulty {
-            run.with_faults(schedule.clone(), scenario.rounds as u64, seed)
-        } else {
-            run
-        }
-    });
+    let mut fedrc = match wants(Algorithm::Federico) {
+        false => None,
+        true if faulty => Some(FedericoRun::new(&ctx, &init).with_faults(
+            &ctx,
+            schedule.clone(),
+            scenario.rounds as u64,
+            &init,
+        )?),
+        true => Some(FedericoRun::new(&ctx, &init)),
+    };
     let mut fault_free =
         (faulty && schedule.config.baseline).then(|| FedericoRun::new(&ctx, &init));
     let mut fault_free_finals = None;
@@ -301,24 +304,26 @@ pub(super) fn run_seed(
     })
 }
 
-/// The checks of a faulty FedeRiCo run; the round budget is τ_model + τ_grad (the simulator's
-/// rounds cost only their waits).
+/// The checks of a faulty FedeRiCo run, judged as a swarm's are ([`checks::round_budget`]) on
+/// the simulated network's virtual clock.
 fn fault_report(
     scenario: &Scenario,
-    f: &faults::FaultSim,
+    f: &FaultNet,
     groups: Option<&[usize]>,
     fault_free: Option<&[ClientEval]>,
 ) -> checks::Report {
     let baseline: Option<Vec<Option<EvalRecord>>> =
         fault_free.map(|v| v.iter().map(|&e| Some(e.into())).collect());
+    let seconds: Vec<f64> = f.traces.iter().flatten().map(|r| r.seconds).collect();
+    let budget = checks::round_budget(f.tau_model, f.tau_grad, &seconds);
     checks::evaluate(&checks::Inputs {
         schedule: &f.schedule,
         applied: &f.applied,
         traces: &f.traces,
         groups,
         baseline: baseline.as_deref(),
-        round_budget_s: f.tau_model + f.tau_grad,
-        stall_after: 1.0,
+        round_budget_s: budget,
+        stall_after: budget,
         suspect_after: scenario.federico.suspect_after,
         crashes: &f.crashes,
         exits: None,
@@ -327,11 +332,7 @@ fn fault_report(
 
 /// `faults.txt` (the printed report) and `traces.jsonl` (every silo's per-round record, as
 /// nodes write them) in the seed's directory.
-fn write_fault_files(
-    dir: &Path,
-    f: &faults::FaultSim,
-    report: &checks::Report,
-) -> Result<(), SimError> {
+fn write_fault_files(dir: &Path, f: &FaultNet, report: &checks::Report) -> Result<(), SimError> {
     let path = dir.join("faults.txt");
     std::fs::write(&path, report.render()).map_err(io_err(&path))?;
     let path = dir.join("traces.jsonl");

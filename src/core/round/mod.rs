@@ -211,6 +211,11 @@ impl<H> Round<H> {
         &self.peer
     }
 
+    /// The model this peer serves: its latest step's parameters.
+    pub fn snapshot(&self) -> &Arc<Vec<f32>> {
+        &self.snapshot
+    }
+
     /// Rounds completed.
     pub fn rounds_done(&self) -> u64 {
         self.round

@@ -266,6 +266,22 @@ fn accuracy(evals: impl Iterator<Item = EvalRecord>) -> Option<f64> {
     (n > 0).then(|| 100.0 * c as f64 / n as f64)
 }
 
+/// The longest a round may take under a schedule with deadlines `model_s` (τ_model) and
+/// `gradient_s` (τ_grad), in seconds: a pull's τ_model, the gradients' τ_grad and an evaluation
+/// fetch's τ_model, plus a compute allowance of 3× the median of the run's round times
+/// (`seconds`) and 1 s. Both drivers judge their rounds by it.
+pub fn round_budget(model_s: f64, gradient_s: f64, seconds: &[f64]) -> f64 {
+    let mut v = seconds.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    };
+    2.0 * model_s + gradient_s + 1.0 + 3.0 * median
+}
+
 /// Runs every check that the schedule calls for.
 pub fn evaluate(inputs: &Inputs<'_>) -> Report {
     let windows = partition_windows(inputs);

@@ -567,28 +567,13 @@ impl Driver {
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let seconds = rep.duration.as_secs_f64();
-        let ids = |v: Vec<NodeId>| v.into_iter().map(|b| b.0).collect();
-        let pairs = |v: Vec<(NodeId, f64)>| v.into_iter().map(|(b, x)| (b.0, x)).collect();
-        let rec = NodeRound {
-            node: self.me.0,
-            round: rep.round,
-            version: rep.version,
-            sampled: ids(rep.sampled),
-            answered: ids(rep.answered),
-            gradients: rep.gradients,
-            weights: pairs(rep.weights),
-            eval: rep.eval.map(EvalRecord::from),
-            seconds,
-            bytes_sent: self.metrics.sent.get(),
-            stream_bytes_sent: metrics::stream_bytes_sent(&self.registry),
+        let rec = NodeRound::from_report(
+            self.me.0,
+            rep,
             at,
-            start: at - seconds,
-            tracked: pairs(rep.tracked),
-            last: pairs(rep.last),
-            suspects: ids(rep.suspects),
-            resumed: rep.resumed,
-        };
+            self.metrics.sent.get(),
+            metrics::stream_bytes_sent(&self.registry),
+        );
         let path = &self.log_path;
         serde_json::to_writer(&mut self.log, &rec)
             .map_err(|e| fatal(format!("{}: {e}", path.display())))?;
