@@ -10,6 +10,8 @@
 //! FedCollab 89.51 %, Local 86.80 %, FedAvg 43.70 % (mean of seeds 1-2); both seeds give the
 //! structure {0,1} {2,3} {4-7}.
 
+mod common;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -18,12 +20,7 @@ use std::process::Command;
 /// returns its `summary.json`. The binary, not `sim::run`, so the run gets `main`'s settings
 /// (one candle thread per silo worker, freed memory kept): in the test harness the same run is
 /// about 4x slower.
-fn simulate(out: &Path, overrides: &[&str]) -> Value {
-    let dir = std::env::var_os("FEDERICO_DATA_DIR").unwrap_or_else(|| {
-        panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
-        )
-    });
+fn simulate(dir: &Path, out: &Path, overrides: &[&str]) -> Value {
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fedcollab-repro.toml");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_federico"));
     cmd.arg("simulate")
@@ -70,8 +67,14 @@ fn mean(xs: &[f64]) -> f64 {
 
 #[test]
 fn fedcollab_beats_local_beats_global_under_label_shift() {
+    let Some(data) = common::data_dir(
+        "fedcollab_beats_local_beats_global_under_label_shift",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     let out = tempfile::tempdir().unwrap();
-    let summary = simulate(out.path(), &SMALL);
+    let summary = simulate(&data, out.path(), &SMALL);
     let algorithm = |list: &Value, alg: &str| -> Value {
         list.as_array()
             .expect("a list of algorithms")
@@ -155,6 +158,12 @@ fn fedcollab_beats_local_beats_global_under_label_shift() {
 
 #[test]
 fn same_seed_gives_identical_files_whatever_the_thread_count() {
+    let Some(data) = common::data_dir(
+        "same_seed_gives_identical_files_whatever_the_thread_count",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     // An economy discriminator (hidden 32, at most 200 rounds) and 3 rounds keep this short.
     let base = [
         "split.clients=8",
@@ -170,7 +179,7 @@ fn same_seed_gives_identical_files_whatever_the_thread_count() {
             let mut o: Vec<&str> = base.to_vec();
             o.push(t);
             let dir = tempfile::tempdir().unwrap();
-            simulate(dir.path(), &o);
+            simulate(&data, dir.path(), &o);
             dir
         })
         .collect();

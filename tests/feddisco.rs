@@ -10,21 +10,20 @@
 //! order the same way (docs/results-feddisco.md). Needs `FEDERICO_DATA_DIR` (the directory
 //! holding `fashion-mnist/`).
 
+mod common;
+
 use federico::scenario::Scenario;
 use federico::sim;
 use std::path::Path;
 
 /// Runs the shipped scenario with `overrides`; returns the per-round accuracies of seed 1.
-fn run(overrides: &[&str], out: &Path) -> Vec<f64> {
-    let dir = std::env::var_os("FEDERICO_DATA_DIR").expect(
-        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)",
-    );
+fn run(dir: &Path, overrides: &[&str], out: &Path) -> Vec<f64> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/feddisco-repro.toml");
     let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
     let s = Scenario::load_with(&path, &overrides).expect("the shipped scenario is valid");
     let opts = sim::Options {
         out: out.to_owned(),
-        data_dir: Some(dir.into()),
+        data_dir: Some(dir.to_owned()),
         progress: false,
     };
     sim::run(&s, &opts).expect("simulation runs");
@@ -41,9 +40,16 @@ const SMALL: [&str; 3] = ["seeds=[1]", "rounds=20", "data.fraction=0.25"];
 
 #[test]
 fn disco_weights_beat_size_weights_on_niid2() {
+    let Some(data) = common::data_dir(
+        "disco_weights_beat_size_weights_on_niid2",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let disco = run(&SMALL, &tmp.path().join("disco"));
+    let disco = run(&data, &SMALL, &tmp.path().join("disco"));
     let fedavg = run(
+        &data,
         &[&SMALL[..], &["feddisco.a=0", "feddisco.b=0"]].concat(),
         &tmp.path().join("fedavg"),
     );
@@ -55,6 +61,12 @@ fn disco_weights_beat_size_weights_on_niid2() {
 
 #[test]
 fn same_seed_gives_a_bit_identical_summary() {
+    let Some(data) = common::data_dir(
+        "same_seed_gives_a_bit_identical_summary",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let tiny = [
         "seeds=[1]",
@@ -62,8 +74,8 @@ fn same_seed_gives_a_bit_identical_summary() {
         "data.fraction=0.05",
         "feddisco.clients_per_round=4",
     ];
-    run(&tiny, &tmp.path().join("a"));
-    run(&tiny, &tmp.path().join("b"));
+    run(&data, &tiny, &tmp.path().join("a"));
+    run(&data, &tiny, &tmp.path().join("b"));
     let read = |d: &str| std::fs::read(tmp.path().join(d).join("summary.json")).unwrap();
     assert_eq!(read("a"), read("b"));
 }

@@ -12,20 +12,19 @@
 //! document gives the numbers and the reason (the model similarity saturates and the graph
 //! collapses towards FedAvg). Needs `FEDERICO_DATA_DIR` (the directory holding `fashion-mnist/`).
 
+mod common;
+
 use federico::scenario::Scenario;
 use federico::sim;
 use std::path::Path;
 
-fn run(overrides: &[&str], out: &Path) -> sim::Outcome {
-    let dir = std::env::var_os("FEDERICO_DATA_DIR").expect(
-        "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)",
-    );
+fn run(dir: &Path, overrides: &[&str], out: &Path) -> sim::Outcome {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fedsac-repro.toml");
     let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
     let s = Scenario::load_with(&path, &overrides).expect("the shipped scenario is valid");
     let opts = sim::Options {
         out: out.to_owned(),
-        data_dir: Some(dir.into()),
+        data_dir: Some(dir.to_owned()),
         progress: false,
     };
     sim::run(&s, &opts).expect("simulation runs")
@@ -42,8 +41,15 @@ fn accuracy(o: &sim::Outcome, alg: &str) -> f64 {
 
 #[test]
 fn fedsac_beats_fedavg_under_high_label_skew() {
+    let Some(data) = common::data_dir(
+        "fedsac_beats_fedavg_under_high_label_skew",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let o = run(
+        &data,
         &[
             "seeds=[1]",
             "rounds=10",
@@ -61,8 +67,12 @@ fn fedsac_beats_fedavg_under_high_label_skew() {
 
 #[test]
 fn fedsac_beats_local_on_iid_silos() {
+    let Some(data) = common::data_dir("fedsac_beats_local_on_iid_silos", &["fashion-mnist"]) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let o = run(
+        &data,
         &[
             "seeds=[1]",
             "rounds=10",
@@ -81,6 +91,12 @@ fn fedsac_beats_local_on_iid_silos() {
 
 #[test]
 fn same_seed_gives_a_bit_identical_summary() {
+    let Some(data) = common::data_dir(
+        "same_seed_gives_a_bit_identical_summary",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let tiny = [
         "seeds=[1]",
@@ -90,8 +106,8 @@ fn same_seed_gives_a_bit_identical_summary() {
         "fedsac.local_steps=5",
         "fedsac.cohort_size=6",
     ];
-    run(&tiny, &tmp.path().join("a"));
-    run(&tiny, &tmp.path().join("b"));
+    run(&data, &tiny, &tmp.path().join("a"));
+    run(&data, &tiny, &tmp.path().join("b"));
     let read = |d: &str| std::fs::read(tmp.path().join(d).join("summary.json")).unwrap();
     assert_eq!(read("a"), read("b"));
 }

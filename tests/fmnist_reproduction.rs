@@ -18,6 +18,8 @@
 //! FedAvg 48.58 on average. A one-seed check of a margin that small tested the CPU, not the
 //! algorithm (it failed on the second machine), so the ordering is checked on the means.
 
+mod common;
+
 use federico::scenario::Scenario;
 use federico::sim;
 use std::path::Path;
@@ -42,10 +44,11 @@ fn fashion_mnist_label_groups_reproduce_the_papers_ordering() {
         // environment (the harness's main thread only waits for this one).
         unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
     }
-    let Some(dir) = std::env::var_os("FEDERICO_DATA_DIR") else {
-        panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
-        );
+    let Some(dir) = common::data_dir(
+        "fashion_mnist_label_groups_reproduce_the_papers_ordering",
+        &["fashion-mnist"],
+    ) else {
+        return;
     };
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/fmnist-g4.toml");
     let s = Scenario::load_with(

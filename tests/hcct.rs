@@ -4,6 +4,8 @@
 //! *are* those baselines; `sim::hcct`'s unit tests check it bit for bit), so the three rows
 //! differ only in the partition. Runs are deterministic, so each check is exact for its seeds.
 
+mod common;
+
 use federico::scenario::Scenario;
 use federico::sim;
 use std::path::Path;
@@ -81,10 +83,11 @@ fn same_seed_gives_a_bit_identical_summary() {
 /// `tests/fmnist_reproduction.rs` does.
 #[test]
 fn fashion_mnist_label_groups_reproduce_the_headline_ordering() {
-    let Some(dir) = std::env::var_os("FEDERICO_DATA_DIR") else {
-        panic!(
-            "set FEDERICO_DATA_DIR to the data directory holding fashion-mnist/ (see the Real data section of the README)"
-        );
+    let Some(dir) = common::data_dir(
+        "fashion_mnist_label_groups_reproduce_the_headline_ordering",
+        &["fashion-mnist"],
+    ) else {
+        return;
     };
     let [ind, glob, hc] = ordering("hcct-repro.toml", "seeds=[1]", Some(Path::new(&dir)));
     assert!(hc > ind, "HCCT {hc} should beat independent training {ind}");
