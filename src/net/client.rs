@@ -12,6 +12,7 @@
 
 use super::behaviour::{Exchange, Message};
 use crate::protocol::{CollabResponse, CoordRequest, CoordResponse};
+use libp2p::futures::FutureExt;
 use libp2p::request_response::{self as rr, OutboundRequestId};
 use std::collections::HashMap;
 use std::future::Future;
@@ -122,8 +123,9 @@ impl<C> Client<C> {
     }
 
     /// A request asked again every `retry_every` while it fails transiently or the answer is
-    /// "not ready", until `until`: the last answer or failure (a request cut short by `until`
-    /// is [`ExchangeError::TimedOut`]). Refusals and other answers come back at once.
+    /// "not ready", as long as another try fits before `until`: the last answer or failure (a
+    /// request cut short by `until` is [`ExchangeError::TimedOut`]). Refusals and other answers
+    /// come back at once.
     pub(super) async fn request_until<T: Answer>(
         &self,
         make: impl Fn(Reply<T>) -> C,
@@ -131,7 +133,9 @@ impl<C> Client<C> {
         retry_every: Duration,
     ) -> Result<T, ExchangeError> {
         let end = tokio::time::sleep_until(until);
-        tokio::pin!(end);
+        // Past this, a pause and another try would not fit before `until`.
+        let last_try = tokio::time::sleep_until(until.checked_sub(retry_every).unwrap_or(until));
+        tokio::pin!(end, last_try);
         loop {
             let r = tokio::select! {
                 biased;
@@ -142,14 +146,10 @@ impl<C> Client<C> {
                 Ok(a) => a.not_ready(),
                 Err(e) => e.transient(),
             };
-            if !again {
+            if !again || last_try.as_mut().now_or_never().is_some() {
                 return r;
             }
-            tokio::select! {
-                biased;
-                _ = &mut end => return r,
-                _ = tokio::time::sleep(retry_every) => {}
-            }
+            tokio::time::sleep(retry_every).await;
         }
     }
 }

@@ -75,6 +75,7 @@ impl Trainer {
         jobs: mpsc::Receiver<Work>,
         done: tokio::sync::mpsc::Sender<Output>,
     ) {
+        crate::learn::runtime::flush_denormals_to_zero();
         each_job(jobs, |work| {
             let out = self.handle(work).unwrap_or_else(Output::Failed);
             done.blocking_send(out).is_ok()
@@ -110,7 +111,6 @@ impl Trainer {
 /// The loop of every training thread: `handle` runs each job until the job channel closes or
 /// `handle` says stop (its results have no taker).
 fn each_job<J>(jobs: mpsc::Receiver<J>, mut handle: impl FnMut(J) -> bool) {
-    crate::learn::runtime::flush_denormals_to_zero();
     while let Ok(job) = jobs.recv() {
         if !handle(job) {
             break;
@@ -128,7 +128,8 @@ pub(crate) struct WorkerGone;
 
 /// A dedicated training thread that owns `S` (a learner, its data, its random streams) and runs
 /// the closures it is handed on it, one at a time. Dropping the worker ends the thread once
-/// the jobs already queued are done.
+/// the jobs already queued are done. Unlike the [`Trainer`], it keeps IEEE denormals: the
+/// coordinated and FedCollab nodes match `federico simulate` bit for bit, which keeps them too.
 pub(crate) struct Worker<S> {
     jobs: mpsc::SyncSender<WorkerJob<S>>,
 }

@@ -167,6 +167,30 @@ fn recipe(cc: &Coordinated, cfg: &NodeConfig, me: NodeId, rows: usize) -> LocalR
     }
 }
 
+/// The checkpoint's round, last global, model and trainings (`init`'s model at round 0 when
+/// there is none). One of an older federico resumes without replaying the batch order.
+fn resume(
+    ckpt: &std::path::Path,
+    peer_id: &str,
+    init: impl FnOnce() -> Vec<f32>,
+) -> anyhow::Result<(u64, Option<u64>, Vec<f32>, u64)> {
+    let saved = read_saved(ckpt)?;
+    if saved.as_ref().is_some_and(|(s, _)| s.peer_id != peer_id) {
+        anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
+    }
+    Ok(match saved {
+        Some((s, true)) => (s.round, s.last_global, s.params, s.trained),
+        Some((s, false)) => {
+            warn!(
+                round = s.round,
+                "checkpoint from an older federico: resuming without replaying the batch order"
+            );
+            (s.round, s.last_global, s.params, 0)
+        }
+        None => (0, None, init(), 0),
+    })
+}
+
 /// The node's state (resumed from its checkpoint, or fresh), its training thread, its swarm
 /// and its run log (cut back to the checkpoint).
 fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
@@ -189,36 +213,11 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
 
     std::fs::create_dir_all(&cfg.state_dir)?;
     let ckpt = cfg.state_dir.join("coordinated.bin");
-    let saved = read_saved(&ckpt)?;
-    if saved
-        .as_ref()
-        .is_some_and(|(s, _)| s.peer_id != peer_id.to_string())
-    {
-        anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
-    }
-    let replay = match &saved {
-        Some((s, true)) => s.trained,
-        Some((s, false)) => {
-            warn!(
-                round = s.round,
-                "checkpoint from an older federico: resuming without replaying the batch order"
-            );
-            0
-        }
-        None => 0,
+    let init = || {
+        let seed = stream_seed(cfg.seed, me, Stream::Init);
+        learner.init_params(&mut StdRng::seed_from_u64(seed))
     };
-    let (round, last_global, model) = match saved {
-        Some((s, _)) => (s.round, s.last_global, s.params),
-        None => (
-            0,
-            None,
-            learner.init_params(&mut StdRng::seed_from_u64(stream_seed(
-                cfg.seed,
-                me,
-                Stream::Init,
-            ))),
-        ),
-    };
+    let (round, last_global, model, replay) = resume(&ckpt, &peer_id.to_string(), init)?;
     let mut recipe = recipe(&cc, &cfg, me, rows);
     // Resumed: the streams go where an uninterrupted run's are after its trainings.
     recipe.skip(replay, rows, batch);
