@@ -921,7 +921,7 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
             };
             match &r {
                 // Silo-0 may not have built its discriminator yet.
-                CollabResponse::Error { reason } if reason.starts_with("not ready") => {
+                CollabResponse::NotReady { .. } => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 _ => return r,

@@ -249,6 +249,9 @@ fn collab_response() -> impl Strategy<Value = CollabResponse> {
         }),
         Just(CollabResponse::Ack),
         Just(CollabResponse::Restart),
+        vec(any::<char>(), 0..60).prop_map(|c| CollabResponse::NotReady {
+            reason: c.into_iter().collect()
+        }),
         vec(any::<char>(), 0..60).prop_map(|c| CollabResponse::Error {
             reason: c.into_iter().collect()
         }),

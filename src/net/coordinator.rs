@@ -305,9 +305,8 @@ impl Driver<'_> {
                 && !self.state.plan_out()
                 && self.state.registered() > 0
             {
-                let at = *join_deadline
-                    .get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
-                if (join_due || Instant::now() >= at) && self.state.may_close_joining() {
+                join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
+                if join_due && self.state.may_close_joining() {
                     let absent = self.state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
                     warn!(
                         ?absent,
@@ -317,9 +316,6 @@ impl Driver<'_> {
                     self.save()?;
                     self.serve_held();
                     continue;
-                }
-                if Instant::now() >= at {
-                    join_due = true;
                 }
             }
             // The round clock runs whenever a round is open and someone registered, so a round
@@ -335,13 +331,12 @@ impl Driver<'_> {
                 info!("all rounds done; serving the final model a while");
                 linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
             }
-            let wake = match (self.round_deadline, linger) {
-                (_, Some(l)) => l,
-                (Some(d), None) => d,
-                (None, None) => join_deadline
-                    .filter(|_| !join_due && !self.state.plan_out())
-                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
-            };
+            let wake = linger
+                .or(self.round_deadline)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            // The join deadline, while joining is open and it has not passed yet.
+            let join_at = join_deadline.filter(|_| !join_due && !self.state.plan_out());
+            let join_timer = tokio::time::sleep_until(join_at.unwrap_or(wake));
             tokio::select! {
                 _ = &mut shutdown => {
                     info!("stopped by a signal");
@@ -351,12 +346,12 @@ impl Driver<'_> {
                     if linger.is_some() {
                         return Ok(());
                     }
-                    // (Without a round open, this was the join deadline: the top of the loop
-                    // handles it.)
                     if self.round_deadline.is_some() {
                         self.close_round(true)?;
                     }
                 }
+                // (The top of the loop closes joining once it may.)
+                _ = join_timer, if join_at.is_some() => join_due = true,
                 ev = self.swarm.select_next_some() => {
                     let SwarmEvent::Behaviour(CoordBehaviourEvent::Coord(rr::Event::Message {
                         peer,

@@ -2,8 +2,10 @@
 //! Owns: identity and membership ([`identity`]), every config file of a node or coordinator
 //! ([`config`]), the wire codec and behaviour, the round driver that moves models and gradients
 //! between the FedeRiCo core and the network ([`node`]), the coordinated node
-//! ([`coordinated`], FedCollab's in `collab_node`, both asking the coordinator through
-//! `client`), the coordinator ([`coordinator`]), the training thread, checkpoints and metrics.
+//! ([`coordinated`], FedCollab's in `collab_node`, both talking to their swarm through the one
+//! client/event-loop pattern of `client`), the coordinator ([`coordinator`]), the training
+//! threads (`trainer`: one dedicated thread per node over bounded channels), checkpoints and
+//! metrics.
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients),
 //! or train inside the swarm event loop: training runs on its own thread.
 

@@ -1,12 +1,17 @@
-//! The training thread of a node: owns the candle model workspace, the silo's data and its own
-//! model ([`FedericoSilo`]), and runs the jobs the round engine asks for, one at a time.
+//! The training threads of the nodes: one dedicated thread per node (or per pair of
+//! FedCollab's discriminators) that owns the candle model workspace and runs jobs one at a
+//! time, over bounded channels. [`Trainer`] is the FedeRiCo node's (its silo's data and its own
+//! model, [`FedericoSilo`], and the jobs the round engine asks for); [`Worker`] is the same
+//! thread for the coordinated and FedCollab nodes, whose jobs are closures over its state.
 //! Owns: every tensor computation of a node (through [`FedericoSilo`], the simulator's own
-//! arithmetic) and writing checkpoints (file I/O stays off the event loop too).
+//! arithmetic, or the closures a [`Worker`] is handed) and writing the FedeRiCo checkpoints
+//! (file I/O stays off the event loop too).
 //! Must not: decide anything (weights come in with the jobs) or touch the network.
 //!
 //! Channels are bounded both ways: the event loop never blocks on a full job queue (it only
-//! ever has a learner job and a checkpoint in flight, [`QUEUE`] leaves room), and the thread
-//! waits for the event loop to take its results.
+//! ever has a learner job and a checkpoint in flight, [`QUEUE`] leaves room; a [`Worker`]'s
+//! caller waits for each result before the next job), and the thread waits for the event loop
+//! to take its results.
 
 use crate::core::Peer;
 use crate::core::round::{Done, Job};
@@ -14,6 +19,7 @@ use crate::learn::{ClientData, Learner, ModelSpec};
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use std::path::PathBuf;
 use std::sync::mpsc;
+use tokio::sync::oneshot;
 
 /// Room in each channel between the event loop and the thread.
 pub(crate) const QUEUE: usize = 8;
@@ -70,12 +76,10 @@ impl Trainer {
         done: tokio::sync::mpsc::Sender<Output>,
     ) {
         crate::learn::runtime::flush_denormals_to_zero();
-        while let Ok(work) = jobs.recv() {
+        each_job(jobs, |work| {
             let out = self.handle(work).unwrap_or_else(Output::Failed);
-            if done.blocking_send(out).is_err() {
-                break;
-            }
-        }
+            done.blocking_send(out).is_ok()
+        });
     }
 
     fn handle(&mut self, work: Work) -> Result<Output, String> {
@@ -101,5 +105,78 @@ impl Trainer {
                 Ok(Output::Saved { round })
             }
         }
+    }
+}
+
+/// The loop of every training thread: `handle` runs each job until the job channel closes or
+/// `handle` says stop (its results have no taker).
+fn each_job<J>(jobs: mpsc::Receiver<J>, mut handle: impl FnMut(J) -> bool) {
+    while let Ok(job) = jobs.recv() {
+        if !handle(job) {
+            break;
+        }
+    }
+}
+
+/// A job for a [`Worker`]: runs on its state, sends its own result.
+type WorkerJob<S> = Box<dyn FnOnce(&mut S) + Send>;
+
+/// The training thread is gone (it panicked, or its state could not be built).
+#[derive(Debug, thiserror::Error)]
+#[error("the training thread stopped")]
+pub(crate) struct WorkerGone;
+
+/// A dedicated training thread that owns `S` (a learner, its data, its random streams) and runs
+/// the closures it is handed on it, one at a time. Dropping the worker ends the thread once
+/// the jobs already queued are done. Unlike the [`Trainer`], it keeps IEEE denormals: the
+/// coordinated and FedCollab nodes match `federico simulate` bit for bit, which keeps them too.
+pub(crate) struct Worker<S> {
+    jobs: mpsc::SyncSender<WorkerJob<S>>,
+}
+
+impl<S: Send + 'static> Worker<S> {
+    /// Starts the thread `name` with `state`.
+    pub(crate) fn spawn(name: &str, mut state: S) -> std::io::Result<Self> {
+        let (jobs, rx) = mpsc::sync_channel::<WorkerJob<S>>(QUEUE);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                each_job(rx, |job| {
+                    job(&mut state);
+                    true
+                })
+            })?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `f` on the thread's state and waits for its result.
+    pub(crate) async fn run<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut S) -> R + Send + 'static,
+    ) -> Result<R, WorkerGone> {
+        let (tx, rx) = oneshot::channel();
+        let job: WorkerJob<S> = Box::new(move |s| {
+            let _ = tx.send(f(s));
+        });
+        // The callers wait for each result before the next job: the queue never fills.
+        self.jobs.try_send(job).map_err(|_| WorkerGone)?;
+        rx.await.map_err(|_| WorkerGone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_worker_runs_its_jobs_in_order_on_its_own_state() {
+        let w = Worker::spawn("test", Vec::new()).unwrap();
+        for i in 0..3 {
+            w.run(move |v: &mut Vec<i32>| v.push(i)).await.unwrap();
+        }
+        assert_eq!(w.run(|v| v.clone()).await.unwrap(), vec![0, 1, 2]);
+        let r = w.run(|_| -> i32 { panic!("a job that panics") }).await;
+        assert!(r.is_err());
+        assert!(w.run(|v| v.len()).await.is_err(), "the thread is gone");
     }
 }

@@ -69,7 +69,7 @@ pub enum CollabResponse {
     },
     /// Recorded.
     Ack,
-    /// Refused, or not possible yet.
+    /// Refused (final: asking again gets the same answer).
     Error {
         /// Why, in words.
         reason: String,
@@ -78,6 +78,11 @@ pub enum CollabResponse {
     /// restarted and its pair had not finished): start the pair over from round 0. Both
     /// halves are deterministic, so the rerun ends with the distance the first run would have.
     Restart,
+    /// Not possible yet (the silo has no distance plan, so no discriminator): ask again.
+    NotReady {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// An accuracy a silo reports must be a fraction.

@@ -1,0 +1,296 @@
+//! The answering side of a silo's discriminator pairs (FedCollab spec §6 phase 2): the pairs
+//! with higher-index partners, which drive them, answered on the silo's discriminator thread.
+//! Owns: this side's half of each such pair (its steps, the cache of the last answer for
+//! retransmissions, starting a pair over when either side was restarted), giving up on a
+//! silent partner, and one result per pair.
+//! Must not: touch the network (the event loop hands requests over and sends the answers),
+//! or do the distances' arithmetic ([`PairHalf`] does).
+
+use super::link::DiscJob;
+use crate::coord::PairDistance;
+use crate::coord::fedcollab::FedCollabConfig;
+use crate::learn::Learner;
+use crate::protocol::{CollabRequest, CollabResponse};
+use crate::silo::fedcollab::{DiscData, DiscModel, PairHalf};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+/// What the answering side is given: the silo, its partners, the discriminator.
+pub(super) struct Answering {
+    pub(super) me: usize,
+    /// The planned partners with a higher index (they drive).
+    pub(super) higher: Vec<usize>,
+    /// Pairs that ended before a restart: partner → rounds.
+    pub(super) kept: HashMap<usize, u32>,
+    pub(super) model: Arc<DiscModel>,
+    pub(super) disc: Arc<DiscData>,
+    pub(super) fc: FedCollabConfig,
+    pub(super) seed: u64,
+    pub(super) learner: Learner,
+    /// One result per partner not in `kept` (bounded with room for all of them).
+    pub(super) done: mpsc::Sender<PairDistance>,
+    /// A partner silent this long has its pair given up.
+    pub(super) idle: Duration,
+}
+
+/// This side's half of one pair.
+struct Pair {
+    half: PairHalf,
+    /// This side's accuracy of the last evaluated average, until the partner's arrives.
+    pending: Option<f64>,
+    last: Option<(u32, CollabResponse)>,
+    seen: Instant,
+}
+
+/// The answering side of this silo's pairs with higher-index partners, on its own thread:
+/// each `DiscStep` is the partner's weights of a round; this side takes its own step from the
+/// pair's average, averages, evaluates when due and answers with its weights (and accuracy).
+/// A retransmitted round is answered from the cache without stepping again. A partner silent
+/// for `idle` has its pair given up (distance `None`). Sends one result per partner not in
+/// `kept`.
+///
+/// Restarts: a round past 0 of a pair this side does not hold (it was restarted) is answered
+/// [`CollabResponse::Restart`]; round 0 of a pair this side holds further on means the
+/// partner restarted: the pair starts over. A repeated `DiscDone` of a pair that ended with
+/// the same rounds is acknowledged again (the first acknowledgement may have been lost).
+pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
+    let finished: HashSet<usize> = a.kept.keys().copied().collect();
+    let mut side = Side {
+        params: a.model.init.len(),
+        started: Instant::now(),
+        pairs: HashMap::new(),
+        finished,
+        // Pairs that ended with an estimate: partner → rounds.
+        agreed: a.kept.clone(),
+        a,
+    };
+    while side.finished.len() < side.a.higher.len() {
+        match jobs.recv_timeout(Duration::from_millis(250)) {
+            Ok(DiscJob { from, req, reply }) => {
+                let _ = reply.send(side.answer(from, req));
+            }
+            Err(RecvTimeoutError::Timeout) => side.give_up_silent(),
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+}
+
+/// The answering side's state.
+struct Side {
+    a: Answering,
+    /// Weights a request must carry.
+    params: usize,
+    started: Instant,
+    pairs: HashMap<usize, Pair>,
+    finished: HashSet<usize>,
+    agreed: HashMap<usize, u32>,
+}
+
+fn refuse(reason: String) -> CollabResponse {
+    CollabResponse::Error { reason }
+}
+
+impl Side {
+    /// Records a pair's result, once.
+    fn finish(&mut self, partner: usize, d: Option<f64>, rounds: u32) {
+        if self.finished.insert(partner) {
+            let _ = self.a.done.try_send(PairDistance {
+                partner: partner as u32,
+                distance: d,
+                rounds,
+            });
+        }
+    }
+
+    /// Gives up the pairs whose partner has been silent for `idle`.
+    fn give_up_silent(&mut self) {
+        for partner in self.a.higher.clone() {
+            let seen = self.pairs.get(&partner).map_or(self.started, |p| p.seen);
+            if !self.finished.contains(&partner) && seen.elapsed() > self.a.idle {
+                warn!(partner, "pair partner silent: pair given up");
+                self.finish(partner, None, 0);
+            }
+        }
+    }
+
+    /// The answer to one pair request from silo `from`.
+    fn answer(&mut self, from: usize, req: CollabRequest) -> CollabResponse {
+        let me = self.a.me;
+        if !self.a.higher.contains(&from) {
+            return refuse(format!(
+                "silo {from} does not drive a pair with silo {me} (the higher index of two \
+                 planned silos drives)"
+            ));
+        }
+        if self.finished.contains(&from) {
+            let again = matches!(req, CollabRequest::DiscDone { rounds, .. }
+                if self.agreed.get(&from) == Some(&rounds));
+            return if again {
+                CollabResponse::Ack
+            } else {
+                refuse(format!("the pair ({me}, {from}) is over"))
+            };
+        }
+        if let Err(reason) = req.check(self.params) {
+            warn!(partner = from, %reason, "refused a pair request");
+            return refuse(reason);
+        }
+        if let Err(answer) = self.hold(from, &req) {
+            return answer;
+        }
+        match req {
+            CollabRequest::DiscStep {
+                round,
+                weights,
+                acc,
+            } => self.step(from, round, &weights, acc),
+            CollabRequest::DiscDone { rounds, acc } => self.done(from, rounds, acc),
+            CollabRequest::Model { .. } => refuse("not a pair request".into()),
+        }
+    }
+
+    /// The pair `req` belongs to, started (or started over) as the request says; the answer
+    /// instead when the pair cannot go on here.
+    fn hold(&mut self, from: usize, req: &CollabRequest) -> Result<(), CollabResponse> {
+        let continues = match req {
+            CollabRequest::DiscStep { round, .. } => *round > 0,
+            CollabRequest::DiscDone { .. } => true,
+            CollabRequest::Model { .. } => false,
+        };
+        match self.pairs.get(&from) {
+            None if continues => {
+                info!(
+                    partner = from,
+                    "a pair this silo does not hold: asking to start it over"
+                );
+                return Err(CollabResponse::Restart);
+            }
+            Some(p)
+                if matches!(req, CollabRequest::DiscStep { round: 0, .. })
+                    && p.half.rounds() > 0
+                    && !matches!(p.last, Some((0, _))) =>
+            {
+                info!(
+                    partner = from,
+                    at = p.half.rounds(),
+                    "the partner started the pair over (restarted): so does this side"
+                );
+                self.pairs.remove(&from);
+            }
+            _ => {}
+        }
+        if !self.pairs.contains_key(&from) {
+            let a = &self.a;
+            match PairHalf::new(&a.fc, &a.model, a.disc.clone(), a.me, from, a.seed) {
+                Ok(half) => {
+                    let pair = Pair {
+                        half,
+                        pending: None,
+                        last: None,
+                        seen: Instant::now(),
+                    };
+                    self.pairs.insert(from, pair);
+                }
+                Err(reason) => {
+                    self.finish(from, None, 0);
+                    return Err(refuse(reason));
+                }
+            }
+        }
+        if let Some(p) = self.pairs.get_mut(&from) {
+            p.seen = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// The partner's weights of `round`: this side's step, the average, the evaluation when
+    /// due; a retransmitted round is answered from the cache.
+    fn step(
+        &mut self,
+        from: usize,
+        round: u32,
+        weights: &[f32],
+        acc: Option<f64>,
+    ) -> CollabResponse {
+        let me = self.a.me;
+        let pair = self.pairs.get_mut(&from).expect("held above");
+        if let Some((r, resp)) = &pair.last
+            && *r == round
+        {
+            // The partner did not get the answer: send it again.
+            return resp.clone();
+        }
+        if round as usize != pair.half.rounds() {
+            return refuse(format!(
+                "round {round}; the pair ({me}, {from}) is at round {}",
+                pair.half.rounds()
+            ));
+        }
+        let learner = &mut self.a.learner;
+        let step = (|| -> Result<CollabResponse, String> {
+            if let Some(acc_hi) = acc {
+                let acc_lo = pair
+                    .pending
+                    .take()
+                    .ok_or("an accuracy for a round that was not evaluated")?;
+                if pair.half.record(acc_lo, acc_hi) {
+                    return Err("the pair has stopped: expected its end".into());
+                }
+            }
+            let own = pair.half.step(learner).map_err(|e| e.to_string())?;
+            let evaluated = pair.half.combine(&own, weights)?;
+            let acc = if evaluated {
+                Some(pair.half.accuracy(learner).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
+            pair.pending = acc;
+            Ok(CollabResponse::DiscStep {
+                weights: Arc::new(own),
+                acc,
+            })
+        })();
+        match step {
+            Ok(resp) => {
+                pair.last = Some((round, resp.clone()));
+                resp
+            }
+            Err(reason) => {
+                warn!(partner = from, %reason, "pair failed");
+                let rounds = pair.half.rounds() as u32;
+                self.finish(from, None, rounds);
+                refuse(reason)
+            }
+        }
+    }
+
+    /// The partner stopped the pair after `rounds`: acknowledged when this side would stop
+    /// there too.
+    fn done(&mut self, from: usize, rounds: u32, acc: Option<f64>) -> CollabResponse {
+        let pair = self.pairs.get_mut(&from).expect("held above");
+        if let (Some(acc_hi), Some(acc_lo)) = (acc, pair.pending.take()) {
+            pair.half.record(acc_lo, acc_hi);
+        }
+        let (here, stops, estimate) = (pair.half.rounds(), pair.half.done(), pair.half.estimate());
+        if rounds as usize == here && stops {
+            if estimate.is_some() {
+                self.agreed.insert(from, rounds);
+            }
+            self.finish(from, estimate, rounds);
+            return CollabResponse::Ack;
+        }
+        warn!(
+            partner = from,
+            rounds, here, "the partner stopped where this side would not"
+        );
+        self.finish(from, None, rounds);
+        refuse(format!(
+            "stopped after {rounds} rounds; this side ran {here} and would {}stop",
+            if stops { "" } else { "not " }
+        ))
+    }
+}

@@ -1,0 +1,145 @@
+//! The coordinated node's event loop: owns its swarm (the manifest's allow list and
+//! `/federico/coord/2`) and carries the round loop's requests to the coordinator, through the
+//! node's [`Client`].
+//! Owns: the node's behaviour, dialing the coordinator, and the requests the round loop makes
+//! of it with their retry budgets ([`register_until`], [`fetch_until`], [`ask`]).
+//! Must not: decide what the answers mean (the round loop does) or train.
+
+use crate::net::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
+use crate::net::client::{Client, ExchangeError, Pending, Reply, route_coord_event};
+use crate::net::metrics::Metrics;
+use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
+use libp2p::futures::StreamExt;
+use libp2p::request_response::{self as rr, ProtocolSupport};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
+
+/// How often an unreachable coordinator is asked again within a budget.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// One request to the coordinator and where its answer goes.
+pub(super) type Command = (CoordRequest, Reply<CoordResponse>);
+
+/// The round loop's handle on the event loop.
+pub(super) type Link = Client<Command>;
+
+#[derive(NetworkBehaviour)]
+struct NodeBehaviour {
+    members: Members,
+    coord: Exchange<CoordRequest, CoordResponse>,
+}
+
+/// What the swarm needs besides the key.
+pub(super) struct SwarmConfig<'a> {
+    pub(super) listen: &'a [String],
+    /// Manifest members admitted (`None`: an open federation).
+    pub(super) allowed: Option<Vec<PeerId>>,
+    pub(super) max_message: u64,
+    /// Bounds one exchange with the coordinator.
+    pub(super) request_timeout: Duration,
+    pub(super) coordinator: PeerId,
+    pub(super) coord_addrs: Vec<Multiaddr>,
+}
+
+/// Builds the swarm and starts its event loop on its own task: the client, and the task
+/// (aborted once the node is done).
+pub(super) fn start(
+    key: libp2p::identity::Keypair,
+    sc: SwarmConfig<'_>,
+) -> anyhow::Result<(Link, tokio::task::JoinHandle<()>)> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let behaviour = NodeBehaviour {
+        members: members(sc.allowed),
+        coord: Exchange::new(
+            CoordCodec::new(sc.max_message, metrics),
+            [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
+            rr::Config::default().with_request_timeout(sc.request_timeout),
+        ),
+    };
+    let swarm = coordination_swarm(key, sc.listen, behaviour)?;
+    let (link, commands) = Client::new();
+    let event_loop = EventLoop {
+        swarm,
+        coordinator: sc.coordinator,
+        addrs: sc.coord_addrs,
+        commands,
+        pending: Pending::default(),
+    };
+    Ok((link, tokio::spawn(event_loop.run())))
+}
+
+/// Owns the swarm: sends requests to the coordinator and routes the answers back.
+struct EventLoop {
+    swarm: libp2p::Swarm<NodeBehaviour>,
+    coordinator: PeerId,
+    addrs: Vec<Multiaddr>,
+    commands: mpsc::Receiver<Command>,
+    pending: Pending<CoordResponse>,
+}
+
+impl EventLoop {
+    /// Runs until the client is gone.
+    async fn run(mut self) {
+        loop {
+            tokio::select! {
+                cmd = self.commands.recv() => {
+                    let Some((req, reply)) = cmd else { return };
+                    for a in &self.addrs {
+                        self.swarm.add_peer_address(self.coordinator, a.clone());
+                    }
+                    let coord = &mut self.swarm.behaviour_mut().coord;
+                    self.pending.send(coord, &self.coordinator, req, reply);
+                }
+                ev = self.swarm.select_next_some() => {
+                    if let SwarmEvent::Behaviour(NodeBehaviourEvent::Coord(ev)) = ev {
+                        route_coord_event(ev, &mut self.pending, &mut self.swarm.behaviour_mut().coord);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One request, answered within `limit`.
+pub(super) async fn ask(
+    link: &Link,
+    req: CoordRequest,
+    limit: Duration,
+) -> Result<CoordResponse, ExchangeError> {
+    link.request_within(|r| (req, r), limit).await
+}
+
+/// Fetches global `want`, retrying failed exchanges (coordinator unreachable) until `until`:
+/// the node waits at most its budget per round for the global.
+pub(super) async fn fetch_until(
+    link: &Link,
+    want: u64,
+    until: Instant,
+) -> Result<CoordResponse, ExchangeError> {
+    let fetch = |r| (CoordRequest::Fetch { round: want }, r);
+    link.request_until(fetch, until, RETRY).await
+}
+
+/// Registers, retrying unreachable-coordinator failures every 500 ms until `until`. A refusal
+/// is final for the round (logged). True once acknowledged.
+pub(super) async fn register_until(link: &Link, register: &CoordRequest, until: Instant) -> bool {
+    match link
+        .request_until(|r| (register.clone(), r), until, RETRY)
+        .await
+    {
+        Ok(CoordResponse::Ack) => true,
+        Ok(other) => {
+            warn!(?other, "registration refused");
+            false
+        }
+        Err(e) => {
+            warn!(error = %e, "could not register");
+            false
+        }
+    }
+}
