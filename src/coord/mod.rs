@@ -7,13 +7,14 @@
 //! simulator (`sim::coordinated`) and the libp2p coordinator drive it.
 
 pub mod fedcollab;
-pub mod fedcollab_server;
 pub mod feddisco;
 pub mod feddisco_server;
 pub mod fedsac;
-pub mod fedsac_server;
 pub mod hcct;
-pub mod hcct_server;
+
+pub use fedcollab::server as fedcollab_server;
+pub use fedsac::server as fedsac_server;
+pub use hcct::server as hcct_server;
 
 use serde::{Deserialize, Serialize};
 
