@@ -18,6 +18,7 @@ use crate::coord::PairDistance;
 use crate::coord::fedcollab::{
     FedCollabConfig, Problem, Solution, coalitions_of, disc_train_target, labels_of,
 };
+use crate::coord::joining::{CloseRefused, Joining, Refused};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"FEDCOLB1";
@@ -82,9 +83,8 @@ struct Saved {
 pub struct FedCollabServer {
     cfg: FedCollabConfig,
     seed: u64,
-    sizes: Vec<Option<u64>>,
-    /// The planned silos, once the plan is out.
-    participants: Option<Vec<usize>>,
+    /// Who joined with how many samples, and the planned silos once the plan is out.
+    joining: Joining<u64>,
     reports: Vec<Option<Vec<PairDistance>>>,
     solved: Option<Solved>,
 }
@@ -99,8 +99,7 @@ impl FedCollabServer {
         Ok(Self {
             cfg,
             seed,
-            sizes: vec![None; nodes],
-            participants: None,
+            joining: Joining::new(nodes, 2),
             reports: vec![None; nodes],
             solved: None,
         })
@@ -108,27 +107,27 @@ impl FedCollabServer {
 
     /// Silos of the run.
     pub fn nodes(&self) -> usize {
-        self.sizes.len()
+        self.joining.nodes()
     }
 
     /// Silos that joined.
     pub fn registered(&self) -> usize {
-        self.sizes.iter().flatten().count()
+        self.joining.registered()
     }
 
     /// The plan is out: every silo joined, or joining was closed.
     pub fn ready(&self) -> bool {
-        self.participants.is_some()
+        self.joining.started()
     }
 
     /// Silos that have not joined, ascending.
     pub fn missing(&self) -> Vec<usize> {
-        crate::coord::silos_joined(&self.sizes, false)
+        self.joining.missing()
     }
 
     /// The planned silos, once the plan is out.
     pub fn participants(&self) -> Option<&[usize]> {
-        self.participants.as_deref()
+        self.joining.participants()
     }
 
     /// Sends the plan out to the silos that have joined, without waiting for the rest (the
@@ -136,33 +135,26 @@ impl FedCollabServer {
     /// joins later. Refused with fewer than 2 joined (no pair to estimate) or once the plan is
     /// out.
     pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        if self.ready() {
-            return Err("the plan is already out".into());
-        }
-        let joined = crate::coord::silos_joined(&self.sizes, true);
-        if joined.len() < 2 {
-            return Err(format!(
-                "{} of {} silos joined; a plan needs at least 2",
-                joined.len(),
-                self.nodes()
-            ));
-        }
-        self.participants = Some(joined);
-        Ok(self.missing())
+        self.joining.close().map_err(|e| match e {
+            CloseRefused::Started => "the plan is already out".into(),
+            CloseRefused::TooFew { joined, nodes } => {
+                format!("{joined} of {nodes} silos joined; a plan needs at least 2")
+            }
+        })
     }
 
     /// Joining may close now: the plan is not out and a pair has joined.
     pub fn may_close_joining(&self) -> bool {
-        !self.ready() && self.registered() >= 2
+        self.joining.may_close()
     }
 
     /// The plan went out without silo `i`.
     pub fn left_out(&self, i: usize) -> bool {
-        self.ready() && !self.planned(i)
+        self.joining.left_out(i)
     }
 
     fn planned(&self, i: usize) -> bool {
-        self.participants.as_ref().is_some_and(|p| p.contains(&i))
+        self.joining.in_run(i)
     }
 
     /// The structure, once solved.
@@ -176,29 +168,20 @@ impl FedCollabServer {
     /// sizes it was given. A silo joining after the plan went out is accepted: it is told to
     /// train alone.
     pub fn register(&mut self, i: usize, n_train: u64) -> Result<(), String> {
-        let n = self.nodes();
-        let plan_out = self.planned(i);
-        let solved = plan_out && self.solved.is_some();
-        let slot = self
-            .sizes
-            .get_mut(i)
-            .ok_or_else(|| format!("silo {i} is not one of the run's {n} silos"))?;
-        match *slot {
-            Some(old) if old != n_train && solved => Err(format!(
+        let solved = self.solved.is_some();
+        match self.joining.register(i, n_train) {
+            Ok(_) => Ok(()),
+            Err(Refused::NotASilo { nodes }) => {
+                Err(format!("silo {i} is not one of the run's {nodes} silos"))
+            }
+            Err(Refused::Changed { old }) if solved => Err(format!(
                 "silo {i} joined with {old} samples and now says {n_train}; the structure is \
                  already solved on {old}"
             )),
-            Some(old) if old != n_train && plan_out => Err(format!(
+            Err(Refused::Changed { old }) => Err(format!(
                 "silo {i} joined with {old} samples and now says {n_train}; the distance plan \
                  was cut from {old}"
             )),
-            _ => {
-                *slot = Some(n_train);
-                if self.participants.is_none() && self.sizes.iter().all(Option::is_some) {
-                    self.participants = Some((0..n).collect());
-                }
-                Ok(())
-            }
         }
     }
 
@@ -211,17 +194,20 @@ impl FedCollabServer {
                 self.nodes()
             ));
         }
-        match (round, &self.participants) {
+        match (round, self.joining.participants()) {
             (0, None) => Ok(FetchAnswer::Hold),
             (0, Some(planned)) => {
-                let sizes: Vec<u64> = planned.iter().filter_map(|&j| self.sizes[j]).collect();
+                let sizes: Vec<u64> = planned
+                    .iter()
+                    .filter_map(|&j| self.joining.size(j))
+                    .collect();
                 Ok(FetchAnswer::Plan {
                     target: disc_train_target(&sizes),
                     nodes: self.nodes() as u32,
                     members: planned.iter().map(|&j| j as u32).collect(),
                 })
             }
-            (1, Some(_)) if !self.planned(i) => match self.sizes[i] {
+            (1, Some(_)) if !self.planned(i) => match self.joining.size(i) {
                 Some(m) => Ok(FetchAnswer::Coalition {
                     members: vec![i as u32],
                     sizes: vec![m],
@@ -257,7 +243,7 @@ impl FedCollabServer {
         if i >= n {
             return Err(format!("silo {i} is not one of the run's {n} silos"));
         }
-        let Some(planned) = self.participants.clone() else {
+        let Some(planned) = self.joining.participants().map(<[usize]>::to_vec) else {
             return Err("distances before the plan went out".into());
         };
         if !planned.contains(&i) {
@@ -300,9 +286,18 @@ impl FedCollabServer {
     /// seeds it. With every silo planned this is exactly the simulator's problem; otherwise the
     /// problem is the planned silos alone, solved in their ascending order.
     fn solve(&mut self) -> Result<(), String> {
-        let planned = self.participants.clone().ok_or("no plan")?;
+        let planned = self
+            .joining
+            .participants()
+            .map(<[usize]>::to_vec)
+            .ok_or("no plan")?;
         let n = planned.len();
-        let sizes: Vec<u64> = self.sizes.iter().map(|s| s.unwrap_or(0)).collect();
+        let sizes: Vec<u64> = self
+            .joining
+            .sizes()
+            .iter()
+            .map(|s| s.unwrap_or(0))
+            .collect();
         let planned_sizes: Vec<u64> = planned.iter().map(|&i| sizes[i]).collect();
         let mut d = vec![vec![0.0; n]; n];
         let mut failed = Vec::new();
@@ -354,8 +349,8 @@ impl FedCollabServer {
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
-            sizes: self.sizes.clone(),
-            participants: self.participants.clone(),
+            sizes: self.joining.sizes().to_vec(),
+            participants: self.participants().map(<[usize]>::to_vec),
             reports: self.reports.clone(),
             solved: self.solved.clone(),
         };
@@ -400,8 +395,7 @@ impl FedCollabServer {
                 return Err("a saved structure that is not a canonical partition".into());
             }
         }
-        out.sizes = s.sizes;
-        out.participants = s.participants;
+        out.joining = Joining::restore(s.sizes, s.participants, 2);
         out.reports = s.reports;
         out.solved = s.solved;
         Ok(out)

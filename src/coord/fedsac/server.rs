@@ -17,6 +17,7 @@
 use crate::coord::fedsac::{
     self, FedsacError, GraphSettings, PrincipalAngles, RoundGraph, Subspace,
 };
+use crate::coord::joining::{CloseRefused, Joining, Refused};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -91,8 +92,9 @@ pub struct FedsacServer {
     /// t: the round open now (= rounds completed).
     round: u64,
     sampler: StdRng,
-    /// n^i of every silo, once registered.
-    sizes: Vec<Option<u64>>,
+    /// n^i of every silo, once registered, and the silos in the run (every silo, unless
+    /// joining was closed without some). Cohorts are drawn over the members.
+    joining: Joining<u64>,
     /// θ^0: similarity is measured on θ − θ^0.
     init: Arc<Vec<f32>>,
     /// θ̃^i.
@@ -101,9 +103,6 @@ pub struct FedsacServer {
     directions: Vec<Option<Arc<Vec<f32>>>>,
     /// θ^i right after its last local training (scored with `score_trained`).
     trained: Vec<Option<Arc<Vec<f32>>>>,
-    /// The silos in the run, ascending (every silo, unless joining was closed without some);
-    /// empty before the run starts. Cohorts are drawn over them.
-    members: Vec<usize>,
     /// The open round's cohort, increasing; empty until the run started.
     cohort: Vec<usize>,
     /// Models and subspaces received for the open round (not checkpointed).
@@ -133,12 +132,11 @@ impl FedsacServer {
             rounds,
             round: 0,
             sampler: StdRng::seed_from_u64(sampler_seed),
-            sizes: vec![None; nodes],
+            joining: Joining::new(nodes, 1),
             params: (0..nodes).map(|_| init.clone()).collect(),
             init,
             directions: vec![None; nodes],
             trained: vec![None; nodes],
-            members: Vec::new(),
             cohort: Vec::new(),
             pending: BTreeMap::new(),
         })
@@ -151,7 +149,7 @@ impl FedsacServer {
 
     /// Silos in this run.
     pub fn nodes(&self) -> usize {
-        self.sizes.len()
+        self.joining.nodes()
     }
 
     /// Parameters per model.
@@ -161,36 +159,36 @@ impl FedsacServer {
 
     /// Silos registered so far.
     pub fn registered(&self) -> usize {
-        self.sizes.iter().flatten().count()
+        self.joining.registered()
     }
 
     /// The run started (every silo registered, or joining was closed): rounds may run.
     pub fn ready(&self) -> bool {
-        !self.members.is_empty()
+        self.joining.started()
     }
 
     /// Silos that have not registered.
     pub fn missing(&self) -> Vec<usize> {
-        crate::coord::silos_joined(&self.sizes, false)
+        self.joining.missing()
     }
 
     /// Joining may close now: the run has not started and a silo has registered.
     pub fn may_close_joining(&self) -> bool {
-        !self.ready() && self.registered() > 0
+        self.joining.may_close()
     }
 
     /// The run started without silo `i`: it trains alone.
     pub fn left_out(&self, i: usize) -> bool {
-        self.ready() && !self.in_run(i)
+        self.joining.left_out(i)
     }
 
     /// The silos in the run, ascending (empty before it started).
     pub fn members(&self) -> &[usize] {
-        &self.members
+        self.joining.members()
     }
 
     fn in_run(&self, i: usize) -> bool {
-        self.members.binary_search(&i).is_ok()
+        self.joining.in_run(i)
     }
 
     /// Starts the run with the silos registered so far, without waiting for the rest (the
@@ -198,16 +196,12 @@ impl FedsacServer {
     /// silos left out; each is told to train alone if it registers later. Refused with nobody
     /// registered or once the run started.
     pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        if self.ready() {
-            return Err("the run has already started".into());
-        }
-        let joined = crate::coord::silos_joined(&self.sizes, true);
-        if joined.is_empty() {
-            return Err("no silo has registered".into());
-        }
-        self.members = joined;
+        let left = self.joining.close().map_err(|e| match e {
+            CloseRefused::Started => "the run has already started",
+            CloseRefused::TooFew { .. } => "no silo has registered",
+        })?;
         self.draw();
-        Ok(self.missing())
+        Ok(left)
     }
 
     /// The open round's cohort.
@@ -218,14 +212,15 @@ impl FedsacServer {
     /// The next cohort from the stream, as the simulator draws it (over the run's members:
     /// with every silo in the run, exactly the simulator's cohorts).
     fn draw(&mut self) {
-        let k = self.members.len();
+        let members = self.joining.members();
+        let k = members.len();
         let m = self.settings.cohort_size;
         self.cohort = if m == 0 || m >= k {
-            self.members.clone()
+            members.to_vec()
         } else {
             let mut v: Vec<usize> = rand::seq::index::sample(&mut self.sampler, k, m)
                 .into_iter()
-                .map(|j| self.members[j])
+                .map(|j| members[j])
                 .collect();
             v.sort_unstable();
             v
@@ -237,26 +232,19 @@ impl FedsacServer {
     /// registers after joining closed without it is recorded, and its fetches answered
     /// [`FetchAnswer::Alone`].
     pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
-        let n = self.sizes.len();
-        let was_ready = self.ready();
-        let fixed = self.in_run(index);
-        let slot = self
-            .sizes
-            .get_mut(index)
-            .ok_or_else(|| format!("silo {index} is not one of the {n} silos of this run"))?;
+        let refused = |e| match e {
+            Refused::NotASilo { nodes } => {
+                format!("silo {index} is not one of the {nodes} silos of this run")
+            }
+            Refused::Changed { old } => format!(
+                "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
+            ),
+        };
+        self.joining.check(index).map_err(refused)?;
         if n_train == 0 {
             return Err("n_train = 0; a silo needs at least 1 sample".into());
         }
-        match *slot {
-            Some(old) if old != n_train && fixed => {
-                return Err(format!(
-                    "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
-                ));
-            }
-            _ => *slot = Some(n_train),
-        }
-        if !was_ready && self.sizes.iter().all(Option::is_some) {
-            self.members = (0..n).collect();
+        if self.joining.register(index, n_train).map_err(refused)? {
             self.draw();
         }
         Ok(())
@@ -337,7 +325,7 @@ impl FedsacServer {
             .collect();
         let counts: Vec<u64> = senders
             .iter()
-            .map(|&i| self.sizes[i].unwrap_or(0))
+            .map(|&i| self.joining.size(i).unwrap_or(0))
             .collect();
         let subspaces: Vec<Option<Subspace>> =
             senders.iter().map(|i| self.pending[i].1.clone()).collect();
@@ -392,10 +380,10 @@ impl FedsacServer {
     /// in the cohort; once the run is over, the model it is scored with. An older round is
     /// answered with the open one.
     pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
-        if index >= self.sizes.len() {
+        if index >= self.nodes() {
             return Err(format!(
                 "silo {index} is not one of the {} silos of this run",
-                self.sizes.len()
+                self.nodes()
             ));
         }
         if !self.ready() {
@@ -430,7 +418,7 @@ impl FedsacServer {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
             round: self.round,
-            sizes: self.sizes.clone(),
+            sizes: self.joining.sizes().to_vec(),
             init: self.init.to_vec(),
             params: self.params.iter().map(|m| m.to_vec()).collect(),
             directions: self
@@ -443,7 +431,7 @@ impl FedsacServer {
                 .iter()
                 .map(|d| d.as_ref().map(|d| d.to_vec()))
                 .collect(),
-            members: self.members.clone(),
+            members: self.members().to_vec(),
         };
         bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
@@ -486,11 +474,11 @@ impl FedsacServer {
             return Err("models of the wrong number or size".into());
         }
         let mut me = Self::new(settings, n, rounds, sampler_seed, s.init)?;
-        me.sizes = s.sizes;
+        let members = (!s.members.is_empty()).then_some(s.members);
+        me.joining = Joining::restore(s.sizes, members, 1);
         me.params = s.params.into_iter().map(Arc::new).collect();
         me.directions = s.directions.into_iter().map(|d| d.map(Arc::new)).collect();
         me.trained = s.trained.into_iter().map(|d| d.map(Arc::new)).collect();
-        me.members = s.members;
         if me.ready() {
             for _ in 0..=s.round.min(rounds.saturating_sub(1)) {
                 me.draw();

@@ -21,6 +21,7 @@ use crate::coord::hcct::{
     Coordinator, CoordinatorSnapshot, HcctConfig, HcctError, Optimizer, group_average,
     pseudo_gradient,
 };
+use crate::coord::joining::{CloseRefused, Joining, Refused};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,14 +68,13 @@ pub struct HcctServer {
     rounds: u64,
     /// The round open now (= rounds completed).
     round: u64,
-    /// D_i of every silo, once registered.
-    sizes: Vec<Option<usize>>,
+    /// D_i of every silo, once registered, and the silos in the run (every silo, unless
+    /// joining was closed without some); the partition schedule's client j is silo
+    /// `members()[j]`.
+    joining: Joining<usize>,
     /// w_i: each silo's model after the last aggregation (w⁰ before the first).
     models: Vec<Arc<Vec<f32>>>,
-    /// The silos in the run, ascending (every silo, unless joining was closed without some);
-    /// empty before the run starts. The partition schedule's client j is silo `members[j]`.
-    members: Vec<usize>,
-    /// The partition schedule over `members`, once the run started.
+    /// The partition schedule over the members, once the run started.
     coord: Option<Coordinator>,
     /// ŵ of each silo's group for the open round (shared within a group), computed once when
     /// the round opens; empty before every silo registered.
@@ -105,10 +105,9 @@ impl HcctServer {
             cfg,
             rounds,
             round: 0,
-            sizes: vec![None; nodes],
+            joining: Joining::new(nodes, 1),
             // Shared until the first aggregation replaces them.
             models: (0..nodes).map(|_| initial.clone()).collect(),
-            members: Vec::new(),
             coord: None,
             starts: Vec::new(),
             pending: BTreeMap::new(),
@@ -121,7 +120,7 @@ impl HcctServer {
             return Ok(());
         }
         // Silos outside the run keep the initial model here (never served).
-        let mut starts: Vec<Option<Arc<Vec<f32>>>> = (0..self.sizes.len())
+        let mut starts: Vec<Option<Arc<Vec<f32>>>> = (0..self.nodes())
             .map(|i| (!self.in_run(i)).then(|| self.models[i].clone()))
             .collect();
         for g in self.groups() {
@@ -161,36 +160,36 @@ impl HcctServer {
 
     /// Silos registered so far.
     pub fn registered(&self) -> usize {
-        self.sizes.iter().flatten().count()
+        self.joining.registered()
     }
 
     /// The run started (every silo registered, or joining was closed): rounds may run.
     pub fn ready(&self) -> bool {
-        self.coord.is_some()
+        self.joining.started()
     }
 
     /// Silos that have not registered.
     pub fn missing(&self) -> Vec<usize> {
-        crate::coord::silos_joined(&self.sizes, false)
+        self.joining.missing()
     }
 
     /// Joining may close now: the run has not started and a silo has registered.
     pub fn may_close_joining(&self) -> bool {
-        !self.ready() && self.registered() > 0
+        self.joining.may_close()
     }
 
     /// The run started without silo `i`: it trains alone.
     pub fn left_out(&self, i: usize) -> bool {
-        self.ready() && !self.in_run(i)
+        self.joining.left_out(i)
     }
 
     /// The silos in the run, ascending (empty before it started).
     pub fn members(&self) -> &[usize] {
-        &self.members
+        self.joining.members()
     }
 
     fn in_run(&self, i: usize) -> bool {
-        self.members.binary_search(&i).is_ok()
+        self.joining.in_run(i)
     }
 
     /// The current round's groups in silo indices (empty until the run started).
@@ -204,18 +203,22 @@ impl HcctServer {
     fn silos(&self, groups: &[Vec<usize>]) -> Vec<Vec<usize>> {
         groups
             .iter()
-            .map(|g| g.iter().map(|&j| self.members[j]).collect())
+            .map(|g| g.iter().map(|&j| self.members()[j]).collect())
             .collect()
     }
 
-    /// Starts the run with `members` (registered, ascending): the partition schedule over
-    /// their sizes, and round 0's start models.
-    fn start_run(&mut self, members: Vec<usize>) -> Result<(), String> {
-        let sizes = members
+    /// Starts the run joining started: the partition schedule over its members' sizes, and
+    /// round 0's start models.
+    fn start_run(&mut self) -> Result<(), String> {
+        let sizes = self
+            .members()
             .iter()
-            .map(|&i| self.sizes[i].ok_or("an unregistered silo in the run"))
+            .map(|&i| {
+                self.joining
+                    .size(i)
+                    .ok_or("an unregistered silo in the run")
+            })
             .collect::<Result<_, _>>()?;
-        self.members = members;
         self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
         self.open_round()
     }
@@ -224,15 +227,12 @@ impl HcctServer {
     /// driver's join deadline passed). Returns the silos left out; each is told to train alone
     /// if it registers later. Refused with nobody registered or once the run started.
     pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        if self.ready() {
-            return Err("the run has already started".into());
-        }
-        let joined = crate::coord::silos_joined(&self.sizes, true);
-        if joined.is_empty() {
-            return Err("no silo has registered".into());
-        }
-        self.start_run(joined)?;
-        Ok(self.missing())
+        let left = self.joining.close().map_err(|e| match e {
+            CloseRefused::Started => "the run has already started",
+            CloseRefused::TooFew { .. } => "no silo has registered",
+        })?;
+        self.start_run()?;
+        Ok(left)
     }
 
     /// Records silo `index`'s sample count. A silo that registers again (a restart) must give
@@ -240,26 +240,21 @@ impl HcctServer {
     /// registers after joining closed without it is recorded, and its fetches answered
     /// [`FetchAnswer::Alone`].
     pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
-        let n = self.sizes.len();
-        let fixed = self.in_run(index);
-        let slot = self
-            .sizes
-            .get_mut(index)
-            .ok_or_else(|| format!("silo {index} is not one of the {n} silos of this run"))?;
+        let refused = |e| match e {
+            Refused::NotASilo { nodes } => {
+                format!("silo {index} is not one of the {nodes} silos of this run")
+            }
+            Refused::Changed { old } => format!(
+                "silo {index} registered {old} samples before and now {n_train}; HCCT keeps sizes fixed for the run"
+            ),
+        };
+        self.joining.check(index).map_err(refused)?;
         let d = usize::try_from(n_train)
             .ok()
             .filter(|&d| d > 0)
             .ok_or_else(|| format!("n_train = {n_train}; a silo needs at least 1 sample"))?;
-        match *slot {
-            Some(old) if old != d && fixed => {
-                return Err(format!(
-                    "silo {index} registered {old} samples before and now {d}; HCCT keeps sizes fixed for the run"
-                ));
-            }
-            _ => *slot = Some(d),
-        }
-        if self.coord.is_none() && self.sizes.iter().all(Option::is_some) {
-            self.start_run((0..n).collect())?;
+        if self.joining.register(index, d).map_err(refused)? {
+            self.start_run()?;
         }
         Ok(())
     }
@@ -276,7 +271,7 @@ impl HcctServer {
         if self.coord.is_none() {
             return Err("not every silo has registered yet".into());
         }
-        if self.sizes.get(index).is_none_or(Option::is_none) {
+        if self.joining.size(index).is_none() {
             return Err(format!("silo {index} sent an update without registering"));
         }
         if !self.in_run(index) {
@@ -312,11 +307,15 @@ impl HcctServer {
 
     /// Every silo in the run has sent its end model for the open round.
     pub fn all_in(&self) -> bool {
-        self.coord.is_some() && self.pending.len() == self.members.len()
+        self.coord.is_some() && self.pending.len() == self.members().len()
     }
 
     fn sizes(&self) -> Vec<usize> {
-        self.sizes.iter().map(|d| d.unwrap_or(0)).collect()
+        self.joining
+            .sizes()
+            .iter()
+            .map(|d| d.unwrap_or(0))
+            .collect()
     }
 
     /// ŵ of `group`: the size-weighted average of its members' models.
@@ -337,7 +336,7 @@ impl HcctServer {
         let lr = self.cfg.sgd_lr(self.round as usize);
         // The schedule's clients are the run's members, in order.
         let grads: Vec<Option<Vec<f32>>> = self
-            .members
+            .members()
             .iter()
             .map(|i| {
                 self.pending
@@ -349,9 +348,10 @@ impl HcctServer {
         let sizes = self.sizes();
         let coord = self.coord.as_mut().expect("checked above");
         let next = coord.handle_reports(&refs).map_err(err)?.groups.clone();
-        let stale = (0..self.members.len())
+        let members = self.joining.members();
+        let stale = (0..members.len())
             .filter(|&j| coord.stale()[j])
-            .map(|j| self.members[j])
+            .map(|j| members[j])
             .collect();
         let next = self.silos(&next);
         for g in &groups {
@@ -392,10 +392,10 @@ impl HcctServer {
         if self.coord.is_none() {
             return Ok(FetchAnswer::Hold);
         }
-        if index >= self.sizes.len() {
+        if index >= self.nodes() {
             return Err(format!(
                 "silo {index} is not one of the {} silos of this run",
-                self.sizes.len()
+                self.nodes()
             ));
         }
         if !self.in_run(index) {
@@ -421,10 +421,10 @@ impl HcctServer {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
             round: self.round,
-            sizes: self.sizes.clone(),
+            sizes: self.joining.sizes().to_vec(),
             models: self.models.iter().map(|m| m.to_vec()).collect(),
             coord: self.coord.as_ref().map(Coordinator::snapshot),
-            members: self.members.clone(),
+            members: self.members().to_vec(),
         };
         bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
@@ -466,9 +466,8 @@ impl HcctServer {
             cfg,
             rounds,
             round: s.round,
-            sizes: s.sizes,
+            joining: Joining::restore(s.sizes, (!s.members.is_empty()).then_some(s.members), 1),
             models: s.models.into_iter().map(Arc::new).collect(),
-            members: s.members,
             coord,
             starts: Vec::new(),
             pending: BTreeMap::new(),
@@ -479,7 +478,7 @@ impl HcctServer {
 
     /// Silos in this run.
     pub fn nodes(&self) -> usize {
-        self.sizes.len()
+        self.joining.nodes()
     }
 
     /// Parameters per model.

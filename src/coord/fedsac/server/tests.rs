@@ -258,7 +258,7 @@ fn a_version_1_checkpoint_resumes_with_every_silo() {
     };
     let body = SavedV1 {
         round: s.round,
-        sizes: s.sizes.clone(),
+        sizes: s.joining.sizes().to_vec(),
         init: s.init.to_vec(),
         params: s.params.iter().map(|m| m.to_vec()).collect(),
         directions: vec_of(&s.directions),

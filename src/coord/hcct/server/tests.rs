@@ -293,7 +293,7 @@ fn a_version_1_checkpoint_resumes_with_every_silo() {
     let mut v1 = crate::store::header(MAGIC, 1);
     let body = SavedV1 {
         round: s.round,
-        sizes: s.sizes.clone(),
+        sizes: s.joining.sizes().to_vec(),
         models: s.models.iter().map(|m| m.to_vec()).collect(),
         coord: s.coord.as_ref().map(Coordinator::snapshot),
     };
