@@ -3,7 +3,8 @@
 //! Owns: the run directory (keys, manifest, node configs, shards, node logs), free ports,
 //! starting and stopping the processes, the progress bar, and merging the nodes' run logs into
 //! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
-//! Must not: take part in a round; the nodes run the federation on their own.
+//! Must not: take part in a round (the nodes run the federation on their own), or import
+//! `sim`: the fault checks' simulated baseline comes from the caller ([`SwarmOptions::baseline`]).
 //!
 //! Layout: the run directory and each seed's run are here; `procs.rs` starts, watches and
 //! stops the node processes; `outcome.rs` merges their run logs and computes the figures and
@@ -25,6 +26,7 @@ use crate::report::summary::{
     Curves, Outcome, Report, write_json, write_seed_plots, write_summary,
 };
 use crate::scenario::{Algorithm, Scenario};
+use crate::trace::EvalRecord;
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,7 +92,17 @@ pub struct SwarmOptions {
     pub timeout: Duration,
     /// Each node in its own network namespace, partitions cut in the kernel (Linux, root).
     pub netns: bool,
+    /// The fault checks' accuracy baseline (`faults.baseline`): the CLI passes the
+    /// simulator's fault-free run. `None` refuses a schedule that asks for a baseline.
+    pub baseline: Option<Baseline>,
 }
+
+/// The simulator's fault-free run of `scenario` at a seed (data from the directory given, if
+/// any), scored: each silo's final evaluation. A faulty swarm's finals are checked against it
+/// (the fault-free swarm reproduces the simulator decision for decision, `tests/swarm.rs`).
+/// The caller supplies it (the CLI passes `sim::fault_free_finals`): `launch` never runs the
+/// simulator itself.
+pub type Baseline = fn(&Scenario, u64, Option<&Path>) -> anyhow::Result<Vec<Option<EvalRecord>>>;
 
 /// Why `SwarmOptions::netns` cannot run on this machine (not Linux, not root, no `ip`, or no
 /// namespaces allowed), or `None` when it can.
