@@ -7,17 +7,17 @@
 //! simulator (`sim::coordinated`) and the libp2p coordinator drive it.
 //!
 //! Layout: one directory per algorithm, its network coordinator's state in `<alg>/server.rs`
-//! (re-exported as `coord::<alg>_server`; FedDisco's is `feddisco_server.rs`); `joining.rs`
-//! is the registration and start of a run the HCCT, FedSaC and FedCollab servers share.
+//! (re-exported as `coord::<alg>_server`); `joining.rs` is the registration and start of a run
+//! the HCCT, FedSaC and FedCollab servers share (FedDisco's server takes whoever registered).
 
 pub mod fedcollab;
 pub mod feddisco;
-pub mod feddisco_server;
 pub mod fedsac;
 pub mod hcct;
 mod joining;
 
 pub use fedcollab::server as fedcollab_server;
+pub use feddisco::server as feddisco_server;
 pub use fedsac::server as fedsac_server;
 pub use hcct::server as hcct_server;
 

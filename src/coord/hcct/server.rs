@@ -207,8 +207,8 @@ impl HcctServer {
             .collect()
     }
 
-    /// Starts the run joining started: the partition schedule over its members' sizes, and
-    /// round 0's start models.
+    /// The rounds of the run joining just started: the partition schedule over its members'
+    /// sizes, and round 0's start models.
     fn start_run(&mut self) -> Result<(), String> {
         let sizes = self
             .members()
