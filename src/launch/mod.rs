@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 pub use outcome::{SwarmFigures, read_run_log};
 use outcome::{fault_report, figures, merge};
 pub use procs::start_node;
-use procs::{start_silo, stop_all, tail, watch};
+use procs::{Proc, start_silo, stop_all, tail, watch};
 
 /// Writes one shard per silo of `scenario`'s split for `seed` into `out`, plus
 /// `partition.json`; returns the shard paths in node order.
@@ -225,99 +225,6 @@ struct SeedOutcome {
     num_params: usize,
     clients: usize,
     regression: bool,
-}
-
-/// A started node process.
-struct Proc {
-    name: String,
-    child: std::process::Child,
-    log: PathBuf,
-    run_log: PathBuf,
-    status: Option<std::process::ExitStatus>,
-    /// Largest resident set seen while it ran (KiB, from /proc).
-    max_rss_kib: u64,
-    /// How each earlier process of this silo ended (a schedule's crashes).
-    lives: Vec<String>,
-    /// Every log this silo's processes wrote.
-    logs: Vec<PathBuf>,
-    /// Killed by the fault schedule and not (yet) restarted, or told to leave.
-    by_schedule: bool,
-}
-
-impl Proc {
-    fn new(name: String, child: std::process::Child, log: PathBuf, run_log: PathBuf) -> Self {
-        Self {
-            name,
-            child,
-            logs: vec![log.clone()],
-            log,
-            run_log,
-            status: None,
-            max_rss_kib: 0,
-            lives: Vec::new(),
-            by_schedule: false,
-        }
-    }
-
-    fn is_running(&self) -> bool {
-        self.status.is_none()
-    }
-
-    /// SIGKILL now, as a crash.
-    fn kill_by_schedule(&mut self) {
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
-        }
-        self.lives.push("killed by the schedule".into());
-        self.by_schedule = true;
-    }
-
-    /// SIGTERM: a clean stop for good.
-    fn leave(&mut self) {
-        if self.status.is_none() {
-            // SAFETY: kill(2) on a child we started and have not reaped.
-            unsafe {
-                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-        }
-        self.by_schedule = true;
-    }
-
-    /// A silo that joins late: nothing runs until the schedule starts it ([`Self::join`]).
-    fn absent(exe: &Path, name: String, log: PathBuf, run_log: PathBuf) -> anyhow::Result<Self> {
-        // A stand-in process that exits at once, so every `Proc` owns a child.
-        let child = std::process::Command::new(exe)
-            .arg("--help")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let mut p = Self::new(name, child, log, run_log);
-        p.status = p.child.wait().ok();
-        p.logs.clear();
-        p.by_schedule = true;
-        Ok(p)
-    }
-
-    /// The late joiner's first process.
-    fn join(&mut self, child: std::process::Child, log: PathBuf) {
-        self.relaunch(child, log);
-    }
-
-    /// A new process for the same silo (same config, key, state directory).
-    fn relaunch(&mut self, child: std::process::Child, log: PathBuf) {
-        self.child = child;
-        self.status = None;
-        self.by_schedule = false;
-        self.logs.push(log.clone());
-        self.log = log;
-    }
-
-    /// Ended as it should: success, or stopped by the schedule.
-    fn ended_well(&self) -> bool {
-        self.status.is_some_and(|s| s.success()) || (self.by_schedule && self.status.is_some())
-    }
 }
 
 /// A swarm run directory, ready to start: keys, manifest, shards and one config per node.
