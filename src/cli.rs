@@ -161,6 +161,9 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
             deadlines: Default::default(),
             timeout: std::time::Duration::from_secs(args.timeout),
             netns: args.netns,
+            baseline: Some(|scenario, seed, data_dir| {
+                Ok(sim::fault_free_finals(scenario, seed, data_dir)?)
+            }),
         },
     )
     .with_context(|| format!("swarm of {}", scenario.name))?;

@@ -538,6 +538,7 @@ fn swarm_and_simulate(
             deadlines: Default::default(),
             timeout: Duration::from_secs(60),
             netns: false,
+            baseline: None,
         },
     )
     .expect("the swarm runs");

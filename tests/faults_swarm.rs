@@ -43,6 +43,7 @@ fn run_with(s: &Scenario, out: &Path, netns: bool) -> (Value, Vec<Vec<NodeRound>
             deadlines: Default::default(),
             timeout: Duration::from_secs(120),
             netns,
+            baseline: Some(|s, seed, data| Ok(federico::sim::fault_free_finals(s, seed, data)?)),
         },
     )
     .expect("the swarm runs");

@@ -5,26 +5,23 @@
 //! pseudo-gradients, model deltas, feature subspaces), all as plain `f32`/`f64` slices.
 //! Must not: touch tensors, sockets, clocks or threads (std, rand and serde only). The
 //! simulator (`sim::coordinated`) and the libp2p coordinator drive it.
+//!
+//! Layout: one directory per algorithm, its network coordinator's state in `<alg>/server.rs`
+//! (re-exported as `coord::<alg>_server`); `joining.rs` is the registration and start of a run
+//! the HCCT, FedSaC and FedCollab servers share (FedDisco's server takes whoever registered).
 
 pub mod fedcollab;
-pub mod fedcollab_server;
 pub mod feddisco;
-pub mod feddisco_server;
 pub mod fedsac;
-pub mod fedsac_server;
 pub mod hcct;
-pub mod hcct_server;
+mod joining;
+
+pub use fedcollab::server as fedcollab_server;
+pub use feddisco::server as feddisco_server;
+pub use fedsac::server as fedsac_server;
+pub use hcct::server as hcct_server;
 
 use serde::{Deserialize, Serialize};
-
-/// The silos whose sample count a coordinator has (`joined`) or still awaits (`!joined`),
-/// ascending: the servers that wait for every silo, or close joining on those that came, share
-/// it.
-pub(crate) fn silos_joined<T>(sizes: &[Option<T>], joined: bool) -> Vec<usize> {
-    (0..sizes.len())
-        .filter(|&i| sizes[i].is_some() == joined)
-        .collect()
-}
 
 /// One pair's distance as one of its two silos reports it (FedCollab: what a silo sends the
 /// coordinator after its pairwise discriminator rounds, `fedcollab_server::report`).

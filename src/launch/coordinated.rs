@@ -177,20 +177,54 @@ pub(crate) fn run_seed(
         ..opts.deadlines.clone()
     };
     let p = prepare(scenario, seed, opts.data_dir.as_deref(), &deadlines, dir)?;
-    let k = p.configs.len();
     let setup = add_coordinator(&p, scenario, seed, dir, 10.0, 20.0, algorithm)?;
-    let exe = &opts.exe;
+    let mut procs = start_all(&p, &setup, &opts.exe)?;
+    let started = Instant::now();
+    let outcome = watch(&mut procs, &p, scenario, seed, opts, algorithm, started);
+    for (_, child, _, status) in &mut procs {
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    outcome?;
+    let seconds = started.elapsed().as_secs_f64();
+    report_seed(scenario, seed, dir, algorithm, p, &setup, seconds)
+}
+
+/// A started process: its name, the child, its log, and how it exited once it did.
+type Started = (String, Child, PathBuf, Option<std::process::ExitStatus>);
+
+/// Starts the coordinator, then every node.
+fn start_all(p: &Prepared, setup: &CoordinatorSetup, exe: &Path) -> anyhow::Result<Vec<Started>> {
     let coord_log = p.nodes_dir.join("coordinator.log");
-    let mut procs: Vec<(String, Child, PathBuf)> = vec![(
+    let mut procs: Vec<Started> = vec![(
         "coordinator".into(),
-        start_coordinator(exe, &setup, &coord_log)?,
+        start_coordinator(exe, setup, &coord_log)?,
         coord_log,
+        None,
     )];
     for (name, cfg) in p.names.iter().zip(&p.configs) {
         let log = p.nodes_dir.join(format!("{name}.log"));
-        procs.push((name.clone(), start_node(exe, cfg, &log)?, log));
+        procs.push((name.clone(), start_node(exe, cfg, &log)?, log, None));
     }
-    let started = Instant::now();
+    Ok(procs)
+}
+
+/// Watches the processes (the coordinator first) until all exited: stops the coordinator once
+/// every node has its final model. Refused: a process that failed (with its log's tail), or
+/// the swarm's timeout (with what each process still running last logged). Whatever is still
+/// running when this returns is the caller's to stop.
+fn watch(
+    procs: &mut [Started],
+    p: &Prepared,
+    scenario: &Scenario,
+    seed: u64,
+    opts: &super::SwarmOptions,
+    algorithm: Algorithm,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let k = p.configs.len();
     let bar = if opts.progress {
         let b = ProgressBar::new((k * scenario.rounds) as u64);
         b.set_style(
@@ -203,10 +237,9 @@ pub(crate) fn run_seed(
     } else {
         ProgressBar::hidden()
     };
-    let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; procs.len()];
     let mut stopping = false;
     let outcome = loop {
-        for (s, (_, child, _)) in status.iter_mut().zip(procs.iter_mut()) {
+        for (_, child, _, s) in procs.iter_mut() {
             if s.is_none() {
                 *s = child.try_wait()?;
             }
@@ -221,20 +254,21 @@ pub(crate) fn run_seed(
             "seed {seed}: {}, coordinator + {k} nodes",
             algorithm.name()
         ));
-        if let Some(i) = (0..procs.len()).find(|&i| status[i].is_some_and(|s| !s.success())) {
+        if let Some((name, _, log, Some(s))) = procs
+            .iter()
+            .find(|(_, _, _, s)| s.is_some_and(|s| !s.success()))
+        {
             break Err(anyhow::anyhow!(
-                "{} exited {}; stopping the swarm. Its log ({}):\n{}",
-                procs[i].0,
-                status[i].map(|s| s.to_string()).unwrap_or_default(),
-                procs[i].2.display(),
-                tail(&procs[i].2, 12)
+                "{name} exited {s}; stopping the swarm. Its log ({}):\n{}",
+                log.display(),
+                tail(log, 12)
             ));
         }
-        if status.iter().all(Option::is_some) {
+        if procs.iter().all(|(_, _, _, s)| s.is_some()) {
             break Ok(());
         }
         // Every node has its final model: the coordinator need not linger for late fetches.
-        if status[1..].iter().all(Option::is_some) && !stopping {
+        if procs[1..].iter().all(|(_, _, _, s)| s.is_some()) && !stopping {
             stopping = true;
             // SAFETY: kill(2) on a child we started and have not reaped.
             unsafe {
@@ -243,16 +277,10 @@ pub(crate) fn run_seed(
         }
         if started.elapsed() > opts.timeout {
             // Say who is still running and what each last logged.
-            let running: Vec<String> = (0..procs.len())
-                .filter(|&i| status[i].is_none())
-                .map(|i| {
-                    format!(
-                        "{} ({}):\n{}",
-                        procs[i].0,
-                        procs[i].2.display(),
-                        tail(&procs[i].2, 6)
-                    )
-                })
+            let running: Vec<String> = procs
+                .iter()
+                .filter(|(_, _, _, s)| s.is_none())
+                .map(|(name, _, log, _)| format!("{name} ({}):\n{}", log.display(), tail(log, 6)))
                 .collect();
             break Err(anyhow::anyhow!(
                 "the swarm did not finish within {:?}; still running: {}",
@@ -263,16 +291,22 @@ pub(crate) fn run_seed(
         std::thread::sleep(Duration::from_millis(50));
     };
     bar.finish_and_clear();
-    for (s, (_, child, _)) in status.iter().zip(procs.iter_mut()) {
-        if s.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-    outcome?;
-    let seconds = started.elapsed().as_secs_f64();
+    outcome
+}
 
-    // Each node's run log: one line per round, then the final line (its model's evaluation).
+/// What `simulate` writes for a seed, from the nodes' run logs (one line per round, then the
+/// final line with the model's evaluation and hash) and the coordinator's: `summary.json`,
+/// and `swarm.json` (rounds closed, at the deadline, one final model everywhere, coalitions).
+fn report_seed(
+    scenario: &Scenario,
+    seed: u64,
+    dir: &Path,
+    algorithm: Algorithm,
+    p: Prepared,
+    setup: &CoordinatorSetup,
+    seconds: f64,
+) -> anyhow::Result<CoordinatedSeed> {
+    let k = p.configs.len();
     let logs: Vec<Vec<serde_json::Value>> = p
         .state_dirs
         .iter()
@@ -303,22 +337,7 @@ pub(crate) fn run_seed(
         faults: None,
     };
     write_json(&dir.join("summary.json"), &summary)?;
-    // Rounds every node evaluated, for the curve.
-    let mut curve = Vec::new();
-    for round in 1..=scenario.rounds as u64 {
-        let evals: Option<Vec<Evaluation>> = logs
-            .iter()
-            .map(|l| {
-                l.iter()
-                    .find(|v| v["round"].as_u64() == Some(round))
-                    .and_then(evaluation)
-            })
-            .collect();
-        if let Some(e) = evals {
-            let r = algorithm_round(algorithm, e, regression);
-            curve.push((round as usize, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
-        }
-    }
+    let curve = curve(&logs, scenario.rounds, algorithm, regression);
     let closed = lines(&setup.state_dir.join("coordinator.jsonl"));
     // FedCollab has no coordinator rounds: its record is the structure.
     let coalitions = std::fs::read_to_string(setup.state_dir.join("fedcollab.json"))
@@ -348,4 +367,29 @@ pub(crate) fn run_seed(
         spec: p.spec,
         clients: k,
     })
+}
+
+/// The rounds every node evaluated, scored as `simulate` scores them, for the curve.
+fn curve(
+    logs: &[Vec<serde_json::Value>],
+    rounds: usize,
+    algorithm: Algorithm,
+    regression: bool,
+) -> Vec<(usize, f64)> {
+    let mut curve = Vec::new();
+    for round in 1..=rounds as u64 {
+        let evals: Option<Vec<Evaluation>> = logs
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .find(|v| v["round"].as_u64() == Some(round))
+                    .and_then(evaluation)
+            })
+            .collect();
+        if let Some(e) = evals {
+            let r = algorithm_round(algorithm, e, regression);
+            curve.push((round as usize, r.accuracy.or(r.mse).unwrap_or(f64::NAN)));
+        }
+    }
+    curve
 }

@@ -3,12 +3,13 @@
 //! Owns: the run directory (keys, manifest, node configs, shards, node logs), free ports,
 //! starting and stopping the processes, the progress bar, and merging the nodes' run logs into
 //! the same `rounds.jsonl`, `summary.json`, table and plots as `simulate`.
-//! Must not: take part in a round; the nodes run the federation on their own.
+//! Must not: take part in a round (the nodes run the federation on their own), or import
+//! `sim`: the fault checks' simulated baseline comes from the caller ([`SwarmOptions::baseline`]).
 //!
-//! Layout: the run directory and each seed's run are here; `procs.rs` starts, watches and
-//! stops the node processes; `outcome.rs` merges their run logs and computes the figures and
-//! fault checks; `faults.rs` applies a fault schedule; `netns.rs` sets up network namespaces;
-//! `coordinated.rs` runs the coordinated algorithms.
+//! Layout: the run directory and each seed's run (set-up, the node processes, the report) are
+//! here; `procs.rs` starts, watches and stops the node processes; `outcome.rs` merges their
+//! run logs and computes the figures and fault checks; `faults.rs` applies a fault schedule;
+//! `netns.rs` sets up network namespaces; `coordinated.rs` runs the coordinated algorithms.
 
 pub mod coordinated;
 mod faults;
@@ -16,15 +17,17 @@ mod netns;
 mod outcome;
 mod procs;
 
+use crate::faults::Schedule;
 use crate::learn::{Federation, Shard};
 use crate::net::config::Deadlines;
 use crate::net::node::NodeRound;
 use crate::net::{Manifest, Member, NodeConfig, keygen, load_key};
-use crate::report::records::{AlgorithmResult, RunSummary};
+use crate::report::records::{AlgorithmResult, RoundRecord, RunSummary};
 use crate::report::summary::{
     Curves, Outcome, Report, write_json, write_seed_plots, write_summary,
 };
 use crate::scenario::{Algorithm, Scenario};
+use crate::trace::EvalRecord;
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 pub use outcome::{SwarmFigures, read_run_log};
 use outcome::{fault_report, figures, merge};
 pub use procs::start_node;
-use procs::{start_silo, stop_all, tail, watch};
+use procs::{Proc, start_silo, stop_all, tail, watch};
 
 /// Writes one shard per silo of `scenario`'s split for `seed` into `out`, plus
 /// `partition.json`; returns the shard paths in node order.
@@ -90,7 +93,17 @@ pub struct SwarmOptions {
     pub timeout: Duration,
     /// Each node in its own network namespace, partitions cut in the kernel (Linux, root).
     pub netns: bool,
+    /// The fault checks' accuracy baseline (`faults.baseline`): the CLI passes the
+    /// simulator's fault-free run. `None` refuses a schedule that asks for a baseline.
+    pub baseline: Option<Baseline>,
 }
+
+/// The simulator's fault-free run of `scenario` at a seed (data from the directory given, if
+/// any), scored: each silo's final evaluation. A faulty swarm's finals are checked against it
+/// (the fault-free swarm reproduces the simulator decision for decision, `tests/swarm.rs`).
+/// The caller supplies it (the CLI passes `sim::fault_free_finals`): `launch` never runs the
+/// simulator itself.
+pub type Baseline = fn(&Scenario, u64, Option<&Path>) -> anyhow::Result<Vec<Option<EvalRecord>>>;
 
 /// Why `SwarmOptions::netns` cannot run on this machine (not Linux, not root, no `ip`, or no
 /// namespaces allowed), or `None` when it can.
@@ -212,99 +225,6 @@ struct SeedOutcome {
     num_params: usize,
     clients: usize,
     regression: bool,
-}
-
-/// A started node process.
-struct Proc {
-    name: String,
-    child: std::process::Child,
-    log: PathBuf,
-    run_log: PathBuf,
-    status: Option<std::process::ExitStatus>,
-    /// Largest resident set seen while it ran (KiB, from /proc).
-    max_rss_kib: u64,
-    /// How each earlier process of this silo ended (a schedule's crashes).
-    lives: Vec<String>,
-    /// Every log this silo's processes wrote.
-    logs: Vec<PathBuf>,
-    /// Killed by the fault schedule and not (yet) restarted, or told to leave.
-    by_schedule: bool,
-}
-
-impl Proc {
-    fn new(name: String, child: std::process::Child, log: PathBuf, run_log: PathBuf) -> Self {
-        Self {
-            name,
-            child,
-            logs: vec![log.clone()],
-            log,
-            run_log,
-            status: None,
-            max_rss_kib: 0,
-            lives: Vec::new(),
-            by_schedule: false,
-        }
-    }
-
-    fn is_running(&self) -> bool {
-        self.status.is_none()
-    }
-
-    /// SIGKILL now, as a crash.
-    fn kill_by_schedule(&mut self) {
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
-        }
-        self.lives.push("killed by the schedule".into());
-        self.by_schedule = true;
-    }
-
-    /// SIGTERM: a clean stop for good.
-    fn leave(&mut self) {
-        if self.status.is_none() {
-            // SAFETY: kill(2) on a child we started and have not reaped.
-            unsafe {
-                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-        }
-        self.by_schedule = true;
-    }
-
-    /// A silo that joins late: nothing runs until the schedule starts it ([`Self::join`]).
-    fn absent(exe: &Path, name: String, log: PathBuf, run_log: PathBuf) -> anyhow::Result<Self> {
-        // A stand-in process that exits at once, so every `Proc` owns a child.
-        let child = std::process::Command::new(exe)
-            .arg("--help")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let mut p = Self::new(name, child, log, run_log);
-        p.status = p.child.wait().ok();
-        p.logs.clear();
-        p.by_schedule = true;
-        Ok(p)
-    }
-
-    /// The late joiner's first process.
-    fn join(&mut self, child: std::process::Child, log: PathBuf) {
-        self.relaunch(child, log);
-    }
-
-    /// A new process for the same silo (same config, key, state directory).
-    fn relaunch(&mut self, child: std::process::Child, log: PathBuf) {
-        self.child = child;
-        self.status = None;
-        self.by_schedule = false;
-        self.logs.push(log.clone());
-        self.log = log;
-    }
-
-    /// Ended as it should: success, or stopped by the schedule.
-    fn ended_well(&self) -> bool {
-        self.status.is_some_and(|s| s.success()) || (self.by_schedule && self.status.is_some())
-    }
 }
 
 /// A swarm run directory, ready to start: keys, manifest, shards and one config per node.
@@ -430,6 +350,8 @@ fn prepare_at(
     })
 }
 
+/// One seed of a FedeRiCo swarm: its run directory, the node processes until they are done,
+/// then what `simulate` writes for a seed.
 fn run_seed(
     scenario: &Scenario,
     seed: u64,
@@ -445,7 +367,45 @@ fn run_seed(
     } else {
         None
     };
-    // Under a fault schedule both drivers use its deadlines.
+    let prepared = {
+        let hosts: Option<Vec<_>> = netns
+            .as_deref()
+            .map(|ns| (0..scenario.split.clients).map(|i| ns.addr(i)).collect());
+        prepare_at(
+            scenario,
+            seed,
+            opts.data_dir.as_deref(),
+            &seed_deadlines(scenario, opts),
+            dir,
+            hosts.as_deref(),
+        )?
+    };
+    let schedule = scenario.fault_schedule()?;
+    let fault_driver = if schedule.events.is_empty() {
+        None
+    } else {
+        Some(fault_control(
+            &schedule,
+            dir,
+            &prepared,
+            netns.as_ref(),
+            &opts.exe,
+        )?)
+    };
+    let run = run_nodes(
+        scenario,
+        seed,
+        opts,
+        &prepared,
+        &schedule,
+        netns.as_deref(),
+        fault_driver,
+    )?;
+    report_seed(scenario, seed, opts, dir, prepared, &run)
+}
+
+/// The node deadlines of a seed: the options', or under a fault schedule its own.
+fn seed_deadlines(scenario: &Scenario, opts: &SwarmOptions) -> Deadlines {
     let mut deadlines = opts.deadlines.clone();
     if !scenario.faults.is_empty() {
         deadlines.model_s = scenario.faults.model_deadline_s;
@@ -455,70 +415,79 @@ fn run_seed(
             deadlines.start_s = deadlines.start_s.min(3.0);
         }
     }
-    let Prepared {
-        federation: fed,
-        names,
-        configs,
-        state_dirs,
-        nodes_dir,
-        spec,
-    } = {
-        let hosts: Option<Vec<_>> = netns
-            .as_deref()
-            .map(|ns| (0..scenario.split.clients).map(|i| ns.addr(i)).collect());
-        prepare_at(
-            scenario,
-            seed,
-            opts.data_dir.as_deref(),
-            &deadlines,
-            dir,
-            hosts.as_deref(),
-        )?
-    };
-    let k = fed.clients.len();
-    let regression = spec.is_regression();
-    let num_params = spec.num_params();
-    // A fault schedule: every node gets a control channel only this launcher has the token of.
-    let schedule = scenario.fault_schedule()?;
-    let mut fault_driver: Option<Box<dyn FnOnce() -> faults::FaultDriver>> = None;
-    if !schedule.events.is_empty() {
-        let token_file = dir.join("control.token");
-        let token = faults::write_token(&token_file)?;
-        let mut peer_ids = Vec::with_capacity(k);
-        for (i, c) in configs.iter().enumerate() {
-            let mut cfg = NodeConfig::load(c)?;
-            // In a namespace the launcher reaches the node at its own address.
-            let host = netns
-                .as_deref()
-                .map_or(std::net::Ipv4Addr::LOCALHOST, |ns| ns.addr(i));
-            cfg.control = Some(crate::net::control::ControlConfig {
-                listen: format!("{host}:0"),
-                token_file: token_file.clone(),
-            });
-            peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
-            std::fs::write(c, toml::to_string(&cfg)?)?;
-        }
-        let (configs, state_dirs, nodes_dir, exe) = (
-            configs.clone(),
-            state_dirs.clone(),
-            nodes_dir.clone(),
-            opts.exe.clone(),
-        );
-        let schedule = schedule.clone();
-        let netns_driver = netns.clone();
-        fault_driver = Some(Box::new(move || {
-            faults::FaultDriver::new(
-                schedule,
-                token,
-                peer_ids,
-                configs,
-                state_dirs,
-                nodes_dir,
-                exe,
-                netns_driver,
-            )
-        }));
+    deadlines
+}
+
+/// Makes the driver of a fault schedule once the nodes run.
+type MakeFaultDriver = Box<dyn FnOnce() -> faults::FaultDriver>;
+
+/// A fault schedule's control channels: every node's config gets one that only this launcher
+/// has the token of. Returns what makes the schedule's driver once the nodes run.
+fn fault_control(
+    schedule: &Schedule,
+    dir: &Path,
+    p: &Prepared,
+    netns: Option<&std::sync::Arc<netns::Netns>>,
+    exe: &Path,
+) -> anyhow::Result<MakeFaultDriver> {
+    let token_file = dir.join("control.token");
+    let token = faults::write_token(&token_file)?;
+    let mut peer_ids = Vec::with_capacity(p.configs.len());
+    for (i, c) in p.configs.iter().enumerate() {
+        let mut cfg = NodeConfig::load(c)?;
+        // In a namespace the launcher reaches the node at its own address.
+        let host = netns.map_or(std::net::Ipv4Addr::LOCALHOST, |ns| ns.addr(i));
+        cfg.control = Some(crate::net::control::ControlConfig {
+            listen: format!("{host}:0"),
+            token_file: token_file.clone(),
+        });
+        peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
+        std::fs::write(c, toml::to_string(&cfg)?)?;
     }
+    let (configs, state_dirs, nodes_dir, exe) = (
+        p.configs.clone(),
+        p.state_dirs.clone(),
+        p.nodes_dir.clone(),
+        exe.to_owned(),
+    );
+    let schedule = schedule.clone();
+    let netns_driver = netns.cloned();
+    Ok(Box::new(move || {
+        faults::FaultDriver::new(
+            schedule,
+            token,
+            peer_ids,
+            configs,
+            state_dirs,
+            nodes_dir,
+            exe,
+            netns_driver,
+        )
+    }))
+}
+
+/// The node processes of one seed, as they ended.
+struct NodesRun {
+    running: Vec<Proc>,
+    driver: Option<faults::FaultDriver>,
+    /// From starting the processes until every node had finished round 1.
+    first_round: Option<Duration>,
+    total_seconds: f64,
+}
+
+/// Starts every node (a late joiner only when the schedule says), watches them until they are
+/// done while the fault driver applies its schedule, and stops whatever still runs. Refused:
+/// a node that ended abnormally, with its last log lines.
+fn run_nodes(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    p: &Prepared,
+    schedule: &Schedule,
+    netns: Option<&netns::Netns>,
+    fault_driver: Option<MakeFaultDriver>,
+) -> anyhow::Result<NodesRun> {
+    let k = p.names.len();
     let started = Instant::now();
     let mut running: Vec<Proc> = Vec::with_capacity(k);
     let late: Vec<usize> = schedule
@@ -529,20 +498,24 @@ fn run_seed(
             _ => None,
         })
         .collect();
-    for (i, ((name, cfg_path), state_dir)) in
-        names.into_iter().zip(configs).zip(state_dirs).enumerate()
+    for (i, ((name, cfg_path), state_dir)) in p
+        .names
+        .iter()
+        .zip(&p.configs)
+        .zip(&p.state_dirs)
+        .enumerate()
     {
-        let log = nodes_dir.join(format!("{name}.log"));
+        let log = p.nodes_dir.join(format!("{name}.log"));
         let run_log = state_dir.join("rounds.jsonl");
         if late.contains(&i) {
-            running.push(Proc::absent(&opts.exe, name, log, run_log)?);
+            running.push(Proc::absent(&opts.exe, name.clone(), log, run_log)?);
             continue;
         }
-        let child = start_silo(netns.as_deref(), i, &opts.exe, &cfg_path, &log)?;
-        running.push(Proc::new(name, child, log, run_log));
+        let child = start_silo(netns, i, &opts.exe, cfg_path, &log)?;
+        running.push(Proc::new(name.clone(), child, log, run_log));
     }
     let mut first_round = None;
-    let mut driver = fault_driver.take().map(|make| make());
+    let mut driver = fault_driver.map(|make| make());
     let watched = watch(
         &mut running,
         scenario,
@@ -576,7 +549,33 @@ fn run_seed(
             abnormal.join("\n")
         );
     }
+    Ok(NodesRun {
+        running,
+        driver,
+        first_round,
+        total_seconds,
+    })
+}
 
+/// What `simulate` writes for a seed, from the nodes' run logs: `rounds.jsonl`,
+/// `summary.json` (with the fault report under a schedule), `swarm.json` and the plots.
+fn report_seed(
+    scenario: &Scenario,
+    seed: u64,
+    opts: &SwarmOptions,
+    dir: &Path,
+    p: Prepared,
+    run: &NodesRun,
+) -> anyhow::Result<SeedOutcome> {
+    let Prepared {
+        federation: fed,
+        spec,
+        ..
+    } = p;
+    let k = fed.clients.len();
+    let regression = spec.is_regression();
+    let num_params = spec.num_params();
+    let running = &run.running;
     // Merge the run logs into the simulator's records.
     let logs: Vec<Vec<NodeRound>> = running
         .iter()
@@ -592,36 +591,14 @@ fn run_seed(
     }
     f.flush()?;
     drop(f);
-    let last = records
-        .iter()
-        .rev()
-        .find(|r| !r.algorithms.is_empty())
-        .context("no node evaluated")?;
-    let fed_round = &last.algorithms[0];
-    let mass = records
-        .last()
-        .and_then(|r| r.federico.as_ref())
-        .and_then(|f| f.same_group_mass);
-    let summary = RunSummary {
-        seed,
-        rounds: scenario.rounds,
-        algorithms: vec![AlgorithmResult {
-            algorithm: fed_round.algorithm.clone(),
-            accuracy: fed_round.accuracy,
-            mse: fed_round.mse,
-            per_client: fed_round.per_client.clone(),
-            same_group_mass: mass,
-        }],
-        faults: None,
-    };
-    let mut summary = summary;
-    if let Some(driver) = &driver {
+    let mut summary = seed_summary(scenario, seed, &records)?;
+    if let Some(driver) = &run.driver {
         let report = fault_report(
             scenario,
             seed,
             opts,
             driver,
-            &running,
+            running,
             &logs,
             groups.as_deref(),
         )?;
@@ -633,9 +610,9 @@ fn run_seed(
         &logs,
         scenario,
         num_params,
-        &running,
-        first_round.map_or(f64::NAN, |d| d.as_secs_f64()),
-        total_seconds,
+        running,
+        run.first_round.map_or(f64::NAN, |d| d.as_secs_f64()),
+        run.total_seconds,
     );
     write_json(&dir.join("swarm.json"), &figures)?;
     let curves: Curves = vec![(
@@ -666,5 +643,36 @@ fn run_seed(
         num_params,
         clients: k,
         regression,
+    })
+}
+
+/// A seed's summary from its merged records: FedeRiCo's last evaluated round, and the
+/// same-group mass of the last round (no fault report yet).
+fn seed_summary(
+    scenario: &Scenario,
+    seed: u64,
+    records: &[RoundRecord],
+) -> anyhow::Result<RunSummary> {
+    let last = records
+        .iter()
+        .rev()
+        .find(|r| !r.algorithms.is_empty())
+        .context("no node evaluated")?;
+    let fed_round = &last.algorithms[0];
+    let mass = records
+        .last()
+        .and_then(|r| r.federico.as_ref())
+        .and_then(|f| f.same_group_mass);
+    Ok(RunSummary {
+        seed,
+        rounds: scenario.rounds,
+        algorithms: vec![AlgorithmResult {
+            algorithm: fed_round.algorithm.clone(),
+            accuracy: fed_round.accuracy,
+            mse: fed_round.mse,
+            per_client: fed_round.per_client.clone(),
+            same_group_mass: mass,
+        }],
+        faults: None,
     })
 }

@@ -1,7 +1,8 @@
 //! What a finished swarm run produced: the nodes' run logs merged into the simulator's
 //! per-round records, the speed and size figures (`swarm.json`), and the fault checks.
 //! Owns: [`SwarmFigures`], [`read_run_log`], merging the logs, and the fault report's inputs.
-//! Must not: start or stop processes (`procs.rs`) or define a check (`faults::checks`).
+//! Must not: start or stop processes (`procs.rs`), define a check (`faults::checks`), or run
+//! the simulator (the baseline is [`SwarmOptions::baseline`], the caller's).
 
 use super::{Proc, SwarmOptions, faults};
 use crate::faults::checks;
@@ -62,12 +63,12 @@ pub(super) fn fault_report(
     let cfg = &scenario.faults;
     let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
     let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
-    // The one use of the simulator here: the baseline is a simulation, not a report.
+    // The baseline is a simulation, not a report: the caller runs it.
     let baseline = if cfg.baseline {
-        Some(
-            crate::sim::fault_free_finals(scenario, seed, opts.data_dir.as_deref())
-                .context("the fault-free baseline run")?,
-        )
+        let run = opts.baseline.context(
+            "faults.baseline asks for the simulator's fault-free run, and this swarm was given none (SwarmOptions::baseline)",
+        )?;
+        Some(run(scenario, seed, opts.data_dir.as_deref()).context("the fault-free baseline run")?)
     } else {
         None
     };

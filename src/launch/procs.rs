@@ -1,15 +1,16 @@
 //! The node processes of a local swarm: starting each one (inside its network namespace when
 //! there is one), following them with the progress bar until all have exited, Ctrl-C, and
 //! stopping them.
-//! Owns: [`start_node`], the watch loop, the SIGINT hook, SIGTERM-then-SIGKILL teardown, log
-//! tails and resident-set sampling.
+//! Owns: [`Proc`] (a started node process, its lives and how it ended), [`start_node`], the
+//! watch loop, the SIGINT hook, SIGTERM-then-SIGKILL teardown, log tails and resident-set
+//! sampling.
 //! Must not: write the run directory (`mod.rs`) or read the nodes' run logs (`outcome.rs`).
 
-use super::{Proc, SwarmOptions, faults, netns, read_run_log};
+use super::{SwarmOptions, faults, netns, read_run_log};
 use crate::scenario::Scenario;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 /// Resident set size of a process in KiB (Linux; 0 elsewhere or once it has exited).
 pub(super) fn rss_kib(pid: u32) -> u64 {
@@ -208,4 +209,107 @@ pub(super) fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A started node process.
+pub(super) struct Proc {
+    pub(super) name: String,
+    pub(super) child: std::process::Child,
+    pub(super) log: PathBuf,
+    pub(super) run_log: PathBuf,
+    pub(super) status: Option<std::process::ExitStatus>,
+    /// Largest resident set seen while it ran (KiB, from /proc).
+    pub(super) max_rss_kib: u64,
+    /// How each earlier process of this silo ended (a schedule's crashes).
+    pub(super) lives: Vec<String>,
+    /// Every log this silo's processes wrote.
+    pub(super) logs: Vec<PathBuf>,
+    /// Killed by the fault schedule and not (yet) restarted, or told to leave.
+    pub(super) by_schedule: bool,
+}
+
+impl Proc {
+    pub(super) fn new(
+        name: String,
+        child: std::process::Child,
+        log: PathBuf,
+        run_log: PathBuf,
+    ) -> Self {
+        Self {
+            name,
+            child,
+            logs: vec![log.clone()],
+            log,
+            run_log,
+            status: None,
+            max_rss_kib: 0,
+            lives: Vec::new(),
+            by_schedule: false,
+        }
+    }
+
+    pub(super) fn is_running(&self) -> bool {
+        self.status.is_none()
+    }
+
+    /// SIGKILL now, as a crash.
+    pub(super) fn kill_by_schedule(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        self.lives.push("killed by the schedule".into());
+        self.by_schedule = true;
+    }
+
+    /// SIGTERM: a clean stop for good.
+    pub(super) fn leave(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        self.by_schedule = true;
+    }
+
+    /// A silo that joins late: nothing runs until the schedule starts it ([`Self::join`]).
+    pub(super) fn absent(
+        exe: &Path,
+        name: String,
+        log: PathBuf,
+        run_log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        // A stand-in process that exits at once, so every `Proc` owns a child.
+        let child = std::process::Command::new(exe)
+            .arg("--help")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut p = Self::new(name, child, log, run_log);
+        p.status = p.child.wait().ok();
+        p.logs.clear();
+        p.by_schedule = true;
+        Ok(p)
+    }
+
+    /// The late joiner's first process.
+    pub(super) fn join(&mut self, child: std::process::Child, log: PathBuf) {
+        self.relaunch(child, log);
+    }
+
+    /// A new process for the same silo (same config, key, state directory).
+    pub(super) fn relaunch(&mut self, child: std::process::Child, log: PathBuf) {
+        self.child = child;
+        self.status = None;
+        self.by_schedule = false;
+        self.logs.push(log.clone());
+        self.log = log;
+    }
+
+    /// Ended as it should: success, or stopped by the schedule.
+    pub(super) fn ended_well(&self) -> bool {
+        self.status.is_some_and(|s| s.success()) || (self.by_schedule && self.status.is_some())
+    }
 }

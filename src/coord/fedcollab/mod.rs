@@ -13,10 +13,11 @@
 //!
 //! Layout: `config.rs` (the `[fedcollab]` section), `solver.rs` (objective and Algorithm 2),
 //! `distance.rs` (the pairwise discriminator protocol's numbers); the coalition average is
-//! here. The server is `coord::fedcollab_server`.
+//! here; `server.rs` is the network coordinator's state (also `coord::fedcollab_server`).
 
 mod config;
 mod distance;
+pub mod server;
 mod solver;
 #[cfg(test)]
 mod tests;

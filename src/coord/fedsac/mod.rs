@@ -20,10 +20,12 @@
 //!
 //! Layout: `subspace.rs` (feature subspaces, complementarity), `graph.rs` (similarity, the
 //! simplex projection, the graph and its round composition), `personalise.rs` (mixing, the
-//! regulariser); the defaults and errors are here. The server is `coord::fedsac_server`.
+//! regulariser); the defaults and errors are here; `server.rs` is the network coordinator's state (also
+//! `coord::fedsac_server`).
 
 mod graph;
 mod personalise;
+pub mod server;
 mod subspace;
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,8 @@
 //!
 //! Layout: `config.rs` (hyperparameters), `gram.rs` (Gram matrix, utility, benefit),
 //! `partition.rs` (ClientPartition), `schedule.rs` ([`Coordinator`]), `models.rs` (group
-//! average, pseudo-gradient, HCCT-E); the servers are `coord::hcct_server`.
+//! average, pseudo-gradient, HCCT-E), `server.rs` (the network coordinator's state, also
+//! `coord::hcct_server`).
 //!
 //! Privacy note (spec §5): the coordinator sees each client's pseudo-gradient, the same exposure
 //! to gradient inversion as a FedAvg server; it never sees data.
@@ -23,6 +24,7 @@ mod gram;
 mod models;
 mod partition;
 mod schedule;
+pub mod server;
 #[cfg(test)]
 mod tests;
 

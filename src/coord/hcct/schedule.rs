@@ -2,7 +2,7 @@
 //! `../shared/specs/hcct.md` §3, §5): round 0, every round from scratch or one-shot, stale
 //! reports, checkpoints.
 //! Owns: [`Coordinator`], [`CoordinatorConfig`] and [`CoordinatorSnapshot`].
-//! Must not: touch models, sockets or clocks: the servers (`coord::hcct_server`) and the
+//! Must not: touch models, sockets or clocks: the server (`server.rs`) and the
 //! simulator drive it; ClientPartition itself is `partition.rs`.
 
 use super::{Gram, HcctError, Merge, Partition, PartitionConfig, Stop, partition};

@@ -14,7 +14,10 @@
 //!
 //! Silos are named by their index in the federation's manifest (the simulator's silo index).
 
-use super::fedsac::{self, FedsacError, GraphSettings, PrincipalAngles, RoundGraph, Subspace};
+use crate::coord::fedsac::{
+    self, FedsacError, GraphSettings, PrincipalAngles, RoundGraph, Subspace,
+};
+use crate::coord::joining::{CloseRefused, Joining, Refused};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -89,8 +92,9 @@ pub struct FedsacServer {
     /// t: the round open now (= rounds completed).
     round: u64,
     sampler: StdRng,
-    /// n^i of every silo, once registered.
-    sizes: Vec<Option<u64>>,
+    /// n^i of every silo, once registered, and the silos in the run (every silo, unless
+    /// joining was closed without some). Cohorts are drawn over the members.
+    joining: Joining<u64>,
     /// θ^0: similarity is measured on θ − θ^0.
     init: Arc<Vec<f32>>,
     /// θ̃^i.
@@ -99,9 +103,6 @@ pub struct FedsacServer {
     directions: Vec<Option<Arc<Vec<f32>>>>,
     /// θ^i right after its last local training (scored with `score_trained`).
     trained: Vec<Option<Arc<Vec<f32>>>>,
-    /// The silos in the run, ascending (every silo, unless joining was closed without some);
-    /// empty before the run starts. Cohorts are drawn over them.
-    members: Vec<usize>,
     /// The open round's cohort, increasing; empty until the run started.
     cohort: Vec<usize>,
     /// Models and subspaces received for the open round (not checkpointed).
@@ -131,12 +132,11 @@ impl FedsacServer {
             rounds,
             round: 0,
             sampler: StdRng::seed_from_u64(sampler_seed),
-            sizes: vec![None; nodes],
+            joining: Joining::new(nodes, 1),
             params: (0..nodes).map(|_| init.clone()).collect(),
             init,
             directions: vec![None; nodes],
             trained: vec![None; nodes],
-            members: Vec::new(),
             cohort: Vec::new(),
             pending: BTreeMap::new(),
         })
@@ -149,7 +149,7 @@ impl FedsacServer {
 
     /// Silos in this run.
     pub fn nodes(&self) -> usize {
-        self.sizes.len()
+        self.joining.nodes()
     }
 
     /// Parameters per model.
@@ -159,36 +159,36 @@ impl FedsacServer {
 
     /// Silos registered so far.
     pub fn registered(&self) -> usize {
-        self.sizes.iter().flatten().count()
+        self.joining.registered()
     }
 
     /// The run started (every silo registered, or joining was closed): rounds may run.
     pub fn ready(&self) -> bool {
-        !self.members.is_empty()
+        self.joining.started()
     }
 
     /// Silos that have not registered.
     pub fn missing(&self) -> Vec<usize> {
-        super::silos_joined(&self.sizes, false)
+        self.joining.missing()
     }
 
     /// Joining may close now: the run has not started and a silo has registered.
     pub fn may_close_joining(&self) -> bool {
-        !self.ready() && self.registered() > 0
+        self.joining.may_close()
     }
 
     /// The run started without silo `i`: it trains alone.
     pub fn left_out(&self, i: usize) -> bool {
-        self.ready() && !self.in_run(i)
+        self.joining.left_out(i)
     }
 
     /// The silos in the run, ascending (empty before it started).
     pub fn members(&self) -> &[usize] {
-        &self.members
+        self.joining.members()
     }
 
     fn in_run(&self, i: usize) -> bool {
-        self.members.binary_search(&i).is_ok()
+        self.joining.in_run(i)
     }
 
     /// Starts the run with the silos registered so far, without waiting for the rest (the
@@ -196,16 +196,12 @@ impl FedsacServer {
     /// silos left out; each is told to train alone if it registers later. Refused with nobody
     /// registered or once the run started.
     pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        if self.ready() {
-            return Err("the run has already started".into());
-        }
-        let joined = super::silos_joined(&self.sizes, true);
-        if joined.is_empty() {
-            return Err("no silo has registered".into());
-        }
-        self.members = joined;
+        let left = self.joining.close().map_err(|e| match e {
+            CloseRefused::Started => "the run has already started",
+            CloseRefused::TooFew { .. } => "no silo has registered",
+        })?;
         self.draw();
-        Ok(self.missing())
+        Ok(left)
     }
 
     /// The open round's cohort.
@@ -216,14 +212,15 @@ impl FedsacServer {
     /// The next cohort from the stream, as the simulator draws it (over the run's members:
     /// with every silo in the run, exactly the simulator's cohorts).
     fn draw(&mut self) {
-        let k = self.members.len();
+        let members = self.joining.members();
+        let k = members.len();
         let m = self.settings.cohort_size;
         self.cohort = if m == 0 || m >= k {
-            self.members.clone()
+            members.to_vec()
         } else {
             let mut v: Vec<usize> = rand::seq::index::sample(&mut self.sampler, k, m)
                 .into_iter()
-                .map(|j| self.members[j])
+                .map(|j| members[j])
                 .collect();
             v.sort_unstable();
             v
@@ -235,26 +232,19 @@ impl FedsacServer {
     /// registers after joining closed without it is recorded, and its fetches answered
     /// [`FetchAnswer::Alone`].
     pub fn register(&mut self, index: usize, n_train: u64) -> Result<(), String> {
-        let n = self.sizes.len();
-        let was_ready = self.ready();
-        let fixed = self.in_run(index);
-        let slot = self
-            .sizes
-            .get_mut(index)
-            .ok_or_else(|| format!("silo {index} is not one of the {n} silos of this run"))?;
+        let refused = |e| match e {
+            Refused::NotASilo { nodes } => {
+                format!("silo {index} is not one of the {nodes} silos of this run")
+            }
+            Refused::Changed { old } => format!(
+                "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
+            ),
+        };
+        self.joining.check(index).map_err(refused)?;
         if n_train == 0 {
             return Err("n_train = 0; a silo needs at least 1 sample".into());
         }
-        match *slot {
-            Some(old) if old != n_train && fixed => {
-                return Err(format!(
-                    "silo {index} registered {old} samples before and now {n_train}; sizes are fixed for the run"
-                ));
-            }
-            _ => *slot = Some(n_train),
-        }
-        if !was_ready && self.sizes.iter().all(Option::is_some) {
-            self.members = (0..n).collect();
+        if self.joining.register(index, n_train).map_err(refused)? {
             self.draw();
         }
         Ok(())
@@ -335,7 +325,7 @@ impl FedsacServer {
             .collect();
         let counts: Vec<u64> = senders
             .iter()
-            .map(|&i| self.sizes[i].unwrap_or(0))
+            .map(|&i| self.joining.size(i).unwrap_or(0))
             .collect();
         let subspaces: Vec<Option<Subspace>> =
             senders.iter().map(|i| self.pending[i].1.clone()).collect();
@@ -390,10 +380,10 @@ impl FedsacServer {
     /// in the cohort; once the run is over, the model it is scored with. An older round is
     /// answered with the open one.
     pub fn fetch(&self, index: usize, round: u64) -> Result<FetchAnswer, String> {
-        if index >= self.sizes.len() {
+        if index >= self.nodes() {
             return Err(format!(
                 "silo {index} is not one of the {} silos of this run",
-                self.sizes.len()
+                self.nodes()
             ));
         }
         if !self.ready() {
@@ -428,7 +418,7 @@ impl FedsacServer {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
             round: self.round,
-            sizes: self.sizes.clone(),
+            sizes: self.joining.sizes().to_vec(),
             init: self.init.to_vec(),
             params: self.params.iter().map(|m| m.to_vec()).collect(),
             directions: self
@@ -441,7 +431,7 @@ impl FedsacServer {
                 .iter()
                 .map(|d| d.as_ref().map(|d| d.to_vec()))
                 .collect(),
-            members: self.members.clone(),
+            members: self.members().to_vec(),
         };
         bincode::serde::encode_into_std_write(&body, &mut out, bincode::config::standard())
             .map_err(|e| e.to_string())?;
@@ -484,11 +474,11 @@ impl FedsacServer {
             return Err("models of the wrong number or size".into());
         }
         let mut me = Self::new(settings, n, rounds, sampler_seed, s.init)?;
-        me.sizes = s.sizes;
+        let members = (!s.members.is_empty()).then_some(s.members);
+        me.joining = Joining::restore(s.sizes, members, 1);
         me.params = s.params.into_iter().map(Arc::new).collect();
         me.directions = s.directions.into_iter().map(|d| d.map(Arc::new)).collect();
         me.trained = s.trained.into_iter().map(|d| d.map(Arc::new)).collect();
-        me.members = s.members;
         if me.ready() {
             for _ in 0..=s.round.min(rounds.saturating_sub(1)) {
                 me.draw();
@@ -545,277 +535,4 @@ impl From<SavedV1> for Saved {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(cohort: usize) -> Settings {
-        Settings {
-            alpha: 0.9,
-            beta: 1.4,
-            alpha_cutoff: 0.7,
-            principal_angles: PrincipalAngles::Standard,
-            cohort_size: cohort,
-            score_trained: false,
-        }
-    }
-
-    fn server(n: usize, cohort: usize) -> FedsacServer {
-        let mut s = FedsacServer::new(settings(cohort), n, 6, 7, vec![0.0; 3]).unwrap();
-        for i in 0..n {
-            s.register(i, 10 + i as u64).unwrap();
-        }
-        s
-    }
-
-    fn assignment(s: &FedsacServer, i: usize, r: u64) -> Assignment {
-        match s.fetch(i, r).unwrap() {
-            FetchAnswer::Now(a) => a,
-            other => panic!("silo {i} round {r}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn nothing_starts_before_every_silo_registered() {
-        let mut s = FedsacServer::new(settings(0), 2, 6, 7, vec![0.0; 3]).unwrap();
-        s.register(0, 5).unwrap();
-        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
-        assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), None).is_err());
-        assert!(s.register(2, 5).is_err());
-        assert!(s.register(1, 0).is_err());
-        s.register(1, 5).unwrap();
-        assert_eq!(s.cohort(), [0, 1]);
-        let a = assignment(&s, 1, 0);
-        assert!(a.train && a.direction.is_none());
-        assert!(
-            s.register(1, 6).is_err(),
-            "sizes are fixed once the run started"
-        );
-    }
-
-    /// A full round is the simulator's arithmetic: the graph over the cohort, then each
-    /// member's mix and direction.
-    #[test]
-    fn a_round_aggregates_with_the_core_graph() {
-        let mut s = server(3, 0);
-        let models = [
-            vec![1.0, 0.0, 0.0],
-            vec![0.9, 0.1, 0.0],
-            vec![0.0, 0.0, 1.0],
-        ];
-        for (i, m) in models.iter().enumerate() {
-            let all = s.update(i, 0, Arc::new(m.clone()), None).unwrap();
-            assert_eq!(all, i == 2);
-        }
-        let log = s.close(false).unwrap();
-        let views: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
-        let p = fedsac::size_prior(&[10, 11, 12]).unwrap();
-        let sim = fedsac::similarity_matrix(&views, &[0.0; 3]).unwrap();
-        let c =
-            fedsac::complementarity_matrix(&[None, None, None], PrincipalAngles::Standard).unwrap();
-        let w = fedsac::collaboration_graph(&p, &sim, &c, 0.9, 1.4).unwrap();
-        assert_eq!(log.graph, w);
-        for (i, row) in w.iter().enumerate() {
-            let a = assignment(&s, i, 1);
-            assert_eq!(*a.params, fedsac::mix(&views, row).unwrap());
-            assert_eq!(
-                *a.direction.unwrap(),
-                fedsac::direction(&views, row).unwrap()
-            );
-        }
-    }
-
-    #[test]
-    fn cohorts_follow_the_stream_and_outsiders_are_refused() {
-        let mut s = server(5, 2);
-        let mut want = StdRng::seed_from_u64(7);
-        for r in 0..3u64 {
-            let mut c = rand::seq::index::sample(&mut want, 5, 2).into_vec();
-            c.sort_unstable();
-            assert_eq!(s.cohort(), c, "round {r}");
-            let out = (0..5).find(|i| !c.contains(i)).unwrap();
-            assert!(!assignment(&s, out, r).train);
-            assert!(s.update(out, r, Arc::new(vec![1.0; 3]), None).is_err());
-            for &i in &c {
-                s.update(i, r, Arc::new(vec![i as f32 + 1.0, 0.5, 0.0]), None)
-                    .unwrap();
-            }
-            s.close(false).unwrap();
-            // Outsiders lose their direction.
-            assert!(assignment(&s, out, r + 1).direction.is_none());
-        }
-    }
-
-    #[test]
-    fn bad_updates_change_nothing() {
-        let mut s = server(2, 0);
-        assert!(s.update(0, 1, Arc::new(vec![0.0; 3]), None).is_err());
-        assert!(s.update(0, 0, Arc::new(vec![0.0; 4]), None).is_err());
-        let skew = Some(vec![vec![1.0, 1.0]]);
-        assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), skew).is_err());
-        // A subspace of another width than the round's first is refused; the round still
-        // closes.
-        s.update(0, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![1.0, 0.0]]))
-            .unwrap();
-        let wide = Some(vec![vec![1.0, 0.0, 0.0]]);
-        let e = s.update(1, 0, Arc::new(vec![0.0; 3]), wide).unwrap_err();
-        assert!(e.contains("dimensions"), "{e}");
-        s.update(1, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![0.0, 1.0]]))
-            .unwrap();
-        s.close(false).unwrap();
-        let mut s = server(2, 0);
-        assert!(s.update(9, 0, Arc::new(vec![0.0; 3]), None).is_err());
-        assert!(!s.all_in());
-        assert!(s.fetch(9, 0).is_err());
-    }
-
-    #[test]
-    fn a_deadline_round_uses_the_senders_only() {
-        let mut s = server(3, 0);
-        s.update(1, 0, Arc::new(vec![1.0, 2.0, 3.0]), None).unwrap();
-        let log = s.close(true).unwrap();
-        assert_eq!(log.senders, [1]);
-        assert_eq!(log.graph, [vec![1.0]]);
-        assert_eq!(*assignment(&s, 1, 1).params, vec![1.0, 2.0, 3.0]);
-        assert_eq!(*assignment(&s, 0, 1).params, vec![0.0; 3]);
-        assert!(assignment(&s, 0, 1).direction.is_none());
-    }
-
-    #[test]
-    fn checkpoints_resume_exactly_and_refuse_damage() {
-        let mut s = server(5, 3);
-        for r in 0..2u64 {
-            for i in s.cohort().to_vec() {
-                s.update(i, r, Arc::new(vec![i as f32, r as f32, 1.0]), None)
-                    .unwrap();
-            }
-            s.close(false).unwrap();
-        }
-        let bytes = s.encode().unwrap();
-        let mut back = FedsacServer::decode(settings(3), 6, 7, &bytes).unwrap();
-        assert_eq!(back.round(), 2);
-        assert_eq!(back.cohort(), s.cohort());
-        for i in 0..5 {
-            assert_eq!(back.fetch(i, 2).unwrap(), s.fetch(i, 2).unwrap());
-        }
-        for t in [&mut s, &mut back] {
-            for i in t.cohort().to_vec() {
-                t.update(i, 2, Arc::new(vec![1.0, i as f32, 0.0]), None)
-                    .unwrap();
-            }
-        }
-        assert_eq!(back.close(false).unwrap(), s.close(false).unwrap());
-        assert_eq!(back.cohort(), s.cohort());
-        assert!(FedsacServer::decode(settings(3), 6, 7, &bytes[..bytes.len() - 1]).is_err());
-        let mut other = bytes.clone();
-        other[0] = b'X';
-        assert!(FedsacServer::decode(settings(3), 6, 7, &other).is_err());
-    }
-
-    #[test]
-    fn the_final_fetch_scores_the_aggregate_or_the_trained_model() {
-        for trained in [false, true] {
-            let mut st = settings(0);
-            st.score_trained = trained;
-            let mut s = FedsacServer::new(st, 2, 1, 7, vec![0.0; 2]).unwrap();
-            s.register(0, 5).unwrap();
-            s.register(1, 5).unwrap();
-            s.update(0, 0, Arc::new(vec![1.0, 0.0]), None).unwrap();
-            s.update(1, 0, Arc::new(vec![0.0, 1.0]), None).unwrap();
-            s.close(false).unwrap();
-            let a = assignment(&s, 0, 1);
-            assert!(!a.train && a.direction.is_none());
-            if trained {
-                assert_eq!(*a.params, vec![1.0, 0.0]);
-            } else {
-                assert_eq!(*a.params, *s.params[0]);
-            }
-        }
-    }
-
-    /// Joining closed on silos 0, 1 and 3 of 5 with cohorts of 2: cohorts are the stream's
-    /// draws over those three (mapped to their indices), the rounds are exactly a 3-silo run's,
-    /// silos 2 and 4 are told to train alone and their updates are refused; the checkpoint
-    /// keeps the members and the cohort.
-    #[test]
-    fn a_run_started_without_silos_is_the_run_of_those_that_came() {
-        let members = [0, 1, 3];
-        let mut s = FedsacServer::new(settings(2), 5, 6, 7, vec![0.0; 3]).unwrap();
-        assert!(s.close_joining().is_err(), "nobody registered");
-        for i in members {
-            s.register(i, 10 + i as u64).unwrap();
-        }
-        assert_eq!(s.missing(), vec![2, 4]);
-        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
-        assert_eq!(s.close_joining().unwrap(), vec![2, 4]);
-        assert!(s.close_joining().is_err(), "already started");
-        assert_eq!(s.members(), members);
-        s.register(4, 3).unwrap();
-        assert_eq!(s.fetch(4, 0).unwrap(), FetchAnswer::Alone);
-        assert_eq!(s.fetch(2, 0).unwrap(), FetchAnswer::Alone);
-        let e = s.update(4, 0, Arc::new(vec![1.0; 3]), None).unwrap_err();
-        assert!(e.contains("trains alone"), "{e}");
-
-        let mut three = FedsacServer::new(settings(2), 3, 6, 7, vec![0.0; 3]).unwrap();
-        for (j, i) in members.into_iter().enumerate() {
-            three.register(j, 10 + i as u64).unwrap();
-        }
-        for r in 0..4u64 {
-            let mapped: Vec<usize> = three.cohort().iter().map(|&j| members[j]).collect();
-            assert_eq!(s.cohort(), mapped, "round {r}");
-            for (j, i) in members.into_iter().enumerate() {
-                let (a, b) = (assignment(&s, i, r), assignment(&three, j, r));
-                assert_eq!(a, b, "silo {i} round {r}");
-                if a.train {
-                    let m = Arc::new(vec![i as f32 + r as f32, 0.5, 1.0]);
-                    s.update(i, r, m.clone(), None).unwrap();
-                    three.update(j, r, m, None).unwrap();
-                }
-            }
-            assert!(s.all_in());
-            let (a, b) = (s.close(false).unwrap(), three.close(false).unwrap());
-            assert_eq!(a.graph, b.graph);
-            assert_eq!(
-                a.senders,
-                b.senders.iter().map(|&j| members[j]).collect::<Vec<_>>()
-            );
-        }
-        let bytes = s.encode().unwrap();
-        let back = FedsacServer::decode(settings(2), 6, 7, &bytes).unwrap();
-        assert_eq!(back.members(), members);
-        assert_eq!(back.cohort(), s.cohort());
-        for i in 0..5 {
-            assert_eq!(back.fetch(i, 4).unwrap(), s.fetch(i, 4).unwrap());
-        }
-    }
-
-    /// A checkpoint written before joining could close (version 1) resumes with every silo in
-    /// the run and the same cohort.
-    #[test]
-    fn a_version_1_checkpoint_resumes_with_every_silo() {
-        let mut s = server(4, 2);
-        for i in s.cohort().to_vec() {
-            s.update(i, 0, Arc::new(vec![i as f32, 1.0, 0.0]), None)
-                .unwrap();
-        }
-        s.close(false).unwrap();
-        let vec_of = |v: &[Option<Arc<Vec<f32>>>]| -> Vec<Option<Vec<f32>>> {
-            v.iter().map(|d| d.as_ref().map(|d| d.to_vec())).collect()
-        };
-        let body = SavedV1 {
-            round: s.round,
-            sizes: s.sizes.clone(),
-            init: s.init.to_vec(),
-            params: s.params.iter().map(|m| m.to_vec()).collect(),
-            directions: vec_of(&s.directions),
-            trained: vec_of(&s.trained),
-        };
-        let mut v1 = crate::store::header(MAGIC, 1);
-        bincode::serde::encode_into_std_write(&body, &mut v1, bincode::config::standard()).unwrap();
-        let back = FedsacServer::decode(settings(2), 6, 7, &v1).unwrap();
-        assert_eq!(back.members(), [0, 1, 2, 3]);
-        assert_eq!(back.cohort(), s.cohort());
-        for i in 0..4 {
-            assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
-        }
-    }
-}
+mod tests;

@@ -14,10 +14,11 @@
 //!
 //! Silos are named by their index in the federation's manifest, as in the simulator.
 
-use super::PairDistance;
-use super::fedcollab::{
+use crate::coord::PairDistance;
+use crate::coord::fedcollab::{
     FedCollabConfig, Problem, Solution, coalitions_of, disc_train_target, labels_of,
 };
+use crate::coord::joining::{CloseRefused, Joining, Refused};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"FEDCOLB1";
@@ -82,9 +83,8 @@ struct Saved {
 pub struct FedCollabServer {
     cfg: FedCollabConfig,
     seed: u64,
-    sizes: Vec<Option<u64>>,
-    /// The planned silos, once the plan is out.
-    participants: Option<Vec<usize>>,
+    /// Who joined with how many samples, and the planned silos once the plan is out.
+    joining: Joining<u64>,
     reports: Vec<Option<Vec<PairDistance>>>,
     solved: Option<Solved>,
 }
@@ -99,8 +99,7 @@ impl FedCollabServer {
         Ok(Self {
             cfg,
             seed,
-            sizes: vec![None; nodes],
-            participants: None,
+            joining: Joining::new(nodes, 2),
             reports: vec![None; nodes],
             solved: None,
         })
@@ -108,27 +107,27 @@ impl FedCollabServer {
 
     /// Silos of the run.
     pub fn nodes(&self) -> usize {
-        self.sizes.len()
+        self.joining.nodes()
     }
 
     /// Silos that joined.
     pub fn registered(&self) -> usize {
-        self.sizes.iter().flatten().count()
+        self.joining.registered()
     }
 
     /// The plan is out: every silo joined, or joining was closed.
     pub fn ready(&self) -> bool {
-        self.participants.is_some()
+        self.joining.started()
     }
 
     /// Silos that have not joined, ascending.
     pub fn missing(&self) -> Vec<usize> {
-        super::silos_joined(&self.sizes, false)
+        self.joining.missing()
     }
 
     /// The planned silos, once the plan is out.
     pub fn participants(&self) -> Option<&[usize]> {
-        self.participants.as_deref()
+        self.joining.participants()
     }
 
     /// Sends the plan out to the silos that have joined, without waiting for the rest (the
@@ -136,33 +135,26 @@ impl FedCollabServer {
     /// joins later. Refused with fewer than 2 joined (no pair to estimate) or once the plan is
     /// out.
     pub fn close_joining(&mut self) -> Result<Vec<usize>, String> {
-        if self.ready() {
-            return Err("the plan is already out".into());
-        }
-        let joined = super::silos_joined(&self.sizes, true);
-        if joined.len() < 2 {
-            return Err(format!(
-                "{} of {} silos joined; a plan needs at least 2",
-                joined.len(),
-                self.nodes()
-            ));
-        }
-        self.participants = Some(joined);
-        Ok(self.missing())
+        self.joining.close().map_err(|e| match e {
+            CloseRefused::Started => "the plan is already out".into(),
+            CloseRefused::TooFew { joined, nodes } => {
+                format!("{joined} of {nodes} silos joined; a plan needs at least 2")
+            }
+        })
     }
 
     /// Joining may close now: the plan is not out and a pair has joined.
     pub fn may_close_joining(&self) -> bool {
-        !self.ready() && self.registered() >= 2
+        self.joining.may_close()
     }
 
     /// The plan went out without silo `i`.
     pub fn left_out(&self, i: usize) -> bool {
-        self.ready() && !self.planned(i)
+        self.joining.left_out(i)
     }
 
     fn planned(&self, i: usize) -> bool {
-        self.participants.as_ref().is_some_and(|p| p.contains(&i))
+        self.joining.in_run(i)
     }
 
     /// The structure, once solved.
@@ -176,29 +168,20 @@ impl FedCollabServer {
     /// sizes it was given. A silo joining after the plan went out is accepted: it is told to
     /// train alone.
     pub fn register(&mut self, i: usize, n_train: u64) -> Result<(), String> {
-        let n = self.nodes();
-        let plan_out = self.planned(i);
-        let solved = plan_out && self.solved.is_some();
-        let slot = self
-            .sizes
-            .get_mut(i)
-            .ok_or_else(|| format!("silo {i} is not one of the run's {n} silos"))?;
-        match *slot {
-            Some(old) if old != n_train && solved => Err(format!(
+        let solved = self.solved.is_some();
+        match self.joining.register(i, n_train) {
+            Ok(_) => Ok(()),
+            Err(Refused::NotASilo { nodes }) => {
+                Err(format!("silo {i} is not one of the run's {nodes} silos"))
+            }
+            Err(Refused::Changed { old }) if solved => Err(format!(
                 "silo {i} joined with {old} samples and now says {n_train}; the structure is \
                  already solved on {old}"
             )),
-            Some(old) if old != n_train && plan_out => Err(format!(
+            Err(Refused::Changed { old }) => Err(format!(
                 "silo {i} joined with {old} samples and now says {n_train}; the distance plan \
                  was cut from {old}"
             )),
-            _ => {
-                *slot = Some(n_train);
-                if self.participants.is_none() && self.sizes.iter().all(Option::is_some) {
-                    self.participants = Some((0..n).collect());
-                }
-                Ok(())
-            }
         }
     }
 
@@ -211,17 +194,20 @@ impl FedCollabServer {
                 self.nodes()
             ));
         }
-        match (round, &self.participants) {
+        match (round, self.joining.participants()) {
             (0, None) => Ok(FetchAnswer::Hold),
             (0, Some(planned)) => {
-                let sizes: Vec<u64> = planned.iter().filter_map(|&j| self.sizes[j]).collect();
+                let sizes: Vec<u64> = planned
+                    .iter()
+                    .filter_map(|&j| self.joining.size(j))
+                    .collect();
                 Ok(FetchAnswer::Plan {
                     target: disc_train_target(&sizes),
                     nodes: self.nodes() as u32,
                     members: planned.iter().map(|&j| j as u32).collect(),
                 })
             }
-            (1, Some(_)) if !self.planned(i) => match self.sizes[i] {
+            (1, Some(_)) if !self.planned(i) => match self.joining.size(i) {
                 Some(m) => Ok(FetchAnswer::Coalition {
                     members: vec![i as u32],
                     sizes: vec![m],
@@ -257,7 +243,7 @@ impl FedCollabServer {
         if i >= n {
             return Err(format!("silo {i} is not one of the run's {n} silos"));
         }
-        let Some(planned) = self.participants.clone() else {
+        let Some(planned) = self.joining.participants().map(<[usize]>::to_vec) else {
             return Err("distances before the plan went out".into());
         };
         if !planned.contains(&i) {
@@ -300,9 +286,18 @@ impl FedCollabServer {
     /// seeds it. With every silo planned this is exactly the simulator's problem; otherwise the
     /// problem is the planned silos alone, solved in their ascending order.
     fn solve(&mut self) -> Result<(), String> {
-        let planned = self.participants.clone().ok_or("no plan")?;
+        let planned = self
+            .joining
+            .participants()
+            .map(<[usize]>::to_vec)
+            .ok_or("no plan")?;
         let n = planned.len();
-        let sizes: Vec<u64> = self.sizes.iter().map(|s| s.unwrap_or(0)).collect();
+        let sizes: Vec<u64> = self
+            .joining
+            .sizes()
+            .iter()
+            .map(|s| s.unwrap_or(0))
+            .collect();
         let planned_sizes: Vec<u64> = planned.iter().map(|&i| sizes[i]).collect();
         let mut d = vec![vec![0.0; n]; n];
         let mut failed = Vec::new();
@@ -354,8 +349,8 @@ impl FedCollabServer {
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut out = crate::store::header(MAGIC, VERSION);
         let body = Saved {
-            sizes: self.sizes.clone(),
-            participants: self.participants.clone(),
+            sizes: self.joining.sizes().to_vec(),
+            participants: self.participants().map(<[usize]>::to_vec),
             reports: self.reports.clone(),
             solved: self.solved.clone(),
         };
@@ -400,8 +395,7 @@ impl FedCollabServer {
                 return Err("a saved structure that is not a canonical partition".into());
             }
         }
-        out.sizes = s.sizes;
-        out.participants = s.participants;
+        out.joining = Joining::restore(s.sizes, s.participants, 2);
         out.reports = s.reports;
         out.solved = s.solved;
         Ok(out)
@@ -450,218 +444,4 @@ impl From<SavedV1> for Saved {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pd(partner: u32, d: f64) -> PairDistance {
-        PairDistance {
-            partner,
-            distance: Some(d),
-            rounds: 101,
-        }
-    }
-
-    fn cfg() -> FedCollabConfig {
-        FedCollabConfig {
-            restarts: 10,
-            ..Default::default()
-        }
-    }
-
-    /// Four silos of two types (distance 1 across, 0 within): the plan waits for every join,
-    /// the coalitions are the two types, each silo hears only its own, and a restore from the
-    /// checkpoint answers the same.
-    #[test]
-    fn joins_plan_reports_and_a_two_type_structure() {
-        let mut s = FedCollabServer::new(cfg(), 4, 7).unwrap();
-        for i in 0..3 {
-            s.register(i, 100).unwrap();
-        }
-        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
-        assert!(s.report(0, vec![]).is_err(), "no plan yet");
-        s.register(3, 60).unwrap();
-        assert_eq!(
-            s.fetch(2, 0).unwrap(),
-            FetchAnswer::Plan {
-                target: 30.0,
-                nodes: 4,
-                members: vec![0, 1, 2, 3],
-            }
-        );
-        assert!(s.register(3, 61).is_err(), "the plan was cut from 60");
-        s.register(3, 60).unwrap();
-        let ty = |i: u32| i % 2;
-        let row = |i: u32| -> Vec<PairDistance> {
-            (0..4)
-                .filter(|&j| j != i)
-                .map(|j| pd(j, if ty(i) == ty(j) { 0.0 } else { 1.0 }))
-                .collect()
-        };
-        assert!(
-            s.report(0, row(0)[..2].to_vec()).is_err(),
-            "a partner missing"
-        );
-        let mut dup = row(0);
-        dup[2] = pd(1, 0.5);
-        assert!(s.report(0, dup).is_err(), "a partner twice");
-        assert!(
-            s.report(0, vec![pd(0, 0.0), pd(1, 0.0), pd(2, 0.0)])
-                .is_err()
-        );
-        for i in 0..3u32 {
-            assert!(!s.report(i as usize, row(i)).unwrap());
-        }
-        assert_eq!(s.fetch(0, 1).unwrap(), FetchAnswer::Hold);
-        assert!(s.report(3, row(3)).unwrap());
-        let solved = s.solved().unwrap().clone();
-        assert_eq!(solved.coalitions, vec![vec![0, 2], vec![1, 3]]);
-        assert!(solved.mismatched.is_empty() && solved.failed.is_empty());
-        assert_eq!(
-            s.fetch(3, 1).unwrap(),
-            FetchAnswer::Coalition {
-                members: vec![1, 3],
-                sizes: vec![100, 60]
-            }
-        );
-        assert!(s.fetch(3, 2).is_err());
-        assert!(s.fetch(4, 0).is_err());
-        let back = FedCollabServer::decode(cfg(), 7, &s.encode().unwrap()).unwrap();
-        assert_eq!(back.solved(), Some(&solved));
-        assert_eq!(back.fetch(1, 1).unwrap(), s.fetch(1, 1).unwrap());
-        let mut bytes = s.encode().unwrap();
-        bytes.push(0);
-        assert!(FedCollabServer::decode(cfg(), 7, &bytes).is_err());
-    }
-
-    /// A failed pair counts as far apart, and two reports of a pair that differ are flagged
-    /// and averaged by the solver's preparation.
-    #[test]
-    fn failed_and_mismatched_pairs_are_recorded() {
-        let mut s = FedCollabServer::new(cfg(), 3, 1).unwrap();
-        for i in 0..3 {
-            s.register(i, 50).unwrap();
-        }
-        let none = |p| PairDistance {
-            partner: p,
-            distance: None,
-            rounds: 0,
-        };
-        s.report(0, vec![pd(1, 0.1), none(2)]).unwrap();
-        s.report(1, vec![pd(0, 0.3), pd(2, 0.9)]).unwrap();
-        s.report(2, vec![pd(0, 0.2), pd(1, 0.9)]).unwrap();
-        let solved = s.solved().unwrap();
-        assert_eq!(solved.failed, vec![(0, 2)]);
-        assert_eq!(solved.mismatched, vec![(0, 1), (0, 2)]);
-        assert_eq!(solved.distances[0][2], 1.0);
-    }
-
-    /// Joining closed with silo 2 absent: the plan is silos 0, 1 and 3 (their target), their
-    /// reports name only each other, the structure is theirs in manifest indices, and silo 2,
-    /// joining late, hears it trains alone and cannot report. The checkpoint keeps all of it.
-    #[test]
-    fn a_plan_without_an_absent_silo() {
-        let mut s = FedCollabServer::new(cfg(), 4, 7).unwrap();
-        s.register(0, 100).unwrap();
-        assert!(s.close_joining().is_err(), "one silo cannot pair");
-        assert!(!s.ready());
-        s.register(1, 80).unwrap();
-        s.register(3, 60).unwrap();
-        assert_eq!(s.missing(), vec![2]);
-        assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
-        assert_eq!(s.close_joining().unwrap(), vec![2]);
-        assert!(s.close_joining().is_err(), "already out");
-        let plan = FetchAnswer::Plan {
-            target: 30.0,
-            nodes: 4,
-            members: vec![0, 1, 3],
-        };
-        assert_eq!(s.fetch(3, 0).unwrap(), plan);
-        assert!(s.fetch(2, 1).is_err(), "silo 2 has not joined");
-        s.register(2, 10).unwrap();
-        assert_eq!(s.fetch(2, 0).unwrap(), plan, "the plan does not grow");
-        assert_eq!(
-            s.fetch(2, 1).unwrap(),
-            FetchAnswer::Coalition {
-                members: vec![2],
-                sizes: vec![10]
-            }
-        );
-        assert!(
-            s.report(2, vec![pd(0, 0.0)]).is_err(),
-            "silo 2 is in no pair"
-        );
-        assert!(
-            s.report(0, vec![pd(1, 0.0), pd(2, 0.0), pd(3, 1.0)])
-                .is_err(),
-            "2 is not a partner"
-        );
-        assert!(s.report(0, vec![pd(1, 0.0)]).is_err(), "3 is missing");
-        assert!(!s.report(0, vec![pd(1, 0.0), pd(3, 1.0)]).unwrap());
-        assert!(!s.report(1, vec![pd(0, 0.0), pd(3, 1.0)]).unwrap());
-        assert_eq!(s.fetch(0, 1).unwrap(), FetchAnswer::Hold);
-        assert!(s.report(3, vec![pd(0, 1.0), pd(1, 1.0)]).unwrap());
-        let solved = s.solved().unwrap().clone();
-        assert_eq!(solved.participants, vec![0, 1, 3]);
-        assert_eq!(solved.coalitions, vec![vec![0, 1], vec![3]]);
-        assert_eq!(solved.distances.len(), 3);
-        assert_eq!(solved.sizes, vec![100, 80, 10, 60]);
-        assert_eq!(
-            s.fetch(1, 1).unwrap(),
-            FetchAnswer::Coalition {
-                members: vec![0, 1],
-                sizes: vec![100, 80]
-            }
-        );
-        // The same as solving the three silos on their own.
-        let mut alone = FedCollabServer::new(cfg(), 3, 7).unwrap();
-        for (i, m) in [100, 80, 60].into_iter().enumerate() {
-            alone.register(i, m).unwrap();
-        }
-        alone.report(0, vec![pd(1, 0.0), pd(2, 1.0)]).unwrap();
-        alone.report(1, vec![pd(0, 0.0), pd(2, 1.0)]).unwrap();
-        alone.report(2, vec![pd(0, 1.0), pd(1, 1.0)]).unwrap();
-        assert_eq!(alone.solved().unwrap().objective, solved.objective);
-        assert_eq!(alone.solved().unwrap().distances, solved.distances);
-
-        let back = FedCollabServer::decode(cfg(), 7, &s.encode().unwrap()).unwrap();
-        assert_eq!(back.solved(), Some(&solved));
-        assert_eq!(back.participants(), Some(&[0, 1, 3][..]));
-        assert_eq!(back.fetch(2, 1).unwrap(), s.fetch(2, 1).unwrap());
-    }
-
-    /// A version 1 checkpoint (every silo planned, no participant list) still resumes; a
-    /// checkpoint that is neither version is refused with the reason.
-    #[test]
-    fn a_version_1_checkpoint_resumes() {
-        let v1 = SavedV1 {
-            sizes: vec![Some(50), Some(40)],
-            reports: vec![Some(vec![pd(1, 0.2)]), Some(vec![pd(0, 0.2)])],
-            solved: Some(SolvedV1 {
-                coalitions: vec![vec![0, 1]],
-                objective: 0.5,
-                sizes: vec![50, 40],
-                distances: vec![vec![0.0, 0.2], vec![0.2, 0.0]],
-                mismatched: vec![],
-                failed: vec![],
-                hits: 3,
-            }),
-        };
-        let mut bytes = crate::store::header(MAGIC, 1);
-        bincode::serde::encode_into_std_write(&v1, &mut bytes, bincode::config::standard())
-            .unwrap();
-        let s = FedCollabServer::decode(cfg(), 7, &bytes).unwrap();
-        assert!(s.ready());
-        assert_eq!(s.solved().unwrap().participants, vec![0, 1]);
-        assert_eq!(
-            s.fetch(1, 1).unwrap(),
-            FetchAnswer::Coalition {
-                members: vec![0, 1],
-                sizes: vec![50, 40]
-            }
-        );
-        let mut other = crate::store::header(MAGIC, 9);
-        other.extend([0; 8]);
-        let e = FedCollabServer::decode(cfg(), 7, &other).err().unwrap();
-        assert!(e.contains("format version 9"), "{e}");
-    }
-}
+mod tests;

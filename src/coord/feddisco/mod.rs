@@ -16,6 +16,11 @@
 //! Privacy (spec §3.4, A15): with KL to the uniform target the coordinator learns
 //! `ln C − H(D_k)`, the entropy of the silo's label distribution; for two classes that fixes
 //! the histogram up to swapping the labels.
+//!
+//! Layout: the method is here; `server.rs` is the network coordinator's state (also
+//! `coord::feddisco_server`).
+
+pub mod server;
 
 use serde::{Deserialize, Serialize};
 

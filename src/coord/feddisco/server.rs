@@ -7,7 +7,7 @@
 //! [`feddisco::aggregate`] of their models. A round with no update keeps the global.
 //! Must not: train, see data, or wait on anything (the network driver owns the clock).
 
-use super::feddisco::{self, DiscoReport, Params};
+use crate::coord::feddisco::{self, DiscoReport, Params};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,275 @@
+//! Unit tests of `coord::fedsac::server` (moved unchanged from its inline `mod tests`).
+//! Owns: the server's unit tests and their fixtures.
+//! Must not: hold code the server itself uses.
+
+use super::*;
+
+fn settings(cohort: usize) -> Settings {
+    Settings {
+        alpha: 0.9,
+        beta: 1.4,
+        alpha_cutoff: 0.7,
+        principal_angles: PrincipalAngles::Standard,
+        cohort_size: cohort,
+        score_trained: false,
+    }
+}
+
+fn server(n: usize, cohort: usize) -> FedsacServer {
+    let mut s = FedsacServer::new(settings(cohort), n, 6, 7, vec![0.0; 3]).unwrap();
+    for i in 0..n {
+        s.register(i, 10 + i as u64).unwrap();
+    }
+    s
+}
+
+fn assignment(s: &FedsacServer, i: usize, r: u64) -> Assignment {
+    match s.fetch(i, r).unwrap() {
+        FetchAnswer::Now(a) => a,
+        other => panic!("silo {i} round {r}: {other:?}"),
+    }
+}
+
+#[test]
+fn nothing_starts_before_every_silo_registered() {
+    let mut s = FedsacServer::new(settings(0), 2, 6, 7, vec![0.0; 3]).unwrap();
+    s.register(0, 5).unwrap();
+    assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+    assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), None).is_err());
+    assert!(s.register(2, 5).is_err());
+    assert!(s.register(1, 0).is_err());
+    s.register(1, 5).unwrap();
+    assert_eq!(s.cohort(), [0, 1]);
+    let a = assignment(&s, 1, 0);
+    assert!(a.train && a.direction.is_none());
+    assert!(
+        s.register(1, 6).is_err(),
+        "sizes are fixed once the run started"
+    );
+}
+
+/// A full round is the simulator's arithmetic: the graph over the cohort, then each
+/// member's mix and direction.
+#[test]
+fn a_round_aggregates_with_the_core_graph() {
+    let mut s = server(3, 0);
+    let models = [
+        vec![1.0, 0.0, 0.0],
+        vec![0.9, 0.1, 0.0],
+        vec![0.0, 0.0, 1.0],
+    ];
+    for (i, m) in models.iter().enumerate() {
+        let all = s.update(i, 0, Arc::new(m.clone()), None).unwrap();
+        assert_eq!(all, i == 2);
+    }
+    let log = s.close(false).unwrap();
+    let views: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
+    let p = fedsac::size_prior(&[10, 11, 12]).unwrap();
+    let sim = fedsac::similarity_matrix(&views, &[0.0; 3]).unwrap();
+    let c = fedsac::complementarity_matrix(&[None, None, None], PrincipalAngles::Standard).unwrap();
+    let w = fedsac::collaboration_graph(&p, &sim, &c, 0.9, 1.4).unwrap();
+    assert_eq!(log.graph, w);
+    for (i, row) in w.iter().enumerate() {
+        let a = assignment(&s, i, 1);
+        assert_eq!(*a.params, fedsac::mix(&views, row).unwrap());
+        assert_eq!(
+            *a.direction.unwrap(),
+            fedsac::direction(&views, row).unwrap()
+        );
+    }
+}
+
+#[test]
+fn cohorts_follow_the_stream_and_outsiders_are_refused() {
+    let mut s = server(5, 2);
+    let mut want = StdRng::seed_from_u64(7);
+    for r in 0..3u64 {
+        let mut c = rand::seq::index::sample(&mut want, 5, 2).into_vec();
+        c.sort_unstable();
+        assert_eq!(s.cohort(), c, "round {r}");
+        let out = (0..5).find(|i| !c.contains(i)).unwrap();
+        assert!(!assignment(&s, out, r).train);
+        assert!(s.update(out, r, Arc::new(vec![1.0; 3]), None).is_err());
+        for &i in &c {
+            s.update(i, r, Arc::new(vec![i as f32 + 1.0, 0.5, 0.0]), None)
+                .unwrap();
+        }
+        s.close(false).unwrap();
+        // Outsiders lose their direction.
+        assert!(assignment(&s, out, r + 1).direction.is_none());
+    }
+}
+
+#[test]
+fn bad_updates_change_nothing() {
+    let mut s = server(2, 0);
+    assert!(s.update(0, 1, Arc::new(vec![0.0; 3]), None).is_err());
+    assert!(s.update(0, 0, Arc::new(vec![0.0; 4]), None).is_err());
+    let skew = Some(vec![vec![1.0, 1.0]]);
+    assert!(s.update(0, 0, Arc::new(vec![0.0; 3]), skew).is_err());
+    // A subspace of another width than the round's first is refused; the round still
+    // closes.
+    s.update(0, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![1.0, 0.0]]))
+        .unwrap();
+    let wide = Some(vec![vec![1.0, 0.0, 0.0]]);
+    let e = s.update(1, 0, Arc::new(vec![0.0; 3]), wide).unwrap_err();
+    assert!(e.contains("dimensions"), "{e}");
+    s.update(1, 0, Arc::new(vec![0.0; 3]), Some(vec![vec![0.0, 1.0]]))
+        .unwrap();
+    s.close(false).unwrap();
+    let mut s = server(2, 0);
+    assert!(s.update(9, 0, Arc::new(vec![0.0; 3]), None).is_err());
+    assert!(!s.all_in());
+    assert!(s.fetch(9, 0).is_err());
+}
+
+#[test]
+fn a_deadline_round_uses_the_senders_only() {
+    let mut s = server(3, 0);
+    s.update(1, 0, Arc::new(vec![1.0, 2.0, 3.0]), None).unwrap();
+    let log = s.close(true).unwrap();
+    assert_eq!(log.senders, [1]);
+    assert_eq!(log.graph, [vec![1.0]]);
+    assert_eq!(*assignment(&s, 1, 1).params, vec![1.0, 2.0, 3.0]);
+    assert_eq!(*assignment(&s, 0, 1).params, vec![0.0; 3]);
+    assert!(assignment(&s, 0, 1).direction.is_none());
+}
+
+#[test]
+fn checkpoints_resume_exactly_and_refuse_damage() {
+    let mut s = server(5, 3);
+    for r in 0..2u64 {
+        for i in s.cohort().to_vec() {
+            s.update(i, r, Arc::new(vec![i as f32, r as f32, 1.0]), None)
+                .unwrap();
+        }
+        s.close(false).unwrap();
+    }
+    let bytes = s.encode().unwrap();
+    let mut back = FedsacServer::decode(settings(3), 6, 7, &bytes).unwrap();
+    assert_eq!(back.round(), 2);
+    assert_eq!(back.cohort(), s.cohort());
+    for i in 0..5 {
+        assert_eq!(back.fetch(i, 2).unwrap(), s.fetch(i, 2).unwrap());
+    }
+    for t in [&mut s, &mut back] {
+        for i in t.cohort().to_vec() {
+            t.update(i, 2, Arc::new(vec![1.0, i as f32, 0.0]), None)
+                .unwrap();
+        }
+    }
+    assert_eq!(back.close(false).unwrap(), s.close(false).unwrap());
+    assert_eq!(back.cohort(), s.cohort());
+    assert!(FedsacServer::decode(settings(3), 6, 7, &bytes[..bytes.len() - 1]).is_err());
+    let mut other = bytes.clone();
+    other[0] = b'X';
+    assert!(FedsacServer::decode(settings(3), 6, 7, &other).is_err());
+}
+
+#[test]
+fn the_final_fetch_scores_the_aggregate_or_the_trained_model() {
+    for trained in [false, true] {
+        let mut st = settings(0);
+        st.score_trained = trained;
+        let mut s = FedsacServer::new(st, 2, 1, 7, vec![0.0; 2]).unwrap();
+        s.register(0, 5).unwrap();
+        s.register(1, 5).unwrap();
+        s.update(0, 0, Arc::new(vec![1.0, 0.0]), None).unwrap();
+        s.update(1, 0, Arc::new(vec![0.0, 1.0]), None).unwrap();
+        s.close(false).unwrap();
+        let a = assignment(&s, 0, 1);
+        assert!(!a.train && a.direction.is_none());
+        if trained {
+            assert_eq!(*a.params, vec![1.0, 0.0]);
+        } else {
+            assert_eq!(*a.params, *s.params[0]);
+        }
+    }
+}
+
+/// Joining closed on silos 0, 1 and 3 of 5 with cohorts of 2: cohorts are the stream's
+/// draws over those three (mapped to their indices), the rounds are exactly a 3-silo run's,
+/// silos 2 and 4 are told to train alone and their updates are refused; the checkpoint
+/// keeps the members and the cohort.
+#[test]
+fn a_run_started_without_silos_is_the_run_of_those_that_came() {
+    let members = [0, 1, 3];
+    let mut s = FedsacServer::new(settings(2), 5, 6, 7, vec![0.0; 3]).unwrap();
+    assert!(s.close_joining().is_err(), "nobody registered");
+    for i in members {
+        s.register(i, 10 + i as u64).unwrap();
+    }
+    assert_eq!(s.missing(), vec![2, 4]);
+    assert_eq!(s.fetch(0, 0).unwrap(), FetchAnswer::Hold);
+    assert_eq!(s.close_joining().unwrap(), vec![2, 4]);
+    assert!(s.close_joining().is_err(), "already started");
+    assert_eq!(s.members(), members);
+    s.register(4, 3).unwrap();
+    assert_eq!(s.fetch(4, 0).unwrap(), FetchAnswer::Alone);
+    assert_eq!(s.fetch(2, 0).unwrap(), FetchAnswer::Alone);
+    let e = s.update(4, 0, Arc::new(vec![1.0; 3]), None).unwrap_err();
+    assert!(e.contains("trains alone"), "{e}");
+
+    let mut three = FedsacServer::new(settings(2), 3, 6, 7, vec![0.0; 3]).unwrap();
+    for (j, i) in members.into_iter().enumerate() {
+        three.register(j, 10 + i as u64).unwrap();
+    }
+    for r in 0..4u64 {
+        let mapped: Vec<usize> = three.cohort().iter().map(|&j| members[j]).collect();
+        assert_eq!(s.cohort(), mapped, "round {r}");
+        for (j, i) in members.into_iter().enumerate() {
+            let (a, b) = (assignment(&s, i, r), assignment(&three, j, r));
+            assert_eq!(a, b, "silo {i} round {r}");
+            if a.train {
+                let m = Arc::new(vec![i as f32 + r as f32, 0.5, 1.0]);
+                s.update(i, r, m.clone(), None).unwrap();
+                three.update(j, r, m, None).unwrap();
+            }
+        }
+        assert!(s.all_in());
+        let (a, b) = (s.close(false).unwrap(), three.close(false).unwrap());
+        assert_eq!(a.graph, b.graph);
+        assert_eq!(
+            a.senders,
+            b.senders.iter().map(|&j| members[j]).collect::<Vec<_>>()
+        );
+    }
+    let bytes = s.encode().unwrap();
+    let back = FedsacServer::decode(settings(2), 6, 7, &bytes).unwrap();
+    assert_eq!(back.members(), members);
+    assert_eq!(back.cohort(), s.cohort());
+    for i in 0..5 {
+        assert_eq!(back.fetch(i, 4).unwrap(), s.fetch(i, 4).unwrap());
+    }
+}
+
+/// A checkpoint written before joining could close (version 1) resumes with every silo in
+/// the run and the same cohort.
+#[test]
+fn a_version_1_checkpoint_resumes_with_every_silo() {
+    let mut s = server(4, 2);
+    for i in s.cohort().to_vec() {
+        s.update(i, 0, Arc::new(vec![i as f32, 1.0, 0.0]), None)
+            .unwrap();
+    }
+    s.close(false).unwrap();
+    let vec_of = |v: &[Option<Arc<Vec<f32>>>]| -> Vec<Option<Vec<f32>>> {
+        v.iter().map(|d| d.as_ref().map(|d| d.to_vec())).collect()
+    };
+    let body = SavedV1 {
+        round: s.round,
+        sizes: s.joining.sizes().to_vec(),
+        init: s.init.to_vec(),
+        params: s.params.iter().map(|m| m.to_vec()).collect(),
+        directions: vec_of(&s.directions),
+        trained: vec_of(&s.trained),
+    };
+    let mut v1 = crate::store::header(MAGIC, 1);
+    bincode::serde::encode_into_std_write(&body, &mut v1, bincode::config::standard()).unwrap();
+    let back = FedsacServer::decode(settings(2), 6, 7, &v1).unwrap();
+    assert_eq!(back.members(), [0, 1, 2, 3]);
+    assert_eq!(back.cohort(), s.cohort());
+    for i in 0..4 {
+        assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
+    }
+}

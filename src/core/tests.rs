@@ -1,0 +1,303 @@
+//! Unit tests of `core` (moved unchanged from its inline `mod tests`).
+//! Owns: the module's unit tests and their fixtures.
+//! Must not: hold code the module itself uses.
+
+use super::*;
+
+fn peer(me: u32, k: u32, cfg: FedericoConfig) -> Peer {
+    Peer::new(NodeId(me), (0..k).map(NodeId), cfg, 42)
+}
+
+#[test]
+fn sampling_stream_is_the_std_rng_stream() {
+    use rand::RngExt;
+    let mut a = ChaCha12Rng::seed_from_u64(7);
+    let mut b = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..100 {
+        assert_eq!(a.random::<u64>(), b.random::<u64>());
+    }
+}
+
+#[test]
+fn a_restored_peer_continues_the_same_run() {
+    let mut p = peer(1, 6, FedericoConfig::default());
+    for r in 0..3 {
+        let s = p.sample();
+        let m: Vec<(NodeId, f64)> = p
+            .round_models(&s)
+            .iter()
+            .map(|&b| (b, 0.1 * (b.0 + r) as f64))
+            .collect();
+        p.handle_losses(50, &m);
+        p.handle_unreachable(NodeId(4));
+    }
+    let bytes = bincode::serde::encode_to_vec(&p, bincode::config::standard()).unwrap();
+    let (mut q, _): (Peer, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+    assert_eq!(q.table(), p.table());
+    assert_eq!(q.rounds(), p.rounds());
+    for _ in 0..20 {
+        assert_eq!(q.sample(), p.sample());
+    }
+    let json = serde_json::to_string(&p).unwrap();
+    let mut r: Peer = serde_json::from_str(&json).unwrap();
+    assert_eq!(r.sample(), p.sample());
+}
+
+#[test]
+fn sample_excludes_self_and_takes_m() {
+    let mut p = peer(2, 8, FedericoConfig::default());
+    for _ in 0..100 {
+        let s = p.sample();
+        assert_eq!(s.len(), 3);
+        assert!(!s.contains(&NodeId(2)));
+    }
+}
+
+#[test]
+fn every_round_evaluates_itself_besides_the_sampled() {
+    let mut p = peer(2, 8, FedericoConfig::default());
+    let s = p.sample();
+    let models = p.round_models(&s);
+    assert_eq!(models.len(), 4);
+    assert_eq!(models.last(), Some(&NodeId(2)));
+    assert_eq!(&models[..3], &s[..]);
+}
+
+#[test]
+fn m_zero_samples_nobody_and_infers_with_self_only() {
+    let cfg = FedericoConfig {
+        neighbours: 0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 8, cfg);
+    for _ in 0..5 {
+        assert!(p.sample().is_empty());
+        p.handle_losses(100, &[(NodeId(0), 0.5)]);
+    }
+    assert_eq!(p.inference_weights(), vec![(NodeId(0), 1.0)]);
+}
+
+#[test]
+fn unseen_peers_get_no_inference_weight() {
+    let mut p = peer(0, 4, FedericoConfig::default());
+    p.handle_losses(10, &[(NodeId(0), 1.0), (NodeId(1), 1.0)]);
+    // peers 2, 3 are unmeasured: they hold the largest weights but must not be mixed in
+    assert!(p.weight(NodeId(2)) > p.weight(NodeId(0)));
+    let w = p.inference_weights();
+    assert_eq!(
+        w.iter().map(|x| x.0).collect::<Vec<_>>(),
+        vec![NodeId(0), NodeId(1)]
+    );
+    assert!((w[0].1 - 0.5).abs() < 1e-12);
+}
+
+#[test]
+fn inference_drops_tiny_weights_and_renormalises() {
+    let mut p = peer(0, 3, FedericoConfig::default());
+    p.handle_losses(10, &[(NodeId(0), 1.0), (NodeId(1), 1.0), (NodeId(2), 50.0)]);
+    let w = p.inference_weights();
+    assert_eq!(w.len(), 2);
+    assert!((w.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn loss_scale_sum_sharpens_weights() {
+    let run = |scale| {
+        let mut p = peer(
+            0,
+            2,
+            FedericoConfig {
+                loss_scale: scale,
+                ..Default::default()
+            },
+        );
+        p.handle_losses(500, &[(NodeId(0), 0.50), (NodeId(1), 0.52)]);
+        p.weight(NodeId(0))
+    };
+    let mean = run(LossScale::Mean);
+    let sum = run(LossScale::Sum);
+    assert!(mean < 0.51 && sum > 0.99, "mean {mean} sum {sum}");
+    assert_eq!(LossScale::Fixed(50.0).kappa(500), 50.0);
+}
+
+#[test]
+fn weights_used_for_gradients_are_the_fresh_ones() {
+    // E-step first, then M-step (spec §3.2, §9 item 4): after handle_losses the weight that
+    // scales a gradient already reflects this round's losses.
+    let mut p = peer(
+        0,
+        2,
+        FedericoConfig {
+            beta: 1.0,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.weight(NodeId(1)), 0.5);
+    p.handle_losses(1, &[(NodeId(0), 0.0), (NodeId(1), 3.0)]);
+    let expect = (-3.0f64).exp() / (1.0 + (-3.0f64).exp());
+    assert!((p.weight(NodeId(1)) - expect).abs() < 1e-12);
+}
+
+#[test]
+fn sampling_uses_the_previous_rounds_weights() {
+    // ε = 0: after peer 1 is measured as bad, greedy slots go to the others.
+    let cfg = FedericoConfig {
+        neighbours: 1,
+        epsilon: 0.0,
+        beta: 1.0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 3, cfg);
+    p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 5.0), (NodeId(2), 0.5)]);
+    for _ in 0..10 {
+        assert_eq!(p.sample(), vec![NodeId(2)]);
+    }
+}
+
+#[test]
+fn suspects_are_not_sampled_until_reachable_and_keep_their_loss() {
+    let cfg = FedericoConfig {
+        neighbours: 2,
+        epsilon: 1.0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 3, cfg);
+    p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)]);
+    let before = *p.table().entry(NodeId(1)).unwrap();
+    for _ in 0..3 {
+        p.handle_unreachable(NodeId(1));
+    }
+    assert!(p.is_suspect(NodeId(1)));
+    for _ in 0..20 {
+        assert_eq!(p.sample(), vec![NodeId(2)]);
+    }
+    assert_eq!(*p.table().entry(NodeId(1)).unwrap(), before);
+    p.handle_reachable(NodeId(1));
+    assert_eq!(p.sample().len(), 2);
+}
+
+#[test]
+fn suspects_are_retried_with_exponential_backoff() {
+    let cfg = FedericoConfig {
+        neighbours: 2,
+        epsilon: 1.0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 3, cfg);
+    let losses = [(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)];
+    // Peer 1 never answers; note the rounds in which it is sampled (and fails).
+    let mut tried = Vec::new();
+    for round in 1..=80u64 {
+        if p.sample().contains(&NodeId(1)) {
+            tried.push(round);
+            p.handle_unreachable(NodeId(1));
+        }
+        p.handle_losses(1, &losses);
+    }
+    // ε = 1 with M = 2 of 2 candidates: tried whenever it is not backing off. Three in a
+    // row, then gaps of 2, 4, 8, 16, 32 (and 64 after that).
+    let gaps: Vec<u64> = tried.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        vec![1, 1, 2, 4, 8, 16, 32],
+        "tried in rounds {tried:?}"
+    );
+    assert!(p.is_suspect(NodeId(1)));
+    // An answer clears it at once.
+    p.handle_reachable(NodeId(1));
+    assert!(!p.is_suspect(NodeId(1)) && !p.is_backing_off(NodeId(1)));
+    assert_eq!(backoff_rounds(1), 2);
+    assert_eq!(backoff_rounds(40), MAX_BACKOFF_ROUNDS);
+}
+
+#[test]
+fn a_heartbeat_grants_one_early_try_per_run_of_failures() {
+    let cfg = FedericoConfig {
+        neighbours: 2,
+        epsilon: 1.0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 3, cfg);
+    let losses = [(NodeId(0), 1.0), (NodeId(1), 0.2), (NodeId(2), 0.3)];
+    for _ in 0..6 {
+        p.handle_unreachable(NodeId(1));
+        p.handle_losses(1, &losses);
+    }
+    // Six failures: backing off for 16 rounds from the last.
+    assert!(p.is_backing_off(NodeId(1)));
+    let weight = p.weight(NodeId(1));
+    p.handle_heard_from(NodeId(1));
+    assert!(!p.is_backing_off(NodeId(1)) && p.is_suspect(NodeId(1)));
+    assert!(p.sample().contains(&NodeId(1)));
+    // The try fails: back to the backoff, and further heartbeats grant nothing more.
+    p.handle_unreachable(NodeId(1));
+    p.handle_heard_from(NodeId(1));
+    assert!(p.is_backing_off(NodeId(1)));
+    assert_eq!(p.weight(NodeId(1)), weight, "a heartbeat changes no weight");
+    // An answer ends the run: the next run of failures gets its own early try.
+    p.handle_reachable(NodeId(1));
+    for _ in 0..3 {
+        p.handle_unreachable(NodeId(1));
+    }
+    p.handle_heard_from(NodeId(1));
+    assert!(!p.is_backing_off(NodeId(1)));
+    // A heartbeat from a peer that is not a suspect changes nothing.
+    p.handle_heard_from(NodeId(2));
+    assert!(!p.is_suspect(NodeId(2)));
+}
+
+#[test]
+fn late_joiner_is_picked_by_a_greedy_slot() {
+    let cfg = FedericoConfig {
+        neighbours: 1,
+        epsilon: 0.0,
+        ..Default::default()
+    };
+    let mut p = peer(0, 3, cfg);
+    for _ in 0..5 {
+        p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), 1.0), (NodeId(2), 1.0)]);
+    }
+    p.handle_peer_joined(NodeId(9));
+    assert_eq!(p.sample(), vec![NodeId(9)]);
+}
+
+#[test]
+fn nan_loss_is_not_recorded() {
+    let mut p = peer(0, 2, FedericoConfig::default());
+    p.handle_losses(1, &[(NodeId(0), 1.0), (NodeId(1), f64::NAN)]);
+    assert!(!p.table().entry(NodeId(1)).unwrap().seen);
+    assert!(p.weights().iter().all(|w| w.1.is_finite()));
+}
+
+#[test]
+fn config_validation_names_the_field() {
+    let bad = FedericoConfig {
+        epsilon: 1.5,
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("epsilon"));
+    let bad = FedericoConfig {
+        beta: 0.0,
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("beta"));
+    let bad = FedericoConfig {
+        loss_scale: LossScale::Fixed(-1.0),
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("loss_scale"));
+    for c in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let bad = FedericoConfig {
+            clip_norm: Some(c),
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("clip_norm"), "{c}");
+    }
+    let clipped = FedericoConfig {
+        clip_norm: Some(5.0),
+        ..Default::default()
+    };
+    assert!(clipped.validate().is_ok());
+    assert!(FedericoConfig::default().validate().is_ok());
+}
