@@ -59,7 +59,7 @@ fn fashion_mnist_label_groups_reproduce_the_papers_ordering() {
     let out = tempfile::tempdir().unwrap();
     let opts = sim::Options {
         out: out.path().to_owned(),
-        data_dir: Some(dir.into()),
+        data_dir: Some(dir),
         progress: false,
     };
     assert_eq!(s.seeds, [1, 2, 3], "the shipped scenario's seeds");

@@ -47,8 +47,9 @@ pub struct SwarmFigures {
     pub total_seconds: f64,
 }
 
-/// The checks of a faulty swarm. The round budget is τ_model (pulls) + τ_grad (gradients) +
-/// τ_model (the evaluation fetch) plus a compute allowance of 3× the median round of the run
+/// The checks of a faulty swarm. The round budget ([`checks::round_budget`], the simulator's
+/// too) is τ_model (pulls) + τ_grad (gradients) + τ_model (the evaluation fetch) plus a compute
+/// allowance of 3× the median round of the run
 /// and 1 s; the baseline is the simulator's fault-free run of the same seed, which the
 /// fault-free swarm reproduces decision for decision (`tests/swarm.rs`).
 pub(super) fn fault_report(
@@ -62,7 +63,7 @@ pub(super) fn fault_report(
 ) -> anyhow::Result<checks::Report> {
     let cfg = &scenario.faults;
     let all: Vec<f64> = logs.iter().flatten().map(|r| r.seconds).collect();
-    let budget = 2.0 * cfg.model_deadline_s + cfg.gradient_deadline_s + 1.0 + 3.0 * median(all);
+    let budget = checks::round_budget(cfg.model_deadline_s, cfg.gradient_deadline_s, &all);
     // The baseline is a simulation, not a report: the caller runs it.
     let baseline = if cfg.baseline {
         let run = opts.baseline.context(

@@ -1,5 +1,6 @@
 //! The machine-readable records of a run: one `rounds.jsonl` line per round, a `summary.json`
 //! per seed and one for the whole scenario.
+//! Owns: their serde form (what a reader of a run's files sees).
 //! Must not: compute metrics; the driver fills them in.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,5 @@
 //! The final table printed after a run: algorithm × mean ± std over seeds.
+//! Owns: the table's layout and number formatting.
 //! Must not: print; it returns the text.
 
 /// One row: an algorithm and its metric on each seed.

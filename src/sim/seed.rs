@@ -7,7 +7,11 @@
 //! [`crate::report::summary`], called by [`super::run`]).
 
 use super::baselines::{FedAvgRun, LocalRun};
+use super::fedcollab::FedCollabRun;
+use super::feddisco::FeddiscoRun;
 use super::federico::FedericoRun;
+use super::fedsac::FedsacRun;
+use super::hcct::HcctRun;
 use super::network::FaultNet;
 use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
 use crate::faults::checks;
@@ -110,7 +114,7 @@ pub(super) fn run_seed(
     let mut coordinated: Vec<(Algorithm, Box<dyn coordinated::CoordinatedRun>)> = scenario
         .algorithms
         .iter()
-        .filter_map(|&a| coordinated::build(a, &ctx, &init).map(|r| (a, r)))
+        .filter_map(|&a| coordinated_run(a, &ctx, &init).map(|r| (a, r)))
         .collect();
     let algorithms = ordered(&scenario.algorithms);
     let started = Instant::now();
@@ -345,4 +349,21 @@ fn write_fault_files(dir: &Path, f: &FaultNet, report: &checks::Report) -> Resul
         writeln!(out).map_err(io_err(&path))?;
     }
     out.flush().map_err(io_err(&path))
+}
+
+/// The run for `algorithm`, or `None` when it is not a coordinated algorithm (Local, FedAvg,
+/// FedAvg+ and FedeRiCo have their own drivers). `init[i]` is silo i's initial weights,
+/// identical for every algorithm.
+fn coordinated_run(
+    algorithm: Algorithm,
+    ctx: &Ctx<'_>,
+    init: &[Vec<f32>],
+) -> Option<Box<dyn coordinated::CoordinatedRun>> {
+    match algorithm {
+        Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
+        Algorithm::Fedcollab => Some(Box::new(FedCollabRun::new(ctx, init))),
+        Algorithm::Hcct => Some(Box::new(HcctRun::new(ctx, init))),
+        Algorithm::Feddisco => Some(Box::new(FeddiscoRun::new(ctx, init))),
+        Algorithm::Fedsac => Some(Box::new(FedsacRun::new(ctx, init))),
+    }
 }
