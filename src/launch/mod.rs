@@ -111,16 +111,31 @@ pub fn netns_unavailable() -> Option<String> {
     netns::unavailable()
 }
 
-/// Free TCP ports on 127.0.0.1 (bound, read, released; nodes bind them right after).
+/// Free TCP ports on 127.0.0.1 (bound, read, released; nodes bind them when they start).
+/// They are drawn from below Linux's ephemeral range (32768–60999), where the kernel does not
+/// hand out ports to other programs' outgoing connections or `bind(0)`: a late joiner starts
+/// rounds after its port was chosen, and a port from the ephemeral range could be taken by then.
 fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .context("finding free ports on 127.0.0.1")?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    let mut held: Vec<std::net::TcpListener> = Vec::with_capacity(n);
+    for _ in 0..n * 50 {
+        if held.len() == n {
+            break;
+        }
+        let port: u16 = rng.random_range(20_000..32_768);
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    // Crowded below the range: let the kernel pick the rest.
+    while held.len() < n {
+        held.push(
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .context("finding free ports on 127.0.0.1")?,
+        );
+    }
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.

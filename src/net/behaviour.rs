@@ -72,9 +72,26 @@ pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
             .map_err(|e| anyhow::anyhow!("listen address {a:?}: {e}"))?;
         swarm
             .listen_on(addr.clone())
-            .map_err(|e| anyhow::anyhow!("listen on {addr}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!(listen_failed(&addr, e)))?;
     }
     Ok(swarm)
+}
+
+/// Why listening on `addr` failed, in words. libp2p's `TransportError::Other` displays as
+/// nothing, so the reason is taken from the error inside, with a hint for a port in use.
+pub(crate) fn listen_failed(addr: &Multiaddr, e: libp2p::TransportError<std::io::Error>) -> String {
+    match e {
+        libp2p::TransportError::MultiaddrNotSupported(a) => {
+            format!("listen on {addr}: address not supported ({a})")
+        }
+        libp2p::TransportError::Other(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
+            format!(
+                "listen on {addr}: {io}: another process holds that port; stop it or choose a \
+                 free port in `listen`"
+            )
+        }
+        libp2p::TransportError::Other(io) => format!("listen on {addr}: {io}"),
+    }
 }
 
 /// Length-prefixed bincode-2 frames with a bound checked before allocation; counts the bytes,

@@ -255,7 +255,9 @@ mod tests {
         });
     }
 
-    #[tokio::test]
+    // Paused time: the retries run on tokio's virtual clock, so a loaded machine cannot push a
+    // retry past the budget.
+    #[tokio::test(start_paused = true)]
     async fn not_ready_is_asked_again_and_a_refusal_is_final() {
         let (client, rx) = Client::<Reply<CollabResponse>>::new();
         let not_ready = || CollabResponse::NotReady {
@@ -280,7 +282,9 @@ mod tests {
         assert_eq!(r.unwrap(), refused);
     }
 
-    #[tokio::test]
+    // Paused time: the retries run on tokio's virtual clock, so a loaded machine cannot push a
+    // retry past the budget.
+    #[tokio::test(start_paused = true)]
     async fn the_budget_ends_with_the_last_answer() {
         let (client, rx) = Client::<Reply<CollabResponse>>::new();
         let not_ready = CollabResponse::NotReady {

@@ -8,7 +8,7 @@ use super::{NodeError, Start, fatal};
 use crate::core::Peer;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Learner, Shard};
-use crate::net::behaviour::{Behaviour, BehaviourConfig};
+use crate::net::behaviour::{Behaviour, BehaviourConfig, listen_failed};
 use crate::net::config::NodeConfig;
 use crate::net::control;
 use crate::net::identity::Manifest;
@@ -175,7 +175,7 @@ pub(super) fn build_swarm(
         let addr: Multiaddr = a.parse().map_err(fatal)?;
         swarm
             .listen_on(addr.clone())
-            .map_err(|e| fatal(format!("listen on {addr}: {e}")))?;
+            .map_err(|e| fatal(listen_failed(&addr, e)))?;
     }
     for (i, m) in manifest.members.iter().enumerate() {
         if i == me.index() {
