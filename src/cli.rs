@@ -40,7 +40,8 @@ pub enum Command {
 pub struct SwarmArgs {
     /// The scenario file (TOML).
     pub scenario: PathBuf,
-    /// Run directory [default: runs/<scenario name>-swarm]; must not hold an earlier swarm.
+    /// Run directory [default: runs/<scenario name>-swarm, or -2, -3, … when taken]; an
+    /// explicit one must not hold an earlier swarm.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run this single seed instead of the scenario's list.
@@ -147,9 +148,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
     let scenario = load_scenario(&args.scenario, &args.set, args.seed, args.rounds, |_| {})?;
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-swarm", scenario.name)));
+    // Without --out, a fresh folder: a swarm run's folder holds checkpoints that a second run
+    // would resume from, so the same command run twice must not reuse it.
+    let out = args.out.unwrap_or_else(|| {
+        let base = PathBuf::from("runs").join(format!("{}-swarm", scenario.name));
+        (1..)
+            .map(|n| match n {
+                1 => base.clone(),
+                n => PathBuf::from(format!("{}-{n}", base.display())),
+            })
+            .find(|p| !p.exists())
+            .expect("some suffix is free")
+    });
     let started = std::time::Instant::now();
     let outcome = crate::launch::swarm(
         &scenario,

@@ -140,6 +140,20 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
 pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
+    // Every path a node is given is absolute: a node resolves relative paths against its own
+    // config's folder, not against the directory the swarm was started from.
+    let absolute;
+    let opts = if opts.out.is_absolute() {
+        opts
+    } else {
+        let out = std::path::absolute(&opts.out)
+            .with_context(|| format!("--out {}", opts.out.display()))?;
+        absolute = SwarmOptions {
+            out,
+            ..opts.clone()
+        };
+        &absolute
+    };
     // FedeRiCo runs peer to peer when the scenario lists it; else FedDisco or HCCT with a
     // coordinator process. The scenario's other algorithms are in-process only.
     if !scenario.algorithms.contains(&Algorithm::Federico) {
