@@ -60,7 +60,8 @@ enum Ev {
     Done { node: usize, life: u64 },
 }
 
-/// A learner job on its way: asked for, maybe computed, due at `due`.
+/// A learner job on its way: asked for, then computed (its `Done` is queued for the instant it
+/// was asked for, and handed over when that event is taken).
 struct Pending {
     job: Option<Job>,
     done: Option<Done>,
