@@ -1,7 +1,7 @@
 //! One FedeRiCo round (K = 8, M = 3) for the MLP and the CNN, against the model compute the round
 //! must do anyway, on 1 and 2 worker threads.
 //!
-//! `FEDERICO_DATA_DIR=../shared/data cargo bench --bench round`
+//! `FEDERICO_DATA_DIR=/path/to/data cargo bench --bench round` (README, Real data)
 //!
 //! Reports (criterion medians): `round/<model>/<threads>t` and `compute/<model>/<threads>t`.
 //! Bookkeeping share = 1 - compute / round; parallel ratio = round(2t) / round(1t).

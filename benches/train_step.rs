@@ -3,8 +3,8 @@
 //! Run: `RAYON_NUM_THREADS=1 cargo bench --bench train_step` (one thread is the project's
 //! setting on shared cores; `flush_denormals_to_zero` only covers the calling thread).
 //! `FEDERICO_BENCH_MALLOPT=1` calls `retain_freed_memory` first.
-//! The MLP and denormal groups use the first MNIST samples when `$FEDERICO_DATA/mnist` (default
-//! `../shared/data` next to the crate) holds the IDX files, and random sparse images otherwise.
+//! The MLP and denormal groups use the first MNIST samples when `$FEDERICO_DATA_DIR/mnist` holds
+//! the IDX files (README, Real data), and random sparse images otherwise.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use federico::learn::runtime::{denormals_flushed, flush_denormals_to_zero, retain_freed_memory};
@@ -26,10 +26,9 @@ fn mlp_spec() -> ModelSpec {
     }
 }
 
-fn data_dir() -> PathBuf {
-    std::env::var_os("FEDERICO_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"))
+/// The data directory, as every federico command finds it (`FEDERICO_DATA_DIR`).
+fn data_dir() -> Option<PathBuf> {
+    std::env::var_os(federico::scenario::DATA_DIR_ENV).map(PathBuf::from)
 }
 
 fn gunzip(path: &Path) -> Option<Vec<u8>> {
@@ -42,7 +41,7 @@ fn gunzip(path: &Path) -> Option<Vec<u8>> {
 
 /// The first `n` MNIST training samples, pixels in [0, 1].
 fn mnist(n: usize) -> Option<Dataset> {
-    let dir = data_dir().join("mnist");
+    let dir = data_dir()?.join("mnist");
     let images = gunzip(&dir.join("train-images-idx3-ubyte.gz"))?;
     let labels = gunzip(&dir.join("train-labels-idx1-ubyte.gz"))?;
     let be =
