@@ -1077,3 +1077,100 @@ async fn a_hostile_fedcollab_silo_spoils_only_its_own_pairs() {
     let _ = coordinator.0.wait();
     std::mem::forget(coordinator);
 }
+
+/// Attack M5 of the hostile-load review: a member pulls a model and never sends the gradient.
+/// A federation of three: silo-0 and silo-1 are real nodes (τ_model = τ_grad = 2 s), silo-2 is
+/// this test. Once the two are running, silo-2 pulls from silo-0 eight times, a second apart,
+/// and never answers — not a gradient, not a skip, not silo-0's own pulls. The owner waits
+/// τ_grad for it once; after that it serves it without waiting (before the fix: three stalls,
+/// `suspect_after`, each a full τ_grad, and with the default 60 s deadlines, three minutes).
+#[tokio::test]
+async fn a_member_that_pulls_and_never_pushes_stalls_an_owner_once() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = [
+        "split.clients=3",
+        "split.groups=1",
+        "rounds=100000",
+        "eval_every=100000",
+        "federico.neighbours=1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let deadlines = Deadlines {
+        model_s: 2.0,
+        gradient_s: 2.0,
+        start_s: 1.0,
+        linger_s: 1.0,
+    };
+    let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let log = p.nodes_dir.join(format!("silo-{i}.log"));
+        nodes.push(KillOnDrop(
+            launch::start_node(Path::new(EXE), &p.configs[i], &log).unwrap(),
+        ));
+    }
+    let cfg = NodeConfig::load(&p.configs[0]).unwrap();
+    let run_log = cfg.state_dir.join("rounds.jsonl");
+    let rounds = || launch::read_run_log(&run_log).unwrap_or_default();
+    let until = Instant::now() + Duration::from_secs(60);
+    while rounds().len() < 10 {
+        assert!(Instant::now() < until, "silo-0 did not reach round 10");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let manifest = Manifest::load(&cfg.manifest).unwrap();
+    let node_id = manifest.members[0].peer_id;
+    let addr = manifest.members[0].addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(node_id));
+    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: node_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr).await;
+    let attack_from = rounds().len();
+    let attack_started = Instant::now();
+    for _ in 0..8 {
+        let m = params(h.model(ModelRequest::Pull { round: 1 }).await);
+        assert!(!m.params.is_empty());
+        // A second of saying nothing: the node's own requests to us are dropped unanswered.
+        let pause = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < pause {
+            let _ = tokio::time::timeout(Duration::from_millis(50), h.step()).await;
+            h.inbound.clear();
+        }
+    }
+    let done = rounds().len();
+    let log = rounds();
+    let during = &log[attack_from..];
+    let stalls: Vec<(u64, f64)> = during
+        .iter()
+        .filter(|r| r.seconds >= 1.5)
+        .map(|r| (r.round, r.seconds))
+        .collect();
+    let slowest = during.iter().map(|r| r.seconds).fold(0.0f64, f64::max);
+    eprintln!(
+        "silent puller: 8 pulls over {:.1} s; silo-0 completed {} rounds, {} of them at τ_grad \
+         ({stalls:?}), slowest {slowest:.2} s",
+        attack_started.elapsed().as_secs_f64(),
+        done - attack_from,
+        stalls.len(),
+    );
+    assert!(stalls.len() <= 1, "the owner waited again: {stalls:?}");
+    assert!(
+        done - attack_from > 20,
+        "silo-0 nearly stopped: {} rounds",
+        done - attack_from
+    );
+    drop(nodes);
+    eprintln!(
+        "silent-puller test took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -100,6 +100,14 @@ impl GradientInbox {
         self.unawaited.insert(from);
     }
 
+    /// `from` can no longer answer this version (its connection is gone): stop waiting for
+    /// it. A gradient from it is still taken if it comes before the step.
+    pub fn stop_awaiting(&mut self, from: NodeId) {
+        if self.expected.contains(&from) {
+            self.unawaited.insert(from);
+        }
+    }
+
     fn check(&self, from: NodeId, version: u64) -> Result<(), Rejection> {
         if version < self.version {
             return Err(Rejection::Stale {
@@ -205,11 +213,19 @@ fn clip_to_norm(g: &mut [f32], clip: f64) {
 /// not make the owner wait for a straggler again, and a straggler that is fast again is
 /// awaited again within `after` rounds. Without this, one slow silo makes every owner it
 /// samples wait τ_grad every round.
+///
+/// A sampler that missed a step and has not been heard from since — no gradient or `Skip`
+/// came for that version, even late — is *silent*: it is not awaited until it answers again.
+/// So a peer that pulls and never pushes (a crashed sampler, a hostile member) costs an owner
+/// one τ_grad, once; a slow sampler, whose late gradient arrives after the step
+/// ([`Self::handle_late`]), is still counted by the lateness rule above.
 #[derive(Clone, Debug)]
 pub struct Stragglers {
     after: u32,
     /// Consecutive steps each sampler missed (absent = 0).
     late: BTreeMap<NodeId, u32>,
+    /// Samplers that missed a step and sent nothing since.
+    silent: BTreeSet<NodeId>,
 }
 
 impl Stragglers {
@@ -218,12 +234,19 @@ impl Stragglers {
         Self {
             after: after.max(1),
             late: BTreeMap::new(),
+            silent: BTreeSet::new(),
         }
     }
 
     /// Whether the owner waits for `from`'s gradient.
     pub fn awaits(&self, from: NodeId) -> bool {
-        self.late.get(&from).is_none_or(|&n| n < self.after)
+        !self.silent.contains(&from) && self.late.get(&from).is_none_or(|&n| n < self.after)
+    }
+
+    /// `from` answered for a version the owner already stepped past (a stale gradient or
+    /// `Skip`): it is slow, not silent.
+    pub fn handle_late(&mut self, from: NodeId) {
+        self.silent.remove(&from);
     }
 
     /// Records in `inbox` that `from` was served: awaited unless it is a straggler.
@@ -241,7 +264,11 @@ impl Stragglers {
             let late = self.late.entry(from).or_default();
             if !inbox.received.contains_key(&from) {
                 *late = (*late + 1).min(2 * self.after);
-            } else if *late >= self.after {
+                self.silent.insert(from);
+                continue;
+            }
+            self.silent.remove(&from);
+            if *late >= self.after {
                 *late -= 1;
             } else {
                 *late = 0;
@@ -269,6 +296,8 @@ mod tests {
             assert!(!inbox.is_complete(), "round {round}: still awaited");
             assert_eq!(inbox.missing().collect::<Vec<_>>(), vec![slow]);
             st.handle_step(&inbox);
+            // Its gradient comes after the step: late, not silent.
+            st.handle_late(slow);
         }
         // Three steps missed in a row: served without waiting, its gradient still counts.
         assert!(!st.awaits(slow));
@@ -297,6 +326,39 @@ mod tests {
             st.handle_step(&inbox);
         }
         assert!(st.awaits(slow));
+    }
+
+    #[test]
+    fn a_sampler_that_pulls_and_never_answers_is_awaited_once() {
+        let (me, silent) = (NodeId(0), NodeId(1));
+        let mut st = Stragglers::new(3);
+        let mut inbox = GradientInbox::new(0, 2);
+        inbox.expect(me);
+        st.expect(&mut inbox, silent);
+        inbox.handle_gradient(me, 0, vec![1.0, 1.0]).unwrap();
+        assert!(!inbox.is_complete(), "the first time it is awaited");
+        st.handle_step(&inbox);
+        // Nothing came, not even late: the next pull is served without waiting.
+        assert!(!st.awaits(silent));
+        let mut inbox = GradientInbox::new(1, 2);
+        inbox.expect(me);
+        st.expect(&mut inbox, silent);
+        inbox.handle_gradient(me, 1, vec![1.0, 1.0]).unwrap();
+        assert!(inbox.is_complete());
+        // A late answer for the version it missed shows it is alive: awaited again.
+        st.handle_step(&inbox);
+        st.handle_late(silent);
+        assert!(st.awaits(silent), "one miss is below suspect_after = 3");
+        // An answer in time clears it as well.
+        let mut inbox = GradientInbox::new(2, 2);
+        st.expect(&mut inbox, silent);
+        st.handle_step(&inbox);
+        assert!(!st.awaits(silent));
+        let mut inbox = GradientInbox::new(3, 2);
+        st.expect(&mut inbox, silent);
+        inbox.handle_skip(silent, 3).unwrap();
+        st.handle_step(&inbox);
+        assert!(st.awaits(silent));
     }
 
     #[test]

@@ -177,6 +177,8 @@ pub enum Event {
         round: u64,
         /// Senders whose gradient it awaited and did not get.
         missing: Vec<NodeId>,
+        /// Connected peers it waited to hear from (a pull or notice for the round) and did not.
+        unannounced: Vec<NodeId>,
     },
     /// A sampler keeps missing the step: its gradients are taken but no longer waited for.
     Straggler {

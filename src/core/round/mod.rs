@@ -284,6 +284,15 @@ impl<H> Round<H> {
             if self.is_lingering() {
                 let req = self.request(Asked::Notice);
                 self.actions.push_back(Action::Finished { req, to: peer });
+            } else if !matches!(self.phase, Phase::Starting { .. }) {
+                // A peer (re)joining mid-run learns our round now, not at our next round
+                // start: it must not wait τ_grad for a notice we sent before it was here.
+                let req = self.request(Asked::Notice);
+                self.actions.push_back(Action::Notice {
+                    req,
+                    to: peer,
+                    round: self.current_round(),
+                });
             }
         }
         self.advance(now);
@@ -294,6 +303,12 @@ impl<H> Round<H> {
     pub fn handle_disconnected(&mut self, now: Instant, peer: NodeId) -> bool {
         let was = self.connected.remove(&peer);
         self.speaking.remove(&peer);
+        // It may come back in an earlier round (restarted from a checkpoint): what it says
+        // after reconnecting counts, not the round it had reached.
+        self.seen_round.remove(&peer);
+        // A sampler whose connection is gone cannot send the gradient of the version it was
+        // served: the owner does not wait τ_grad for it (it still counts if it comes).
+        self.inbox.stop_awaiting(peer);
         self.advance(now);
         was
     }
@@ -372,6 +387,7 @@ impl<H> Round<H> {
         grad: Vec<f32>,
     ) -> Result<(), Rejection> {
         let r = self.inbox.handle_gradient(from, version, grad);
+        self.heard_late(from, &r);
         self.advance(now);
         r
     }
@@ -384,6 +400,7 @@ impl<H> Round<H> {
         version: u64,
     ) -> Result<(), Rejection> {
         let r = self.inbox.handle_skip(from, version);
+        self.heard_late(from, &r);
         self.advance(now);
         r
     }
@@ -493,6 +510,13 @@ impl<H> Round<H> {
         }
     }
 
+    /// An answer for a version already stepped past: `from` is slow, not silent.
+    fn heard_late(&mut self, from: NodeId, r: &Result<(), Rejection>) {
+        if matches!(r, Err(Rejection::Stale { .. })) {
+            self.stragglers.handle_late(from);
+        }
+    }
+
     /// Moves the phase on while its condition holds.
     fn advance(&mut self, now: Instant) {
         loop {
@@ -500,7 +524,11 @@ impl<H> Round<H> {
                 Phase::Starting { until } => {
                     let ready = self.connected.intersection(&self.speaking).count();
                     let all = ready + 1 >= self.cfg.members;
-                    if !(all || now >= *until) {
+                    // A peer resuming from a checkpoint rejoins a running federation: one
+                    // peer to talk to is enough (the others are sampled once connected),
+                    // never a wait for a member that may be down.
+                    let rejoining = self.round > 0 && ready > 0;
+                    if !(all || rejoining || now >= *until) {
                         return;
                     }
                     if !all {

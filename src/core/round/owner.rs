@@ -12,7 +12,8 @@
 //! - its inbox is complete — every sampler it served version v sent a gradient or a skip
 //!   (samplers that keep missing the step, [`crate::core::Stragglers`], are served but not waited for) —
 //!   *and* every connected peer has said what it does in round r (a pull or a notice for round
-//!   r or later) or that it finished; or
+//!   r or later) or that it finished — peers two or more rounds behind, and peers silent since
+//!   they reconnected after round 1, excepted ([`Round::unannounced`]); or
 //! - τ_grad has passed since its own gradient went in.
 //!
 //! The second condition lets a round end on a partition, a crash or a silent sampler; the first
@@ -32,11 +33,27 @@ impl<H> Round<H> {
 
     /// Everything the owner waits for in this round came.
     fn gradients_in(&self) -> bool {
+        self.inbox.is_complete() && self.unannounced().next().is_none()
+    }
+
+    /// Connected peers the owner waits to hear from before its round r is over: it does not
+    /// know yet whether they pull from it in round r. Not waited for: a peer that finished; a
+    /// peer at least two rounds behind (catching up after a restart or a partition: its pull
+    /// for round r comes rounds later, and is answered then); a peer that has said nothing
+    /// since it (re)connected, except in this engine's first round (at the start every member
+    /// is waited for; a rejoiner's first pull or notice follows its own start).
+    fn unannounced(&self) -> impl Iterator<Item = NodeId> + '_ {
         let r = self.current_round();
-        let notices_in = self.connected.iter().all(|k| {
-            self.done_peers.contains(k) || self.seen_round.get(k).is_some_and(|&s| s >= r)
-        });
-        self.inbox.is_complete() && notices_in
+        let first = self.round == 0;
+        self.connected.iter().copied().filter(move |k| {
+            if self.done_peers.contains(k) {
+                return false;
+            }
+            match self.seen_round.get(k) {
+                Some(&s) => s + 1 == r,
+                None => first,
+            }
+        })
     }
 
     /// The round is over: step on what arrived.
@@ -44,7 +61,12 @@ impl<H> Round<H> {
         let r = self.current_round();
         if !self.gradients_in() {
             let missing = self.inbox.missing().collect();
-            self.log(Event::SteppingAtDeadline { round: r, missing });
+            let unannounced = self.unannounced().collect();
+            self.log(Event::SteppingAtDeadline {
+                round: r,
+                missing,
+                unannounced,
+            });
         }
         let inbox = std::mem::replace(
             &mut self.inbox,

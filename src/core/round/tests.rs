@@ -714,6 +714,78 @@ fn a_killed_peer_restarts_from_its_checkpoint_and_the_others_keep_going() {
 }
 
 #[test]
+fn a_sampler_that_pulls_and_never_pushes_costs_each_owner_one_deadline() {
+    let mut net = Net::new(4, 12);
+    net.nodes[3].silent = true;
+    assert!(net.drive(40_000, |n| n.all_finished()));
+    let waited: Vec<usize> = (0..3).map(|i| net.deadline_steps(i)).collect();
+    assert!(
+        waited.iter().any(|&w| w > 0),
+        "no owner waited for the silent sampler: {waited:?}"
+    );
+    // Once it missed a step and sent nothing since, an owner serves it without waiting.
+    assert!(waited.iter().all(|&w| w <= 1), "{waited:?}");
+    for i in 0..3 {
+        for e in &net.nodes[i].events {
+            if let Event::SteppingAtDeadline {
+                missing,
+                unannounced,
+                ..
+            } = e
+            {
+                assert_eq!(missing, &vec![NodeId(3)], "silo {i}");
+                assert!(unannounced.is_empty(), "silo {i}: {unannounced:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_killed_peer_costs_no_deadline_and_its_restart_behind_the_others_stalls_nobody() {
+    let mut net = Net::new(4, 20);
+    assert!(net.drive(10_000, |n| n.all_done(3)));
+    // Killed in the middle of a round: its owners were waiting for its gradient.
+    let killed_at = net.now;
+    net.kill(2);
+    assert!(net.drive(20_000, |n| {
+        [0, 1, 3].iter().all(|&i| n.rounds_done(i) >= 10)
+    }));
+    // The disconnect released them: no owner waited τ_grad for the dead sampler.
+    assert!(net.now - killed_at < TAU_GRAD, "{:?}", net.now - killed_at);
+    let saved_round = net.nodes[2].saved.as_ref().expect("a checkpoint").round;
+    assert!(
+        saved_round + 5 < 10,
+        "the restarted silo must be well behind"
+    );
+    let restarted_at = net.now;
+    net.restart(2, 20);
+    let others: Vec<u64> = [0, 1, 3].iter().map(|&i| net.rounds_done(i)).collect();
+    // The others' next two rounds, and the restarted silo's first, take no deadline.
+    assert!(net.drive(40_000, |n| {
+        [0, 1, 3]
+            .iter()
+            .zip(&others)
+            .all(|(&i, &r)| n.rounds_done(i) >= r + 2)
+            && n.rounds_done(2) > saved_round
+    }));
+    assert!(
+        net.now - restarted_at < TAU_MODEL,
+        "two rounds after the restart took {:?}",
+        net.now - restarted_at
+    );
+    assert!(net.drive(80_000, |n| n.all_finished()));
+    for i in 0..4 {
+        assert_eq!(
+            net.deadline_steps(i),
+            0,
+            "silo {i}: {:?}",
+            net.nodes[i].events
+        );
+        assert_eq!(net.rounds_done(i), 20, "silo {i}");
+    }
+}
+
+#[test]
 fn a_pull_for_the_next_round_waits_for_the_step_and_gets_the_new_version() {
     let t0 = Instant::now();
     let ids = [NodeId(0), NodeId(1)];

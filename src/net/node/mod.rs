@@ -612,9 +612,19 @@ fn log_event(e: &Event) {
         Event::ModelLate { peer, round } => {
             warn!(peer = %peer, round, "model did not arrive in time")
         }
-        Event::SteppingAtDeadline { round, missing } => {
+        Event::SteppingAtDeadline {
+            round,
+            missing,
+            unannounced,
+        } => {
             let missing: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
-            warn!(round, ?missing, "stepping at the gradient deadline");
+            let unannounced: Vec<String> = unannounced.iter().map(|m| m.to_string()).collect();
+            warn!(
+                round,
+                ?missing,
+                ?unannounced,
+                "stepping at the gradient deadline (missing: awaited gradients; unannounced:                  peers that did not say whether they pull this round)"
+            );
         }
         Event::Straggler { peer, round } => info!(
             peer = %peer,
