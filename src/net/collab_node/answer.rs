@@ -59,6 +59,7 @@ struct Pair {
 /// the same rounds is acknowledged again (the first acknowledgement may have been lost).
 pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
     let finished: HashSet<usize> = a.kept.keys().copied().collect();
+    // The one clock of this thread: read here, passed in to the side's rules.
     let mut side = Side {
         params: a.model.init.len(),
         started: Instant::now(),
@@ -71,9 +72,12 @@ pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
     while side.finished.len() < side.a.higher.len() {
         match jobs.recv_timeout(Duration::from_millis(250)) {
             Ok(DiscJob { from, req, reply }) => {
-                let _ = reply.send(side.answer(from, req));
+                let now = Instant::now();
+                let _ = reply.send(side.answer(now, from, req));
+                // A busy pair must not hide a silent one: the timeout below may never fire.
+                side.give_up_silent(now);
             }
-            Err(RecvTimeoutError::Timeout) => side.give_up_silent(),
+            Err(RecvTimeoutError::Timeout) => side.give_up_silent(Instant::now()),
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
@@ -106,19 +110,20 @@ impl Side {
         }
     }
 
-    /// Gives up the pairs whose partner has been silent for `idle`.
-    fn give_up_silent(&mut self) {
+    /// Gives up the pairs whose partner has been silent for `idle` at `now`.
+    fn give_up_silent(&mut self, now: Instant) {
         for partner in self.a.higher.clone() {
             let seen = self.pairs.get(&partner).map_or(self.started, |p| p.seen);
-            if !self.finished.contains(&partner) && seen.elapsed() > self.a.idle {
+            let silent = now.saturating_duration_since(seen);
+            if !self.finished.contains(&partner) && silent > self.a.idle {
                 warn!(partner, "pair partner silent: pair given up");
                 self.finish(partner, None, 0);
             }
         }
     }
 
-    /// The answer to one pair request from silo `from`.
-    fn answer(&mut self, from: usize, req: CollabRequest) -> CollabResponse {
+    /// The answer to one pair request from silo `from`, arrived at `now`.
+    fn answer(&mut self, now: Instant, from: usize, req: CollabRequest) -> CollabResponse {
         let me = self.a.me;
         if !self.a.higher.contains(&from) {
             return refuse(format!(
@@ -139,7 +144,7 @@ impl Side {
             warn!(partner = from, %reason, "refused a pair request");
             return refuse(reason);
         }
-        if let Err(answer) = self.hold(from, &req) {
+        if let Err(answer) = self.hold(now, from, &req) {
             return answer;
         }
         match req {
@@ -155,7 +160,12 @@ impl Side {
 
     /// The pair `req` belongs to, started (or started over) as the request says; the answer
     /// instead when the pair cannot go on here.
-    fn hold(&mut self, from: usize, req: &CollabRequest) -> Result<(), CollabResponse> {
+    fn hold(
+        &mut self,
+        now: Instant,
+        from: usize,
+        req: &CollabRequest,
+    ) -> Result<(), CollabResponse> {
         let continues = match req {
             CollabRequest::DiscStep { round, .. } => *round > 0,
             CollabRequest::DiscDone { .. } => true,
@@ -191,7 +201,7 @@ impl Side {
                         half,
                         pending: None,
                         last: None,
-                        seen: Instant::now(),
+                        seen: now,
                     };
                     self.pairs.insert(from, pair);
                 }
@@ -202,7 +212,7 @@ impl Side {
             }
         }
         if let Some(p) = self.pairs.get_mut(&from) {
-            p.seen = Instant::now();
+            p.seen = now;
         }
         Ok(())
     }
