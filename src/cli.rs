@@ -26,6 +26,9 @@ pub enum Command {
     Keygen(KeygenArgs),
     /// Write one data shard per silo from a scenario's split, for `federico node`.
     Partition(PartitionArgs),
+    /// Write a federation of N silos that runs on this machine as printed: keys, a manifest,
+    /// shards and one node config per silo (distinct ports on 127.0.0.1).
+    Init(InitArgs),
     /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
     Node(NodeArgs),
     /// Run the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a peer of the federation.
@@ -74,6 +77,32 @@ pub struct KeygenArgs {
     /// Where to write the key (never overwritten).
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// `federico init`.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// Number of silos (at least 2).
+    pub silos: usize,
+    /// The folder to write (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Cut the silos' shards from this scenario's data and split [default: the quick start's
+    /// synthetic label groups, with split.clients = N].
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// The federation's run seed [default: the scenario's first seed].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Silo i listens on 127.0.0.1 at this port + i.
+    #[arg(long, default_value_t = 4001)]
+    pub port: u16,
+    /// Data directory [env: FEDERICO_DATA_DIR].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Override a scenario field (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 /// `federico partition`.
@@ -140,6 +169,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => simulate(args),
         Command::Keygen(args) => keygen(args),
         Command::Partition(args) => partition(args),
+        Command::Init(args) => init(args),
         Command::Node(args) => node(args),
         Command::Coordinator(args) => coordinator(args),
         Command::Swarm(args) => swarm(args),
@@ -225,6 +255,50 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
 fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     let key = crate::net::keygen(&args.out)?;
     println!("{}", key.public().to_peer_id());
+    Ok(())
+}
+
+fn init(args: InitArgs) -> anyhow::Result<()> {
+    let n = args.silos;
+    let mut set = vec![format!("split.clients={n}")];
+    let scenario = match &args.scenario {
+        Some(path) => {
+            set.extend(args.set.iter().cloned());
+            Scenario::load_with(path, &set)
+                .with_context(|| format!("loading scenario {}", path.display()))?
+        }
+        None => {
+            // The quick start's federation, cut to N silos: M and G no larger than N allows.
+            set.push(format!("split.groups={}", n.clamp(1, 2)));
+            set.push(format!(
+                "federico.neighbours={}",
+                n.saturating_sub(1).clamp(1, 3)
+            ));
+            set.extend(args.set.iter().cloned());
+            Scenario::parse_with(crate::launch::DEFAULT_SCENARIO, &set)
+                .context("the built-in quick-start scenario")?
+        }
+    };
+    let seed = args.seed.unwrap_or(scenario.seeds[0]);
+    let done = crate::launch::init(
+        &scenario,
+        seed,
+        args.data_dir.as_deref(),
+        &args.out,
+        args.port,
+    )?;
+    let mut text = format!(
+        "a federation of {n} silos ({} data, seed {seed}) in {}/: keys/, manifest.toml, shards/, \
+         silo-<i>.toml\nstart each silo, in its own terminal:\n",
+        scenario.name,
+        args.out.display()
+    );
+    for (cfg, addr) in done.configs.iter().zip(&done.addrs) {
+        text += &format!("  federico node --config {}    # {addr}\n", cfg.display());
+    }
+    text += "each writes its run log to state/silo-<i>/rounds.jsonl beside its config; the comments \
+             in manifest.toml say what to change for real hosts\n";
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
 }
 

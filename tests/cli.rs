@@ -107,3 +107,78 @@ fn every_shipped_scenario_is_valid() {
     }
     assert!(n >= 20, "only {n} scenario files");
 }
+
+/// The README's "Running a federation of silos" commands, read from the README and run as
+/// printed (`federico` = this build) from an empty temporary folder with relative paths: `init`,
+/// then the three nodes at once. Each must finish its rounds and exit 0.
+#[test]
+fn the_readme_federation_commands_run_as_printed_from_an_empty_folder() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("### Running a federation of silos")
+        .nth(1)
+        .expect("the README's federation section");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block in the federation section");
+    let commands: Vec<Vec<String>> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("federico "))
+        .map(|l| l.split_whitespace().skip(1).map(String::from).collect())
+        .collect();
+    assert_eq!(commands.len(), 4, "init and three nodes: {commands:?}");
+    assert_eq!(commands[0][0], "init");
+    let dir = tempfile::tempdir().unwrap();
+    let init = federico()
+        .args(&commands[0])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&init.stdout);
+    assert!(
+        init.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    // init prints the node commands the README shows.
+    for c in &commands[1..] {
+        assert!(
+            printed.contains(&format!("federico {}", c.join(" "))),
+            "{printed}"
+        );
+    }
+    let nodes: Vec<_> = commands[1..]
+        .iter()
+        .map(|c| {
+            federico()
+                .args(c)
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, node) in nodes.into_iter().enumerate() {
+        let out = node.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "silo-{i}:\n{log}");
+        let run_log = dir
+            .path()
+            .join(format!("federation/state/silo-{i}/rounds.jsonl"));
+        let rounds = std::fs::read_to_string(&run_log).unwrap().lines().count();
+        assert_eq!(rounds, 100, "silo-{i}");
+    }
+    // Run again, init refuses to overwrite the keys.
+    let again = federico()
+        .args(&commands[0])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+}

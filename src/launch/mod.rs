@@ -13,6 +13,7 @@
 
 pub mod coordinated;
 mod faults;
+mod init;
 mod netns;
 mod outcome;
 mod procs;
@@ -33,6 +34,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use init::{DEFAULT_SCENARIO, Initialised, init};
 pub use outcome::{SwarmFigures, read_run_log};
 use outcome::{fault_report, figures, merge};
 pub use procs::start_node;
