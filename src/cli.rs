@@ -31,6 +31,9 @@ pub enum Command {
     Init(InitArgs),
     /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
     Node(NodeArgs),
+    /// Predict with a model a node exported (`<state_dir>/model.json`): predictions as CSV on
+    /// stdout, accuracy on stderr.
+    Predict(PredictArgs),
     /// Run the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a peer of the federation.
     Coordinator(NodeArgs),
     /// Run a scenario as N real node processes on 127.0.0.1 (FedeRiCo peer to peer, or FedDisco,
@@ -105,6 +108,43 @@ pub struct InitArgs {
     pub set: Vec<String>,
 }
 
+/// `federico predict`.
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// The exported model: a node's `<state_dir>/model.json` (or the `.safetensors` beside it).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The data: a `.shard` file, a `.csv` file, IDX images and labels (two files), or CIFAR-10
+    /// `.bin` batches.
+    #[arg(long, num_args = 1.., required = true)]
+    pub data: Vec<PathBuf>,
+    /// The data's format [default: from the file names].
+    #[arg(long, value_enum)]
+    pub format: Option<PredictFormat>,
+    /// CSV: the 0-based label column [default: the last].
+    #[arg(long)]
+    pub label_column: Option<usize>,
+    /// Shards: predict on the training split instead of the test split.
+    #[arg(long)]
+    pub train_split: bool,
+    /// Write the predictions here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Data formats `predict` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PredictFormat {
+    /// A shard file.
+    Shard,
+    /// CSV.
+    Csv,
+    /// IDX images + labels.
+    Idx,
+    /// CIFAR-10 binary batches.
+    Cifar10,
+}
+
 /// `federico partition`.
 #[derive(Debug, clap::Args)]
 pub struct PartitionArgs {
@@ -171,6 +211,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Partition(args) => partition(args),
         Command::Init(args) => init(args),
         Command::Node(args) => node(args),
+        Command::Predict(args) => predict(args),
         Command::Coordinator(args) => coordinator(args),
         Command::Swarm(args) => swarm(args),
     }
@@ -268,8 +309,10 @@ fn init(args: InitArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("loading scenario {}", path.display()))?
         }
         None => {
-            // The quick start's federation, cut to N silos: M and G no larger than N allows.
-            set.push(format!("split.groups={}", n.clamp(1, 2)));
+            // The quick start's federation, cut to N silos. Below 6 silos one label group: with
+            // 3 silos in 2 groups FedeRiCo's weights stay uniform and it ends far below Local
+            // (seed 1: 48.0 % against 83.0 %; one group: 91.2 % against 84.5 %).
+            set.push(format!("split.groups={}", if n >= 6 { 2 } else { 1 }));
             set.push(format!(
                 "federico.neighbours={}",
                 n.saturating_sub(1).clamp(1, 3)
@@ -299,6 +342,113 @@ fn init(args: InitArgs) -> anyhow::Result<()> {
     text += "each writes its run log to state/silo-<i>/rounds.jsonl beside its config; the comments \
              in manifest.toml say what to change for real hosts\n";
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    Ok(())
+}
+
+fn predict(args: PredictArgs) -> anyhow::Result<()> {
+    use crate::learn::Labels;
+    use crate::learn::export::{self, Input};
+    let (model, mut learner) = export::read(&args.model)?;
+    let files = &args.data;
+    let format = match args.format {
+        Some(f) => f,
+        None => {
+            let ext = |p: &PathBuf| {
+                p.extension()
+                    .map(|e| e.to_string_lossy().to_lowercase())
+                    .unwrap_or_default()
+            };
+            match ext(&files[0]).as_str() {
+                "shard" => PredictFormat::Shard,
+                "csv" => PredictFormat::Csv,
+                "bin" => PredictFormat::Cifar10,
+                _ if files.len() == 2 => PredictFormat::Idx,
+                _ => anyhow::bail!(
+                    "cannot tell the format of {} from its name: give --format",
+                    files[0].display()
+                ),
+            }
+        }
+    };
+    let one = |what: &str| -> anyhow::Result<PathBuf> {
+        match files.as_slice() {
+            [f] => Ok(f.clone()),
+            _ => anyhow::bail!("--format {what} takes one --data file, got {}", files.len()),
+        }
+    };
+    let input = match format {
+        PredictFormat::Shard => Input::Shard {
+            path: one("shard")?,
+            train: args.train_split,
+        },
+        PredictFormat::Csv => Input::Csv {
+            path: one("csv")?,
+            label_column: args.label_column,
+        },
+        PredictFormat::Idx => match files.as_slice() {
+            [images, labels] => Input::Idx {
+                images: images.clone(),
+                labels: labels.clone(),
+            },
+            _ => anyhow::bail!("--format idx takes two --data files: images, then labels"),
+        },
+        PredictFormat::Cifar10 => Input::Cifar10(files.clone()),
+    };
+    let data = input.load(learner.outputs())?;
+    let mixed = model.predict(&mut learner, &data)?;
+    let width = learner.outputs();
+    let mut text = String::new();
+    let mut correct = 0usize;
+    match &data.labels {
+        Labels::Class { ids, .. } => {
+            text += "row,predicted,label\n";
+            for (i, (row, &y)) in mixed.chunks(width).zip(ids).enumerate() {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(0, |b| b.0);
+                correct += usize::from(best == y as usize);
+                text += &format!("{i},{best},{y}\n");
+            }
+        }
+        Labels::Real(ys) => {
+            text += "row,predicted,target\n";
+            for (i, (row, y)) in mixed.chunks(width).zip(ys).enumerate() {
+                text += &format!("{i},{},{y}\n", row[0]);
+            }
+        }
+    }
+    match &args.out {
+        Some(path) => crate::store::write_atomic(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?,
+        None => {
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+        }
+    }
+    let card = &model.card;
+    let parts: Vec<String> = card
+        .parts
+        .iter()
+        .map(|p| format!("{} {:.3}", p.owner, p.weight))
+        .collect();
+    let mut summary = format!(
+        "{}'s model after round {} ({}): {} samples",
+        card.silo,
+        card.round,
+        parts.join(", "),
+        data.len()
+    );
+    if matches!(data.labels, Labels::Class { .. }) && !data.is_empty() {
+        summary += &format!(
+            ", accuracy {:.2} % ({correct} correct)",
+            100.0 * correct as f64 / data.len() as f64
+        );
+        if let Some(a) = card.test_accuracy {
+            summary += &format!("; the node reported {:.2} % on its test split", 100.0 * a);
+        }
+    }
+    eprintln!("{summary}");
     Ok(())
 }
 

@@ -173,6 +173,53 @@ fn the_readme_federation_commands_run_as_printed_from_an_empty_folder() {
         let rounds = std::fs::read_to_string(&run_log).unwrap().lines().count();
         assert_eq!(rounds, 100, "silo-{i}");
     }
+    // The README's predict command on silo-0's exported model: the accuracy the node reported
+    // at its last evaluation, recomputed from the exported file.
+    let predict: Vec<String> = section
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("federico predict "))
+        .expect("a predict command in the federation section")
+        .split_whitespace()
+        .skip(1)
+        .map(String::from)
+        .collect();
+    let out = federico()
+        .args(&predict)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let last = std::fs::read_to_string(dir.path().join("federation/state/silo-0/rounds.jsonl"))
+        .unwrap()
+        .lines()
+        .last()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .unwrap();
+    let (correct, count) = (
+        last["eval"]["correct"].as_u64().unwrap(),
+        last["eval"]["count"].as_u64().unwrap(),
+    );
+    let rows = String::from_utf8_lossy(&out.stdout);
+    let right = rows
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            f[1] == f[2]
+        })
+        .count();
+    assert_eq!(
+        rows.lines().count() as u64,
+        count + 1,
+        "one row per test sample"
+    );
+    assert_eq!(right as u64, correct, "{said}");
+    assert!(
+        said.contains(&format!("({correct} correct)")),
+        "predict printed: {said}"
+    );
     // Run again, init refuses to overwrite the keys.
     let again = federico()
         .args(&commands[0])

@@ -6,6 +6,7 @@
 
 pub mod data;
 mod error;
+pub mod export;
 #[cfg(test)]
 mod fixtures;
 mod learner;

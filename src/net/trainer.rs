@@ -4,8 +4,8 @@
 //! model, [`FedericoSilo`], and the jobs the round engine asks for); [`Worker`] is the same
 //! thread for the coordinated and FedCollab nodes, whose jobs are closures over its state.
 //! Owns: every tensor computation of a node (through [`FedericoSilo`], the simulator's own
-//! arithmetic, or the closures a [`Worker`] is handed) and writing the FedeRiCo checkpoints
-//! (file I/O stays off the event loop too).
+//! arithmetic, or the closures a [`Worker`] is handed), writing the FedeRiCo checkpoints and
+//! the exported predictor (file I/O stays off the event loop too).
 //! Must not: decide anything (weights come in with the jobs) or touch the network.
 //!
 //! Channels are bounded both ways: the event loop never blocks on a full job queue (it only
@@ -18,7 +18,7 @@ use crate::core::round::{Done, Job};
 use crate::learn::{ClientData, Learner, ModelSpec};
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 
 /// Room in each channel between the event loop and the thread.
@@ -30,6 +30,13 @@ pub(crate) enum Work {
     Learn(Job),
     /// Write the checkpoint after `round` with the core's state.
     Checkpoint { round: u64, peer: Box<Peer> },
+    /// Write the predictor the silo evaluated after `round` (`crate::learn::export`).
+    Export {
+        round: u64,
+        /// `(owner name, parameters, weight)`.
+        parts: Vec<(String, Arc<Vec<f32>>, f64)>,
+        accuracy: Option<f64>,
+    },
 }
 
 /// What the thread produced.
@@ -38,6 +45,12 @@ pub(crate) enum Output {
     Done(Done),
     /// The checkpoint of `round` is on disk.
     Saved { round: u64 },
+    /// The predictor of `round` was written (the path of its `model.json`), or why not (not
+    /// fatal: the next evaluation tries again).
+    Exported {
+        round: u64,
+        written: Result<PathBuf, String>,
+    },
     /// A job failed; the node stops.
     Failed(String),
 }
@@ -49,6 +62,8 @@ pub(crate) struct Trainer {
     silo: FedericoSilo,
     peer_id: String,
     checkpoint: PathBuf,
+    /// This silo's name (for the exported model's description).
+    name: String,
 }
 
 impl Trainer {
@@ -59,6 +74,7 @@ impl Trainer {
         silo: FedericoSilo,
         peer_id: String,
         checkpoint: PathBuf,
+        name: String,
     ) -> Result<Self, String> {
         Ok(Self {
             learner: Learner::new(spec, batch_size).map_err(|e| e.to_string())?,
@@ -66,6 +82,7 @@ impl Trainer {
             silo,
             peer_id,
             checkpoint,
+            name,
         })
     }
 
@@ -103,6 +120,30 @@ impl Trainer {
                     format!("writing checkpoint {}: {e}", self.checkpoint.display())
                 })?;
                 Ok(Output::Saved { round })
+            }
+            Work::Export {
+                round,
+                parts,
+                accuracy,
+            } => {
+                let dir = self
+                    .checkpoint
+                    .parent()
+                    .map_or_else(|| PathBuf::from("."), PathBuf::from);
+                let parts: Vec<(String, &[f32], f64)> = parts
+                    .iter()
+                    .map(|(owner, p, w)| (owner.clone(), p.as_slice(), *w))
+                    .collect();
+                let written = crate::learn::export::write(
+                    &dir,
+                    &self.learner,
+                    &self.name,
+                    &parts,
+                    round,
+                    accuracy,
+                )
+                .map_err(|e| e.to_string());
+                Ok(Output::Exported { round, written })
             }
         }
     }

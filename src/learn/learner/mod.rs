@@ -179,6 +179,14 @@ impl Learner {
             .collect()
     }
 
+    /// Every variable's name and shape, in flattening order (for exporting).
+    pub fn layout(&self) -> Vec<(String, Vec<usize>)> {
+        self.vars
+            .layout()
+            .map(|(name, dims)| (name.to_string(), dims.to_vec()))
+            .collect()
+    }
+
     /// Width of the output (classes, or regression outputs).
     pub fn outputs(&self) -> usize {
         self.spec.outputs()

@@ -21,7 +21,7 @@ use super::impair::{Impairment, LOST_HOLD, Route};
 use super::metrics::{self, Metrics};
 use super::trainer::{Output, QUEUE, Trainer, Work};
 use crate::core::Peer;
-use crate::core::round::{Action, Done, Event, ReqId, Round, RoundConfig, RoundReport};
+use crate::core::round::{Action, Done, Event, Job, ReqId, Round, RoundConfig, RoundReport};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Evaluation, Learner};
 use crate::protocol::{GradientRequest, ModelPayload, ModelRequest, ModelResponse};
@@ -81,6 +81,9 @@ enum Deferred {
     Forget(#[allow(dead_code)] Channel),
 }
 
+/// An inference mixture: `(owner, parameters, weight)`.
+type Mixture = Vec<(NodeId, Arc<Vec<f32>>, f64)>;
+
 /// The running node.
 struct Driver {
     cfg: NodeConfig,
@@ -106,6 +109,8 @@ struct Driver {
     /// Delay and loss set by the control channel (a scheduled straggler or lossy network).
     impair: Impairment<Deferred>,
     jobs: Option<std::sync::mpsc::SyncSender<Work>>,
+    /// The mixture of the evaluation in flight: exported once it is scored.
+    evaluating: Option<(u64, Mixture)>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
 }
@@ -208,6 +213,7 @@ pub(crate) async fn run_from(
         silo,
         peer_id.to_string(),
         ckpt_path,
+        cfg.name.clone(),
     )
     .map_err(fatal)?;
     let trainer_thread = std::thread::Builder::new()
@@ -234,6 +240,7 @@ pub(crate) async fn run_from(
         blocked: HashSet::new(),
         impair: Impairment::new(stream_seed(cfg.seed, me, Stream::Faults)),
         jobs: Some(job_tx),
+        evaluating: None,
         log,
         log_path,
         cfg,
@@ -382,6 +389,13 @@ impl Driver {
                 debug!(round, "checkpoint written");
                 return Ok(());
             }
+            Output::Exported { round, written } => {
+                match written {
+                    Ok(path) => debug!(round, path = %path.display(), "model exported"),
+                    Err(e) => warn!(round, error = %e, "could not export the model"),
+                }
+                return Ok(());
+            }
             Output::Done(done) => done,
         };
         if let Done::Evaluated { round, score } = &done {
@@ -397,6 +411,19 @@ impl Driver {
                 loss = eval.mean_loss(),
                 "evaluated"
             );
+            // The predictor just scored becomes the silo's model to take home.
+            if let Some((r, parts)) = self.evaluating.take().filter(|(r, _)| r == round) {
+                let parts = parts
+                    .into_iter()
+                    .map(|(b, p, w)| (self.node_name(b), p, w))
+                    .collect();
+                let accuracy = (eval.count > 0).then(|| eval.accuracy());
+                self.send_work(Work::Export {
+                    round: r,
+                    parts,
+                    accuracy,
+                })?;
+            }
         }
         self.round
             .handle_done(Instant::now(), done)
@@ -407,6 +434,14 @@ impl Driver {
             self.update_peer_metrics();
         }
         Ok(())
+    }
+
+    /// A node's name: its manifest name, or `node-<i>` for a late joiner.
+    fn node_name(&self, b: NodeId) -> String {
+        self.manifest
+            .members
+            .get(b.index())
+            .map_or_else(|| format!("node-{}", b.index()), |m| m.name.clone())
     }
 
     fn send_work(&mut self, work: Work) -> Result<(), NodeError> {
@@ -469,7 +504,12 @@ impl Driver {
                         GradientRequest::Skip { version },
                     );
                 }
-                Action::Run(job) => self.send_work(Work::Learn(job))?,
+                Action::Run(job) => {
+                    if let Job::Evaluate { round, parts } = &job {
+                        self.evaluating = Some((*round, parts.clone()));
+                    }
+                    self.send_work(Work::Learn(job))?
+                }
                 Action::Checkpoint { round, peer } => {
                     self.send_work(Work::Checkpoint { round, peer })?
                 }

@@ -1,0 +1,306 @@
+//! A model to take home: a silo's personalised predictor as `model.safetensors` with a small
+//! `model.json` beside it, and reading it back.
+//!
+//! Owns: the file pair's format. The safetensors file holds one set of the architecture's
+//! tensors per part, named `m<j>.<tensor>` (`m0.fc0.weight`, …); the JSON names the
+//! architecture ([`ModelSpec`]) and each part's owner and weight. A FedeRiCo silo's predictor
+//! is the mixture Σ w_j · softmax(model_j(x)) of its own and its measured peers' models (spec
+//! §5.3); a coordinated silo's is one part of weight 1.
+//! Must not: decide what to export (the drivers do) or run a model (the [`Learner`] does).
+
+use super::{Dataset, LearnError, Learner, ModelSpec};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The `format` field of every `model.json`.
+pub const FORMAT: &str = "federico-model/1";
+
+/// One part of an exported predictor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Part {
+    /// Tensor name prefix in the safetensors file (`m0`, `m1`, …).
+    pub prefix: String,
+    /// Whose model it is (a silo name).
+    pub owner: String,
+    /// Its weight in the mixture (the weights sum to 1).
+    pub weight: f64,
+}
+
+/// `model.json`: what the safetensors file holds and how to predict with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// The silo that exported it.
+    pub silo: String,
+    /// The architecture every part shares.
+    pub model: ModelSpec,
+    /// Input shape of one sample.
+    pub input_shape: Vec<usize>,
+    /// The parts and their weights.
+    pub parts: Vec<Part>,
+    /// Rounds completed when it was written.
+    pub round: u64,
+    /// Its accuracy on the silo's test split when it was written (classifiers).
+    pub test_accuracy: Option<f64>,
+    /// The safetensors file, relative to this one.
+    pub weights: String,
+}
+
+/// A predictor read back: the card and each part's flat parameters.
+#[derive(Debug)]
+pub struct Exported {
+    /// The description.
+    pub card: ModelCard,
+    /// Flat parameters of each part, in the card's order (the learner's flattening order).
+    pub params: Vec<Vec<f32>>,
+}
+
+impl Exported {
+    /// Mixed class probabilities (or regression outputs), row-major `len × outputs`.
+    pub fn predict(&self, learner: &mut Learner, data: &Dataset) -> Result<Vec<f64>, LearnError> {
+        let width = learner.outputs();
+        let mut mixed = vec![0f64; data.len() * width];
+        for (part, params) in self.card.parts.iter().zip(&self.params) {
+            for (m, p) in mixed.iter_mut().zip(learner.predict(params, data)?) {
+                *m += part.weight * f64::from(p);
+            }
+        }
+        Ok(mixed)
+    }
+}
+
+fn err(path: &Path, what: impl std::fmt::Display) -> LearnError {
+    LearnError::Shape(format!("{}: {what}", path.display()))
+}
+
+/// Writes `<dir>/model.safetensors` and `<dir>/model.json` (each through a temporary file and a
+/// rename, the JSON last: a reader never sees a card without its weights). `parts` are
+/// `(owner, parameters, weight)`.
+pub fn write(
+    dir: &Path,
+    learner: &Learner,
+    silo: &str,
+    parts: &[(String, &[f32], f64)],
+    round: u64,
+    test_accuracy: Option<f64>,
+) -> Result<PathBuf, LearnError> {
+    let layout = learner.layout();
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    let mut cards = Vec::with_capacity(parts.len());
+    for (j, (owner, params, weight)) in parts.iter().enumerate() {
+        if params.len() != learner.num_params() {
+            return Err(LearnError::Shape(format!(
+                "part {owner}: {} parameters, the model has {}",
+                params.len(),
+                learner.num_params()
+            )));
+        }
+        let prefix = format!("m{j}");
+        let mut at = 0;
+        for (name, dims) in &layout {
+            let len: usize = dims.iter().product();
+            let t = Tensor::from_slice(&params[at..at + len], dims.as_slice(), &Device::Cpu)?;
+            tensors.insert(format!("{prefix}.{name}"), t);
+            at += len;
+        }
+        cards.push(Part {
+            prefix,
+            owner: owner.clone(),
+            weight: *weight,
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+    let weights = dir.join("model.safetensors");
+    let tmp = dir.join(".model.safetensors.tmp");
+    candle_core::safetensors::save(&tensors, &tmp)?;
+    std::fs::rename(&tmp, &weights).map_err(|e| err(&weights, e))?;
+    let card = ModelCard {
+        format: FORMAT.into(),
+        silo: silo.into(),
+        model: learner.spec().clone(),
+        input_shape: learner.spec().input_shape(),
+        parts: cards,
+        round,
+        test_accuracy,
+        weights: "model.safetensors".into(),
+    };
+    let json = dir.join("model.json");
+    let text = serde_json::to_string_pretty(&card).map_err(|e| err(&json, e))? + "\n";
+    crate::store::write_atomic(&json, text.as_bytes()).map_err(|e| err(&json, e))?;
+    Ok(json)
+}
+
+/// Reads a predictor from its `model.json` (or from the `.safetensors` file beside it), checking
+/// every tensor's name and shape against the architecture.
+pub fn read(path: &Path) -> Result<(Exported, Learner), LearnError> {
+    let json = if path.extension().is_some_and(|e| e == "safetensors") {
+        path.with_extension("json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&json).map_err(|e| err(&json, e))?;
+    let card: ModelCard = serde_json::from_str(&text).map_err(|e| err(&json, e))?;
+    if card.format != FORMAT {
+        return Err(err(
+            &json,
+            format!("format {:?}, expected {FORMAT:?}", card.format),
+        ));
+    }
+    if card.parts.is_empty() {
+        return Err(err(&json, "no parts"));
+    }
+    let total: f64 = card.parts.iter().map(|p| p.weight).sum();
+    if card
+        .parts
+        .iter()
+        .any(|p| !p.weight.is_finite() || p.weight < 0.0)
+        || (total - 1.0).abs() > 1e-6
+    {
+        return Err(err(
+            &json,
+            format!("part weights must be ≥ 0 and sum to 1, got {total}"),
+        ));
+    }
+    let weights = json.parent().unwrap_or(Path::new(".")).join(&card.weights);
+    let learner = Learner::new(&card.model, 256)?;
+    let tensors =
+        candle_core::safetensors::load(&weights, &Device::Cpu).map_err(|e| err(&weights, e))?;
+    let layout = learner.layout();
+    let mut params = Vec::with_capacity(card.parts.len());
+    for part in &card.parts {
+        let mut flat = Vec::with_capacity(learner.num_params());
+        for (name, dims) in &layout {
+            let key = format!("{}.{name}", part.prefix);
+            let t = tensors
+                .get(&key)
+                .ok_or_else(|| err(&weights, format!("no tensor {key}")))?;
+            if t.dims() != dims.as_slice() {
+                return Err(err(
+                    &weights,
+                    format!(
+                        "tensor {key} has shape {:?}, the model needs {dims:?}",
+                        t.dims()
+                    ),
+                ));
+            }
+            flat.extend(
+                t.flatten_all()?
+                    .to_dtype(candle_core::DType::F32)?
+                    .to_vec1::<f32>()?,
+            );
+        }
+        if flat.iter().any(|x| !x.is_finite()) {
+            return Err(err(
+                &weights,
+                format!("part {} holds non-finite values", part.prefix),
+            ));
+        }
+        params.push(flat);
+    }
+    Ok((Exported { card, params }, learner))
+}
+
+/// Files to predict on, in the formats a node reads.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A shard from `federico partition` / `init`: its test split, or its training split.
+    Shard {
+        /// The shard file.
+        path: PathBuf,
+        /// The training split instead of the test split.
+        train: bool,
+    },
+    /// CSV with numeric features and an integer label column (default: the last).
+    Csv {
+        /// The CSV file.
+        path: PathBuf,
+        /// The 0-based label column (default: the last).
+        label_column: Option<usize>,
+    },
+    /// IDX images and labels (MNIST-style, any image size, gzip or not).
+    Idx {
+        /// The images file.
+        images: PathBuf,
+        /// The labels file.
+        labels: PathBuf,
+    },
+    /// CIFAR-10 binary batches.
+    Cifar10(Vec<PathBuf>),
+}
+
+impl Input {
+    /// Loads the samples; `classes` is the model's (CSV labels are checked against it).
+    pub fn load(&self, classes: usize) -> Result<Dataset, super::DataError> {
+        use super::loaders;
+        match self {
+            Input::Shard { path, train } => {
+                let data = super::Shard::read(path)?.data;
+                Ok(if *train { data.train } else { data.test })
+            }
+            Input::Csv { path, label_column } => loaders::load_csv(path, *label_column, classes),
+            Input::Idx { images, labels } => loaders::load_idx_files(images, labels),
+            Input::Cifar10(files) => loaders::load_cifar_files(files),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::Labels;
+
+    #[test]
+    fn a_written_mixture_reads_back_and_predicts_as_the_learner_scores_it() {
+        let spec = ModelSpec::Mlp {
+            inputs: 4,
+            hidden: vec![3],
+            classes: 2,
+        };
+        let learner = Learner::new(&spec, 8).unwrap();
+        let a: Vec<f32> = (0..learner.num_params())
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let b: Vec<f32> = (0..learner.num_params())
+            .map(|i| (i as f32 * 0.11).cos())
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let parts = vec![
+            ("silo-0".to_string(), a.as_slice(), 0.25),
+            ("silo-3".to_string(), b.as_slice(), 0.75),
+        ];
+        let json = write(dir.path(), &learner, "silo-0", &parts, 7, Some(0.5)).unwrap();
+        let (got, mut learner) = read(&json).unwrap();
+        assert_eq!(got.params, vec![a.clone(), b.clone()]);
+        assert_eq!(got.card.parts[1].owner, "silo-3");
+        let data = Dataset::new(
+            (0..40).map(|i| (i as f32 * 0.3).sin()).collect(),
+            vec![4],
+            Labels::Class {
+                ids: (0..10).map(|i| i % 2).collect(),
+                num_classes: 2,
+            },
+        )
+        .unwrap();
+        let mixed = got.predict(&mut learner, &data).unwrap();
+        let correct = mixed
+            .chunks(2)
+            .zip(0..10u32)
+            .filter(|(row, i)| (row[1] > row[0]) as u32 == i % 2)
+            .count();
+        let eval = learner
+            .evaluate_mixture(&[(&a, 0.25), (&b, 0.75)], &data)
+            .unwrap();
+        assert_eq!(correct, eval.correct);
+        // Read from the safetensors path too; a damaged file is an error naming it.
+        read(&dir.path().join("model.safetensors")).unwrap();
+        std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").unwrap();
+        let e = read(&json)
+            .err()
+            .expect("a damaged file is refused")
+            .to_string();
+        assert!(e.contains("model.safetensors"), "{e}");
+    }
+}
