@@ -97,12 +97,13 @@ pub(super) fn catch_up(sent: Option<&Sent>, want: u64, got: u64, trained: u64) -
     }
 }
 
-/// The node's checkpoint, if any; one of version 1 is read without its training count.
+/// The node's checkpoint, if any; one of version 1 is read without its training count. A
+/// damaged latest falls back to the previous generation ([`crate::store::load`]).
 pub(super) fn read_saved(path: &std::path::Path) -> anyhow::Result<Option<(Saved, bool)>> {
-    match crate::store::read_versioned::<Saved>(path, MAGIC, VERSION) {
-        Ok(s) => Ok(s.map(|s| (s, true))),
-        Err(e) => match crate::store::read_versioned::<SavedV1>(path, MAGIC, 1) {
-            Ok(Some(v1)) => Ok(Some((
+    let decode = |b: &[u8]| match crate::store::decode_versioned::<Saved>(b, MAGIC, VERSION) {
+        Ok(s) => Ok((s, true)),
+        Err(e) => match crate::store::decode_versioned::<SavedV1>(b, MAGIC, 1) {
+            Ok(v1) => Ok((
                 Saved {
                     peer_id: v1.peer_id,
                     round: v1.round,
@@ -111,10 +112,13 @@ pub(super) fn read_saved(path: &std::path::Path) -> anyhow::Result<Option<(Saved
                     trained: 0,
                 },
                 false,
-            ))),
-            _ => Err(anyhow::anyhow!("checkpoint {e}")),
+            )),
+            Err(_) => Err(e),
         },
-    }
+    };
+    Ok(crate::store::load(path, decode)
+        .map_err(|e| anyhow::anyhow!("checkpoint {e}"))?
+        .map(|l| l.value))
 }
 
 #[cfg(test)]
@@ -156,8 +160,12 @@ mod tests {
         let (s, current) = read_saved(&path).unwrap().unwrap();
         assert!(current);
         assert_eq!((s.round, s.trained), (5, 5));
-        // Neither version: the error names the file.
+        // A damaged latest: the previous generation (the version-1 file) is read instead.
         std::fs::write(&path, b"garbage").unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap();
+        assert_eq!((s.round, current), (4, false));
+        // Neither version and no previous generation: the error names the file.
+        std::fs::remove_file(crate::store::prev_path(&path)).unwrap();
         let Err(e) = read_saved(&path) else {
             panic!("garbage read as a checkpoint")
         };
