@@ -140,6 +140,17 @@ fn a_fault_free_swarm_makes_the_simulators_decisions() {
 
 #[test]
 fn a_killed_node_resumes_from_its_checkpoint() {
+    kill_and_resume(false);
+}
+
+/// A byte of the latest checkpoint flipped while the node is down: the restart falls back to
+/// the previous generation, one round earlier, and the run log stays one line per round.
+#[test]
+fn a_killed_node_with_a_corrupt_checkpoint_resumes_from_the_previous_one() {
+    kill_and_resume(true);
+}
+
+fn kill_and_resume(corrupt: bool) {
     let dir = tempfile::tempdir().unwrap();
     let scenario = quickstart(&["split.clients=4", "rounds=300", "eval_every=50"]);
     let p = launch::prepare(&scenario, 3, None, &fast_deadlines(), dir.path()).unwrap();
@@ -179,6 +190,23 @@ fn a_killed_node_resumes_from_its_checkpoint() {
         );
     }
     let first_log = std::fs::read_to_string(p.nodes_dir.join("silo-3.log")).unwrap();
+    let ckpt = if corrupt {
+        let path = state.join("checkpoint.bin");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let prev = federico::store::prev_path(&path);
+        let prev = Checkpoint::read(&prev).unwrap().unwrap();
+        assert_eq!(
+            prev.round + 1,
+            ckpt.round,
+            "the previous generation is one round older"
+        );
+        prev
+    } else {
+        ckpt
+    };
 
     // Restart with the same config.
     let relog = p.nodes_dir.join("silo-3.restart.log");
@@ -187,6 +215,11 @@ fn a_killed_node_resumes_from_its_checkpoint() {
         assert!(wait(n, Duration::from_secs(180)).success());
     }
     let second_log = std::fs::read_to_string(&relog).unwrap();
+    assert_eq!(
+        second_log.contains("resuming from its previous generation"),
+        corrupt,
+        "{second_log}"
+    );
     assert!(
         second_log.contains(&format!(
             "resuming from checkpoint round={} version={}",
