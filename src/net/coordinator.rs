@@ -193,7 +193,8 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
     };
     // A latest that fails its checksum or does not decode falls back to the previous
     // generation (with a warning); both failing is an error naming both files.
-    let load = |decode: &dyn Fn(&[u8]) -> Result<Box<dyn CoordAlgorithm>, String>| {
+    type Decode<'a> = &'a dyn Fn(&[u8]) -> Result<Box<dyn CoordAlgorithm>, String>;
+    let load = |decode: Decode| {
         crate::store::load(ckpt, decode)
             .map(|l| l.map(|l| l.value))
             .map_err(|e| anyhow::anyhow!("checkpoint {e}"))
@@ -232,7 +233,7 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
         CoordinatedAlgorithm::Feddisco => load(&|b| {
             Ok(Box::new(Disco {
                 state: ServerState::decode(b)?,
-                params: params.clone(),
+                params,
             }))
         })?,
     };
