@@ -147,7 +147,51 @@ fn keep_previous(path: &Path, prev_tmp: &Path) -> std::io::Result<()> {
             Err(e) => return Err(e),
         },
     }
-    std::fs::rename(prev_tmp, prev_path(path))
+    std::fs::rename(prev_tmp, prev_path(path))?;
+    // Where the previous generation already is this file (put back by [`restore_previous`]),
+    // the rename of one link over another does nothing and leaves the temporary name.
+    let _ = std::fs::remove_file(prev_tmp);
+    Ok(())
+}
+
+/// After [`load`] fell back: puts the previous generation back as `path` (atomically: a hard
+/// link, or a synced copy, renamed over it), after keeping the refused latest as
+/// `<name>.corrupt` for inspection. Without this the next [`save`] would keep the refused file
+/// as the previous generation; with it, that save keeps the good one. Only the process that
+/// resumes from the file calls it (a reader that only inspects leaves the files as they are).
+pub fn restore_previous(path: &Path) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("path has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let corrupt = dir.join(format!("{name}.corrupt"));
+    let _ = std::fs::remove_file(&corrupt);
+    if let Err(e) = std::fs::hard_link(path, &corrupt)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        // Not kept for inspection (e.g. the latest is a directory): restore all the same.
+        tracing::debug!(error = %e, file = %path.display(), "refused state file not kept");
+    }
+    let tmp = dir.join(format!(".{name}.restore-{}", std::process::id()));
+    let prev = prev_path(path);
+    let result = (|| {
+        let _ = std::fs::remove_file(&tmp);
+        if std::fs::hard_link(&prev, &tmp).is_err() {
+            std::fs::copy(&prev, &tmp)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    // Gone after the rename, unless `path` already was the previous generation (then the
+    // rename did nothing), or the restore failed.
+    let _ = std::fs::remove_file(&tmp);
+    result
 }
 
 /// A state file read by [`load`].
@@ -482,6 +526,33 @@ mod tests {
         std::fs::remove_file(&d).unwrap();
         std::fs::create_dir(&d).unwrap();
         assert_eq!(load(&d, decode).unwrap().unwrap().value, vec![9]);
+    }
+
+    #[test]
+    fn restoring_the_previous_generation_keeps_it_through_the_next_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.bin");
+        write_versioned(&path, b"TESTFIL1", 1, &vec![1u32]).unwrap();
+        write_versioned(&path, b"TESTFIL1", 1, &vec![2u32]).unwrap();
+        std::fs::write(&path, b"damaged").unwrap();
+        let l = load(&path, decode).unwrap().unwrap();
+        assert_eq!((l.value, l.fell_back.is_some()), (vec![1], true));
+        restore_previous(&path).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("state.bin.corrupt")).unwrap(),
+            b"damaged"
+        );
+        let l = load(&path, decode).unwrap().unwrap();
+        assert_eq!((l.value, l.fell_back), (vec![1], None));
+        // The next save keeps the good generation as the previous one.
+        write_versioned(&path, b"TESTFIL1", 1, &vec![3u32]).unwrap();
+        assert_eq!(
+            load(&prev_path(&path), decode).unwrap().unwrap().value,
+            vec![1]
+        );
+        assert_eq!(load(&path, decode).unwrap().unwrap().value, vec![3]);
+        // No temporary left: state, prev, corrupt.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
     }
 
     #[test]

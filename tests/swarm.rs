@@ -263,6 +263,12 @@ fn kill_and_resume(corrupt: bool) {
         corrupt,
         "{second_log}"
     );
+    // The refused file is kept for inspection, and the latest is good again.
+    assert_eq!(state.join("checkpoint.bin.corrupt").exists(), corrupt);
+    let latest = Checkpoint::read(&state.join("checkpoint.bin"))
+        .unwrap()
+        .unwrap();
+    assert!(latest.round > ckpt.round, "checkpoint at {}", latest.round);
     assert!(
         second_log.contains(&format!(
             "resuming from checkpoint round={} version={}",

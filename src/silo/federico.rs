@@ -7,7 +7,8 @@
 //! the inbox), then the version bumped. The node's training thread and the simulator both run
 //! exactly this, so a fault-free swarm makes the simulator's decisions.
 //! Must not: decide anything (weights come in with the jobs), touch the network, read a clock
-//! or write files (the [`Checkpoint`] format is here; the drivers write it).
+//! or write files other than through [`crate::store`] (the [`Checkpoint`] format is here, and
+//! its file goes through the store's seal and generations; the drivers say when).
 
 use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
@@ -152,6 +153,27 @@ impl Checkpoint {
     /// round earlier); the error names both files when neither loads.
     pub fn read(path: &std::path::Path) -> Result<Option<Self>, String> {
         Ok(Self::load(path)?.map(|l| l.value))
+    }
+
+    /// [`Checkpoint::read`] for the node that resumes from it: after a fallback, the previous
+    /// generation is put back as the latest ([`crate::store::restore_previous`]; the refused
+    /// file is kept as `checkpoint.bin.corrupt`), so the next write keeps a good previous one
+    /// (when that fails, a warning: the node resumes all the same).
+    pub fn resume(path: &std::path::Path) -> Result<Option<Self>, String> {
+        let Some(l) = Self::load(path)? else {
+            return Ok(None);
+        };
+        if l.fell_back.is_some()
+            && let Err(e) = crate::store::restore_previous(path)
+        {
+            // Resuming goes on: only the next write's previous generation is the refused file.
+            tracing::warn!(
+                file = %path.display(),
+                error = %e,
+                "could not put the previous checkpoint back as the latest"
+            );
+        }
+        Ok(Some(l.value))
     }
 
     /// [`Checkpoint::read`], saying which generation it came from.
