@@ -123,36 +123,88 @@ impl From<Evaluation> for EvalRecord {
     }
 }
 
+/// The longest run-log line [`trim_log`] reads whole; a longer one (no record is near it: a
+/// record is a few hundred bytes per peer) is garbage and goes, read past in pieces.
+pub const MAX_LOG_LINE: usize = 1 << 20;
+
 /// Cuts the run log at `path` back to the rounds a restart will not run again: lines of
 /// rounds before `next_round` (the first round the restart runs) stay; later rounds, lines
-/// without a round (a coordinated node's final line) and a line torn by a kill go. Rewritten atomically, only when something goes; returns how many
-/// lines went. A missing log is an empty one.
+/// without a round (a coordinated node's final line), a line torn by a kill and a line over
+/// [`MAX_LOG_LINE`] go; blank lines are left out. Streams: one pass counts what goes, and only
+/// when something does a second writes the kept lines to a temporary file that replaces the
+/// log atomically; memory stays within one line of at most [`MAX_LOG_LINE`] bytes, whatever
+/// the log's size. Returns how many lines went. A missing log is an empty one.
 pub fn trim_log(path: &std::path::Path, next_round: u64) -> Result<usize, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let at = |e: std::io::Error| format!("{}: {e}", path.display());
+    let open = || match std::fs::File::open(path) {
+        Ok(f) => Ok(Some(std::io::BufReader::with_capacity(1 << 16, f))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(at(e)),
     };
-    let mut kept = String::with_capacity(text.len());
+    let Some(reader) = open()? else {
+        return Ok(0);
+    };
     let mut dropped = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        #[derive(Deserialize)]
-        struct Round {
-            round: u64,
-        }
-        match serde_json::from_str::<Round>(line) {
-            Ok(r) if r.round < next_round => {
-                kept.push_str(line);
-                kept.push('\n');
+    each_log_line(reader, next_round, |_, keep| {
+        dropped += usize::from(!keep);
+        Ok(())
+    })
+    .map_err(at)?;
+    if dropped == 0 {
+        return Ok(0);
+    }
+    let reader = open()?.ok_or_else(|| format!("{}: vanished while cut", path.display()))?;
+    crate::store::write_atomic_with(path, |out| {
+        each_log_line(reader, next_round, |line, keep| {
+            if keep {
+                use std::io::Write;
+                out.write_all(line)?;
+                out.write_all(b"\n")?;
             }
-            _ => dropped += 1,
-        }
-    }
-    if dropped > 0 {
-        crate::store::write_atomic(path, kept.as_bytes())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
+            Ok(())
+        })
+    })
+    .map_err(at)?;
     Ok(dropped)
+}
+
+/// Calls `each(line, keep)` for every non-blank line of a run log (without its newline; an
+/// overlong line is handed over empty, never kept): `keep` when it records a round before
+/// `next_round`.
+fn each_log_line(
+    mut reader: impl std::io::BufRead,
+    next_round: u64,
+    mut each: impl FnMut(&[u8], bool) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::io::{BufRead, Read};
+    #[derive(Deserialize)]
+    struct Round {
+        round: u64,
+    }
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .by_ref()
+            .take(MAX_LOG_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        } else if line.len() > MAX_LOG_LINE {
+            // Overlong: skip the rest of it, keep nothing of it.
+            reader.skip_until(b'\n')?;
+            each(&[], false)?;
+            continue;
+        }
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let keep = matches!(serde_json::from_slice::<Round>(&line), Ok(r) if r.round < next_round);
+        each(&line, keep)?;
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +258,35 @@ mod tests {
         assert_eq!(trim_log(&path, 1).unwrap(), 2);
         assert!(rounds(&path).is_empty());
         assert_eq!(trim_log(&dir.path().join("none.jsonl"), 5).unwrap(), 0);
+    }
+
+    /// A large log (about 20 MB, with an overlong garbage line and a torn last line) is cut
+    /// back line by line: every round before the cut stays, in order, once; nothing after it.
+    #[test]
+    fn a_large_log_is_cut_back_line_by_line() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rounds.jsonl");
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let n = 60_000u64;
+        for r in 0..n {
+            writeln!(f, "{}", line(r)).unwrap();
+            if r == n / 2 {
+                // Garbage longer than a line may be, and a blank line.
+                f.write_all(&vec![b'x'; MAX_LOG_LINE + 10]).unwrap();
+                f.write_all(b"\n   \n").unwrap();
+            }
+        }
+        f.write_all(&line(n).as_bytes()[..30]).unwrap();
+        drop(f);
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size > 14 << 20, "{size} bytes");
+        let cut = n - 1000;
+        // Dropped: rounds cut..n, the garbage line, the torn line.
+        assert_eq!(trim_log(&path, cut).unwrap(), 1000 + 2);
+        assert_eq!(rounds(&path), (0..cut).collect::<Vec<_>>());
+        assert_eq!(trim_log(&path, cut).unwrap(), 0);
+        // No stray temporary file beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

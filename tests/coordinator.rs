@@ -258,11 +258,13 @@ fn killing_the_fedsac_coordinator_mid_run_falls_back_and_reattaches() {
 fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
     let path = s.coord_dir.join("coordinator.bin");
     if algorithm == Algorithm::Hcct {
-        let bytes = std::fs::read(path).unwrap();
+        let file = std::fs::read(path).unwrap();
+        let bytes = federico::store::unseal(&file).unwrap().bytes().to_vec();
         let h = HcctServer::decode(sc.hcct.clone(), sc.rounds as u64, &bytes).unwrap();
         (h.round(), h.registered())
     } else if algorithm == Algorithm::Fedsac {
-        let bytes = std::fs::read(path).unwrap();
+        let file = std::fs::read(path).unwrap();
+        let bytes = federico::store::unseal(&file).unwrap().bytes().to_vec();
         let f = &sc.fedsac;
         let settings = Settings {
             alpha: f.alpha,

@@ -140,6 +140,60 @@ fn a_fault_free_swarm_makes_the_simulators_decisions() {
 
 #[test]
 fn a_killed_node_resumes_from_its_checkpoint() {
+    kill_and_resume(false);
+}
+
+/// A byte of the latest checkpoint flipped while the node is down: the restart falls back to
+/// the previous generation, one round earlier, and the run log stays one line per round.
+#[test]
+fn a_killed_node_with_a_corrupt_checkpoint_resumes_from_the_previous_one() {
+    kill_and_resume(true);
+}
+
+/// A node whose checkpoint cannot be written (its path taken by a directory mid-run, as a full
+/// disk or no file descriptors left would fail it) warns and keeps completing rounds; the
+/// run finishes.
+#[test]
+fn a_node_whose_checkpoint_cannot_be_written_keeps_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=4", "rounds=200", "eval_every=50"]);
+    let p = launch::prepare(&scenario, 3, None, &fast_deadlines(), dir.path()).unwrap();
+    let mut nodes = start_all(&p);
+    let victim = 2;
+    let state = &p.state_dirs[victim];
+    let until = Instant::now() + Duration::from_secs(60);
+    while run_log(state).len() < 20 {
+        assert!(Instant::now() < until, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Take the checkpoint's path (the node may write it again meanwhile: try until it holds).
+    let path = state.join("checkpoint.bin");
+    loop {
+        let _ = std::fs::remove_file(&path);
+        if std::fs::create_dir(&path).is_ok() {
+            break;
+        }
+    }
+    std::fs::write(path.join("in-the-way"), b"").unwrap();
+    let blocked_at = run_log(state).len();
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(180)).success());
+    }
+    let rounds: Vec<u64> = run_log(state).iter().map(|r| r.round).collect();
+    assert_eq!(
+        rounds,
+        (1..=200).collect::<Vec<u64>>(),
+        "one line per round"
+    );
+    assert!(blocked_at < 190, "blocked only at round {blocked_at}");
+    let log = std::fs::read_to_string(p.nodes_dir.join(format!("silo-{victim}.log"))).unwrap();
+    assert!(log.contains("checkpoint not written"), "{log}");
+    // Rate-limited: far fewer warnings than failed rounds.
+    let warnings = log.matches("checkpoint not written").count();
+    assert!(warnings < 10, "{warnings} warnings");
+}
+
+fn kill_and_resume(corrupt: bool) {
     let dir = tempfile::tempdir().unwrap();
     let scenario = quickstart(&["split.clients=4", "rounds=300", "eval_every=50"]);
     let p = launch::prepare(&scenario, 3, None, &fast_deadlines(), dir.path()).unwrap();
@@ -179,6 +233,23 @@ fn a_killed_node_resumes_from_its_checkpoint() {
         );
     }
     let first_log = std::fs::read_to_string(p.nodes_dir.join("silo-3.log")).unwrap();
+    let ckpt = if corrupt {
+        let path = state.join("checkpoint.bin");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let prev = federico::store::prev_path(&path);
+        let prev = Checkpoint::read(&prev).unwrap().unwrap();
+        assert_eq!(
+            prev.round + 1,
+            ckpt.round,
+            "the previous generation is one round older"
+        );
+        prev
+    } else {
+        ckpt
+    };
 
     // Restart with the same config.
     let relog = p.nodes_dir.join("silo-3.restart.log");
@@ -187,6 +258,17 @@ fn a_killed_node_resumes_from_its_checkpoint() {
         assert!(wait(n, Duration::from_secs(180)).success());
     }
     let second_log = std::fs::read_to_string(&relog).unwrap();
+    assert_eq!(
+        second_log.contains("resuming from its previous generation"),
+        corrupt,
+        "{second_log}"
+    );
+    // The refused file is kept for inspection, and the latest is good again.
+    assert_eq!(state.join("checkpoint.bin.corrupt").exists(), corrupt);
+    let latest = Checkpoint::read(&state.join("checkpoint.bin"))
+        .unwrap()
+        .unwrap();
+    assert!(latest.round > ckpt.round, "checkpoint at {}", latest.round);
     assert!(
         second_log.contains(&format!(
             "resuming from checkpoint round={} version={}",

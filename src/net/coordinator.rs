@@ -191,44 +191,61 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
             })
             .map_err(|e| anyhow::anyhow!("{e}"))
     };
-    let resumed = match std::fs::read(ckpt) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => anyhow::bail!("{}: {e}", ckpt.display()),
+    // A latest that fails its checksum or does not decode falls back to the previous
+    // generation (with a warning); both failing is an error naming both files.
+    type Decode<'a> = &'a dyn Fn(&[u8]) -> Result<Box<dyn CoordAlgorithm>, String>;
+    let load = |decode: Decode| {
+        crate::store::load(ckpt, decode)
+            .map(|l| l.map(|l| l.value))
+            .map_err(|e| anyhow::anyhow!("checkpoint {e}"))
     };
-    let bad = |e: String| anyhow::anyhow!("checkpoint {}: {e}", ckpt.display());
     let same_silos = |saved: usize| {
         if saved == cfg.nodes {
             Ok(())
         } else {
-            Err(bad(format!(
+            Err(format!(
                 "saved for {saved} silos, the config has nodes = {}",
                 cfg.nodes
-            )))
+            ))
         }
     };
-    Ok(match (cfg.algorithm, resumed) {
-        (CoordinatedAlgorithm::Hcct, Some(b)) => {
-            let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, &b).map_err(bad)?;
+    let resumed = match cfg.algorithm {
+        CoordinatedAlgorithm::Hcct => load(&|b| {
+            let s = HcctServer::decode(cfg.hcct.clone(), cfg.rounds, b)?;
             same_silos(s.nodes())?;
-            Box::new(s)
-        }
-        (CoordinatedAlgorithm::Hcct, None) => Box::new(
-            HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
-                .map_err(|e| anyhow::anyhow!(e))?,
-        ),
-        (CoordinatedAlgorithm::Fedsac, Some(b)) => {
+            Ok(Box::new(s))
+        })?,
+        CoordinatedAlgorithm::Fedsac => load(&|b| {
             let s = FedsacServer::decode(
                 cfg.fedsac_settings(),
                 cfg.rounds,
                 cfg.fedsac_sampler_seed(),
-                &b,
-            )
-            .map_err(bad)?;
+                b,
+            )?;
             same_silos(s.nodes())?;
-            Box::new(s)
-        }
-        (CoordinatedAlgorithm::Fedsac, None) => Box::new(
+            Ok(Box::new(s))
+        })?,
+        CoordinatedAlgorithm::Fedcollab => load(&|b| {
+            let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, b)?;
+            same_silos(s.nodes())?;
+            Ok(Box::new(s))
+        })?,
+        CoordinatedAlgorithm::Feddisco => load(&|b| {
+            Ok(Box::new(Disco {
+                state: ServerState::decode(b)?,
+                params,
+            }))
+        })?,
+    };
+    if let Some(s) = resumed {
+        return Ok(s);
+    }
+    Ok(match cfg.algorithm {
+        CoordinatedAlgorithm::Hcct => Box::new(
+            HcctServer::new(cfg.hcct.clone(), cfg.nodes, cfg.rounds, init()?)
+                .map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        CoordinatedAlgorithm::Fedsac => Box::new(
             FedsacServer::new(
                 cfg.fedsac_settings(),
                 cfg.nodes,
@@ -238,20 +255,11 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
             )
             .map_err(|e| anyhow::anyhow!(e))?,
         ),
-        (CoordinatedAlgorithm::Fedcollab, Some(b)) => {
-            let s = FedCollabServer::decode(cfg.fedcollab.clone(), cfg.seed, &b).map_err(bad)?;
-            same_silos(s.nodes())?;
-            Box::new(s)
-        }
-        (CoordinatedAlgorithm::Fedcollab, None) => Box::new(
+        CoordinatedAlgorithm::Fedcollab => Box::new(
             FedCollabServer::new(cfg.fedcollab.clone(), cfg.nodes, cfg.seed)
                 .map_err(|e| anyhow::anyhow!(e))?,
         ),
-        (CoordinatedAlgorithm::Feddisco, Some(b)) => Box::new(Disco {
-            state: ServerState::decode(&b).map_err(bad)?,
-            params,
-        }),
-        (CoordinatedAlgorithm::Feddisco, None) => Box::new(Disco {
+        CoordinatedAlgorithm::Feddisco => Box::new(Disco {
             state: ServerState::new(init()?),
             params,
         }),
@@ -482,7 +490,7 @@ impl Driver<'_> {
     /// Writes the checkpoint.
     fn save(&self) -> anyhow::Result<()> {
         let bytes = self.state.encode().map_err(|e| anyhow::anyhow!(e))?;
-        crate::store::write_atomic(&self.ckpt, &bytes)
+        crate::store::save(&self.ckpt, &bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.ckpt.display()))
     }
 

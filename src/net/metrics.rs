@@ -141,6 +141,8 @@ pub(crate) struct Metrics {
     pub(crate) test_accuracy: Gauge<f64, AtomicU64>,
     /// Encoded message bytes sent, all protocols.
     pub(crate) sent: Counter,
+    /// Checkpoint writes that failed (each retried at the next round's write).
+    pub(crate) checkpoint_failures: Counter,
 }
 
 impl Metrics {
@@ -183,6 +185,11 @@ impl Metrics {
             "test_accuracy",
             "Test accuracy at the last evaluation",
             m.test_accuracy.clone(),
+        );
+        r.register(
+            "checkpoint_failures",
+            "Checkpoint writes that failed (retried at the next round)",
+            m.checkpoint_failures.clone(),
         );
         m
     }

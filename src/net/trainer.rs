@@ -51,6 +51,10 @@ pub(crate) enum Output {
         round: u64,
         written: Result<PathBuf, String>,
     },
+    /// The checkpoint of `round` could not be written (`error` says why: a full disk, no file
+    /// descriptors left). Not fatal: the previous checkpoint stays, the next round's write
+    /// tries again.
+    SaveFailed { round: u64, error: String },
     /// A job failed; the node stops.
     Failed(String),
 }
@@ -115,11 +119,10 @@ impl Trainer {
                     adam: self.silo.adam.clone(),
                     peer: *peer,
                 };
-                let bytes = c.encode()?;
-                crate::store::write_atomic(&self.checkpoint, &bytes).map_err(|e| {
-                    format!("writing checkpoint {}: {e}", self.checkpoint.display())
-                })?;
-                Ok(Output::Saved { round })
+                Ok(match c.save(&self.checkpoint) {
+                    Ok(()) => Output::Saved { round },
+                    Err(error) => Output::SaveFailed { round, error },
+                })
             }
             Work::Export {
                 round,
@@ -146,6 +149,73 @@ impl Trainer {
                 Ok(Output::Exported { round, written })
             }
         }
+    }
+}
+
+/// How the node's checkpoint writes are going: a failed write is counted and logged (the first
+/// at once, then at most one line per [`SaveHealth::QUIET`] with the count meanwhile), never
+/// fatal; the next round's write tries again.
+pub(crate) struct SaveHealth {
+    failures: prometheus_client::metrics::counter::Counter,
+    /// Failures since the last write that went through.
+    failing: u64,
+    /// Failures since the last warning.
+    unlogged: u64,
+    last_warning: Option<std::time::Instant>,
+}
+
+impl SaveHealth {
+    /// The least time between two warnings about failed writes.
+    pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Counts failures in `failures` (the node's metric).
+    pub(crate) fn new(failures: prometheus_client::metrics::counter::Counter) -> Self {
+        Self {
+            failures,
+            failing: 0,
+            unlogged: 0,
+            last_warning: None,
+        }
+    }
+
+    /// The checkpoint of `round` could not be written.
+    pub(crate) fn failed(&mut self, round: u64, error: &str, now: std::time::Instant) {
+        self.failures.inc();
+        self.failing += 1;
+        self.unlogged += 1;
+        if self
+            .last_warning
+            .is_none_or(|t| now.duration_since(t) >= Self::QUIET)
+        {
+            tracing::warn!(
+                round,
+                error,
+                failed_writes = self.unlogged,
+                "checkpoint not written; the previous one stays, the next round tries again"
+            );
+            self.unlogged = 0;
+            self.last_warning = Some(now);
+        }
+    }
+
+    /// The checkpoint of `round` is on disk.
+    pub(crate) fn saved(&mut self, round: u64) {
+        if self.failing > 0 {
+            tracing::info!(
+                round,
+                failed_writes = self.failing,
+                "checkpoint written again after failed writes"
+            );
+        }
+        self.failing = 0;
+        self.unlogged = 0;
+        self.last_warning = None;
+    }
+
+    /// Failed writes since the last one that went through.
+    #[cfg(test)]
+    pub(crate) fn failing(&self) -> u64 {
+        self.failing
     }
 }
 
@@ -208,6 +278,53 @@ impl<S: Send + 'static> Worker<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint that cannot be written (its path is a directory with something in it, as
+    /// when the disk or the file descriptors run out) is an error the node counts and logs,
+    /// then the next write, once the path is free again, goes through and keeps the last good
+    /// one as the previous generation.
+    #[test]
+    fn a_failed_checkpoint_write_is_counted_and_retried() {
+        use crate::core::FedericoConfig;
+        use crate::ids::NodeId;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.bin");
+        let c = |round| Checkpoint {
+            peer_id: "p".into(),
+            round,
+            version: round,
+            params: vec![0.5; 8],
+            adam: crate::learn::Adam::new(8, 0.01),
+            peer: Peer::new(NodeId(0), (0..2).map(NodeId), FedericoConfig::default(), 1),
+        };
+        let counter = prometheus_client::metrics::counter::Counter::default();
+        let mut health = SaveHealth::new(counter.clone());
+        let t0 = std::time::Instant::now();
+        c(1).save(&path).unwrap();
+        health.saved(1);
+        // The path taken by a directory that is not empty: every write fails.
+        std::fs::rename(&path, dir.path().join("kept.bin")).unwrap();
+        std::fs::create_dir_all(path.join("in-the-way")).unwrap();
+        for round in 2..5 {
+            let e = c(round).save(&path).unwrap_err();
+            assert!(e.contains("writing checkpoint"), "{e}");
+            assert!(e.contains("checkpoint.bin"), "{e}");
+            health.failed(round, &e, t0 + std::time::Duration::from_millis(round));
+        }
+        assert_eq!((counter.get(), health.failing()), (3, 3));
+        // No temporary file is left behind by the failed writes.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        // Free again: the next round's write goes through.
+        std::fs::remove_dir_all(&path).unwrap();
+        c(5).save(&path).unwrap();
+        health.saved(5);
+        assert_eq!((counter.get(), health.failing()), (3, 0));
+        assert_eq!(Checkpoint::read(&path).unwrap().unwrap().round, 5);
+    }
 
     #[tokio::test]
     async fn a_worker_runs_its_jobs_in_order_on_its_own_state() {

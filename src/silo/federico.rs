@@ -7,7 +7,8 @@
 //! the inbox), then the version bumped. The node's training thread and the simulator both run
 //! exactly this, so a fault-free swarm makes the simulator's decisions.
 //! Must not: decide anything (weights come in with the jobs), touch the network, read a clock
-//! or write files (the [`Checkpoint`] format is here; the drivers write it).
+//! or write files other than through [`crate::store`] (the [`Checkpoint`] format is here, and
+//! its file goes through the store's seal and generations; the drivers say when).
 
 use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
@@ -130,7 +131,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 const VERSION: u32 = 3;
 
 impl Checkpoint {
-    /// The file's bytes.
+    /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals
+    /// them).
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut out = crate::store::header(MAGIC, VERSION);
         bincode::serde::encode_into_std_write(self, &mut out, bincode::config::standard())
@@ -138,19 +140,49 @@ impl Checkpoint {
         Ok(out)
     }
 
-    /// Reads a checkpoint; `None` when there is none yet.
-    pub fn read(path: &std::path::Path) -> Result<Option<Self>, String> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        Self::decode(&bytes)
-            .map(Some)
-            .map_err(|e| format!("checkpoint {}: {e}", path.display()))
+    /// Writes the checkpoint to `path`: sealed with its checksum, atomically, the file it
+    /// replaces kept as the previous generation ([`crate::store::save`]).
+    pub fn save(&self, path: &std::path::Path) -> Result<(), String> {
+        let bytes = self.encode()?;
+        crate::store::save(path, &bytes)
+            .map_err(|e| format!("writing checkpoint {}: {e}", path.display()))
     }
 
-    /// Decodes a checkpoint's bytes (header, version and body checked).
+    /// Reads a checkpoint; `None` when there is none yet. A latest that fails its checksum or
+    /// does not decode falls back to the previous generation with a warning (the state of one
+    /// round earlier); the error names both files when neither loads.
+    pub fn read(path: &std::path::Path) -> Result<Option<Self>, String> {
+        Ok(Self::load(path)?.map(|l| l.value))
+    }
+
+    /// [`Checkpoint::read`] for the node that resumes from it: after a fallback, the previous
+    /// generation is put back as the latest ([`crate::store::restore_previous`]; the refused
+    /// file is kept as `checkpoint.bin.corrupt`), so the next write keeps a good previous one
+    /// (when that fails, a warning: the node resumes all the same).
+    pub fn resume(path: &std::path::Path) -> Result<Option<Self>, String> {
+        let Some(l) = Self::load(path)? else {
+            return Ok(None);
+        };
+        if l.fell_back.is_some()
+            && let Err(e) = crate::store::restore_previous(path)
+        {
+            // Resuming goes on: only the next write's previous generation is the refused file.
+            tracing::warn!(
+                file = %path.display(),
+                error = %e,
+                "could not put the previous checkpoint back as the latest"
+            );
+        }
+        Ok(Some(l.value))
+    }
+
+    /// [`Checkpoint::read`], saying which generation it came from.
+    pub fn load(path: &std::path::Path) -> Result<Option<crate::store::Loaded<Self>>, String> {
+        crate::store::load(path, Self::decode).map_err(|e| format!("checkpoint {e}"))
+    }
+
+    /// Decodes a checkpoint's bytes (header, version and body checked; the seal, when there
+    /// is one, is the store's to strip).
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         let body = crate::store::strip_header(bytes, MAGIC, VERSION)?;
         let (c, n): (Self, usize) =
@@ -159,5 +191,120 @@ impl Checkpoint {
             return Err("trailing bytes".into());
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::FedericoConfig;
+
+    /// A real checkpoint of a 3-member federation's node after `round` rounds (small model).
+    fn checkpoint(round: u64) -> Checkpoint {
+        let params: Vec<f32> = (0..200)
+            .map(|i| (i as f32 * 0.37 + round as f32).sin())
+            .collect();
+        let peer = Peer::new(NodeId(0), (0..3).map(NodeId), FedericoConfig::default(), 42);
+        Checkpoint {
+            peer_id: "12D3KooWtest".into(),
+            round,
+            version: round,
+            params,
+            adam: Adam::new(200, 0.01),
+            peer,
+        }
+    }
+
+    /// Every single-byte corruption of a written checkpoint, at every offset and with three
+    /// flip patterns, is refused by the read (the seal's checksum, or the header check for the
+    /// seal's own magic): never a silent load of other state.
+    #[test]
+    fn every_single_byte_corruption_of_a_checkpoint_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.bin");
+        checkpoint(7).save(&path).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        assert!(good.len() > 2000, "{} bytes", good.len());
+        // What `load` does with a file's bytes.
+        let read = |b: &[u8]| crate::store::unseal(b).and_then(|u| Checkpoint::decode(u.bytes()));
+        assert_eq!(read(&good).unwrap().round, 7);
+        let (mut refused, mut tries) = (0, 0);
+        for offset in 0..good.len() {
+            for flip in [0x01u8, 0x80, 0xFF] {
+                let mut bad = good.clone();
+                bad[offset] ^= flip;
+                tries += 1;
+                match read(&bad) {
+                    Err(_) => refused += 1,
+                    Ok(c) => panic!("offset {offset} ^{flip:#x} loaded round {}", c.round),
+                }
+            }
+        }
+        assert_eq!(refused, good.len() * 3);
+        // The figure for docs/hardening.md.
+        eprintln!(
+            "checkpoint of {} bytes: {refused} of {tries} single-byte corruptions (every offset, \
+             xor 01/80/ff) refused",
+            good.len()
+        );
+    }
+
+    /// On disk, a corrupt latest checkpoint falls back to the previous generation (one round
+    /// earlier), and without one it is an error naming the file: over the seal, the header
+    /// and a spread of body offsets.
+    #[test]
+    fn a_corrupt_checkpoint_falls_back_to_the_previous_one_or_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lone, kept) = (dir.path().join("lone"), dir.path().join("kept"));
+        std::fs::create_dir(&lone).unwrap();
+        std::fs::create_dir(&kept).unwrap();
+        let (lone, kept) = (lone.join("checkpoint.bin"), kept.join("checkpoint.bin"));
+        checkpoint(7).save(&lone).unwrap();
+        checkpoint(6).save(&kept).unwrap();
+        checkpoint(7).save(&kept).unwrap();
+        let good = std::fs::read(&kept).unwrap();
+        for offset in (0..32).chain((32..good.len()).step_by(61)) {
+            let mut bad = good.clone();
+            bad[offset] ^= 0x80;
+            std::fs::write(&lone, &bad).unwrap();
+            let e = Checkpoint::load(&lone)
+                .err()
+                .expect("a corrupt lone checkpoint loaded");
+            assert!(e.contains("lone/checkpoint.bin:"), "{e}");
+            assert!(e.contains("no previous generation"), "{e}");
+            std::fs::write(&kept, &bad).unwrap();
+            let l = Checkpoint::load(&kept).unwrap().unwrap();
+            assert_eq!(l.value.round, 6, "offset {offset}");
+            assert_eq!(l.from, crate::store::prev_path(&kept));
+            assert!(l.fell_back.is_some());
+        }
+        // Both corrupt: an error naming both files.
+        let prev = crate::store::prev_path(&kept);
+        let mut bad = std::fs::read(&prev).unwrap();
+        bad[100] ^= 0x01;
+        std::fs::write(&prev, &bad).unwrap();
+        let e = Checkpoint::load(&kept).err().unwrap();
+        assert!(e.contains("kept/checkpoint.bin:"), "{e}");
+        assert!(e.contains("kept/checkpoint.bin.prev:"), "{e}");
+    }
+
+    #[test]
+    fn a_checkpoint_without_the_seal_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.bin");
+        crate::store::write_atomic(&path, &checkpoint(3).encode().unwrap()).unwrap();
+        let l = Checkpoint::load(&path).unwrap().unwrap();
+        assert_eq!((l.value.round, l.fell_back), (3, None));
+        // A later write seals it and keeps it as the previous generation.
+        checkpoint(4).save(&path).unwrap();
+        assert!(
+            std::fs::read(&path)
+                .unwrap()
+                .starts_with(crate::store::SEAL)
+        );
+        let prev = Checkpoint::read(&crate::store::prev_path(&path))
+            .unwrap()
+            .unwrap();
+        assert_eq!(prev.round, 3);
     }
 }

@@ -188,21 +188,18 @@ impl ServerState {
         })
     }
 
-    /// Writes the checkpoint atomically to `path`.
+    /// Writes the checkpoint to `path`: sealed, atomically, the previous generation kept
+    /// ([`crate::store::save`]).
     pub fn save(&self, path: &std::path::Path) -> Result<(), String> {
-        crate::store::write_atomic(path, &self.encode()?)
-            .map_err(|e| format!("{}: {e}", path.display()))
+        crate::store::save(path, &self.encode()?).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Reads a checkpoint; `None` when there is none yet.
+    /// Reads a checkpoint; `None` when there is none yet; a damaged latest falls back to the
+    /// previous generation ([`crate::store::load`]).
     pub fn load(path: &std::path::Path) -> Result<Option<Self>, String> {
-        match std::fs::read(path) {
-            Ok(b) => Self::decode(&b)
-                .map(Some)
-                .map_err(|e| format!("checkpoint {}: {e}", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", path.display())),
-        }
+        Ok(crate::store::load(path, Self::decode)
+            .map_err(|e| format!("checkpoint {e}"))?
+            .map(|l| l.value))
     }
 }
 
@@ -322,7 +319,12 @@ mod tests {
         assert_eq!(back.global, s.global);
         assert_eq!(back.reports, s.reports);
         assert!(back.pending.is_empty());
-        let bytes = std::fs::read(&path).unwrap();
+        let file = std::fs::read(&path).unwrap();
+        let bytes = crate::store::unseal(&file).unwrap().bytes().to_vec();
+        assert!(matches!(
+            crate::store::unseal(&file),
+            Ok(crate::store::Unsealed::Checked(_))
+        ));
         assert!(ServerState::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(ServerState::decode(&bytes[..10]).is_err());
         let mut other = bytes.clone();

@@ -167,18 +167,24 @@ fn recipe(cc: &Coordinated, cfg: &NodeConfig, me: NodeId, rows: usize) -> LocalR
     }
 }
 
+/// What a node resumes with: round, last global, model and trainings.
+type Resumed = (u64, Option<u64>, Vec<f32>, u64);
+
 /// The checkpoint's round, last global, model and trainings (`init`'s model at round 0 when
-/// there is none). One of an older federico resumes without replaying the batch order.
+/// there is none), and whether it is the previous generation (the latest was damaged). One of
+/// an older federico resumes without replaying the batch order.
 fn resume(
     ckpt: &std::path::Path,
     peer_id: &str,
     init: impl FnOnce() -> Vec<f32>,
-) -> anyhow::Result<(u64, Option<u64>, Vec<f32>, u64)> {
-    let saved = read_saved(ckpt)?;
+) -> anyhow::Result<(Resumed, bool)> {
+    let loaded = read_saved(ckpt)?;
+    let fell_back = loaded.as_ref().is_some_and(|l| l.fell_back.is_some());
+    let saved = loaded.map(|l| l.value);
     if saved.as_ref().is_some_and(|(s, _)| s.peer_id != peer_id) {
         anyhow::bail!("checkpoint {} belongs to another peer", ckpt.display());
     }
-    Ok(match saved {
+    let state = match saved {
         Some((s, true)) => (s.round, s.last_global, s.params, s.trained),
         Some((s, false)) => {
             warn!(
@@ -188,7 +194,8 @@ fn resume(
             (s.round, s.last_global, s.params, 0)
         }
         None => (0, None, init(), 0),
-    })
+    };
+    Ok((state, fell_back))
 }
 
 /// The node's state (resumed from its checkpoint, or fresh), its training thread, its swarm
@@ -217,7 +224,8 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
         let seed = stream_seed(cfg.seed, me, Stream::Init);
         learner.init_params(&mut StdRng::seed_from_u64(seed))
     };
-    let (round, last_global, model, replay) = resume(&ckpt, &peer_id.to_string(), init)?;
+    let ((round, last_global, model, replay), fell_back) =
+        resume(&ckpt, &peer_id.to_string(), init)?;
     let mut recipe = recipe(&cc, &cfg, me, rows);
     // Resumed: the streams go where an uninterrupted run's are after its trainings.
     recipe.skip(replay, rows, batch);
@@ -226,6 +234,18 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
         .unwrap_or_else(|e| {
             warn!(error = %e, "ignoring the last-update marker");
             None
+        })
+        .filter(|s: &Sent| {
+            // Resumed one save earlier than the last: the marker may be more than one round
+            // past the checkpoint, which catching up does not cover; train those rounds again
+            // (the same batches, as after a kill before the marker was written).
+            if fell_back {
+                warn!(
+                    sent_round = s.round,
+                    "checkpoint from its previous generation: ignoring the last-update marker"
+                );
+            }
+            !fell_back
         });
     let contributes = matches!(recipe, LocalRecipe::Fedsac { .. });
     let local = Worker::spawn(

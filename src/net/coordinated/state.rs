@@ -97,12 +97,16 @@ pub(super) fn catch_up(sent: Option<&Sent>, want: u64, got: u64, trained: u64) -
     }
 }
 
-/// The node's checkpoint, if any; one of version 1 is read without its training count.
-pub(super) fn read_saved(path: &std::path::Path) -> anyhow::Result<Option<(Saved, bool)>> {
-    match crate::store::read_versioned::<Saved>(path, MAGIC, VERSION) {
-        Ok(s) => Ok(s.map(|s| (s, true))),
-        Err(e) => match crate::store::read_versioned::<SavedV1>(path, MAGIC, 1) {
-            Ok(Some(v1)) => Ok(Some((
+/// The node's checkpoint, if any, and whether it is of the current version (one of version 1
+/// is read without its training count). A damaged latest falls back to the previous generation
+/// ([`crate::store::load`]; `fell_back` then says why).
+pub(super) fn read_saved(
+    path: &std::path::Path,
+) -> anyhow::Result<Option<crate::store::Loaded<(Saved, bool)>>> {
+    let decode = |b: &[u8]| match crate::store::decode_versioned::<Saved>(b, MAGIC, VERSION) {
+        Ok(s) => Ok((s, true)),
+        Err(e) => match crate::store::decode_versioned::<SavedV1>(b, MAGIC, 1) {
+            Ok(v1) => Ok((
                 Saved {
                     peer_id: v1.peer_id,
                     round: v1.round,
@@ -111,10 +115,11 @@ pub(super) fn read_saved(path: &std::path::Path) -> anyhow::Result<Option<(Saved
                     trained: 0,
                 },
                 false,
-            ))),
-            _ => Err(anyhow::anyhow!("checkpoint {e}")),
+            )),
+            Err(_) => Err(e),
         },
-    }
+    };
+    crate::store::load(path, decode).map_err(|e| anyhow::anyhow!("checkpoint {e}"))
 }
 
 #[cfg(test)]
@@ -139,7 +144,7 @@ mod tests {
             params: vec![1.0, 2.0],
         };
         crate::store::write_versioned(&path, MAGIC, 1, &v1).unwrap();
-        let (s, current) = read_saved(&path).unwrap().unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap().value;
         assert!(!current);
         assert_eq!(
             (s.round, s.last_global, s.params),
@@ -153,11 +158,15 @@ mod tests {
             trained: 5,
         };
         crate::store::write_versioned(&path, MAGIC, VERSION, &now).unwrap();
-        let (s, current) = read_saved(&path).unwrap().unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap().value;
         assert!(current);
         assert_eq!((s.round, s.trained), (5, 5));
-        // Neither version: the error names the file.
+        // A damaged latest: the previous generation (the version-1 file) is read instead.
         std::fs::write(&path, b"garbage").unwrap();
+        let (s, current) = read_saved(&path).unwrap().unwrap().value;
+        assert_eq!((s.round, current), (4, false));
+        // Neither version and no previous generation: the error names the file.
+        std::fs::remove_file(crate::store::prev_path(&path)).unwrap();
         let Err(e) = read_saved(&path) else {
             panic!("garbage read as a checkpoint")
         };

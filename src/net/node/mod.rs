@@ -19,7 +19,7 @@ use super::control;
 use super::identity::{self, Manifest};
 use super::impair::{Impairment, LOST_HOLD, Route};
 use super::metrics::{self, Metrics};
-use super::trainer::{Output, QUEUE, Trainer, Work};
+use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::Peer;
 use crate::core::round::{Action, Done, Event, Job, ReqId, Round, RoundConfig, RoundReport};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -113,6 +113,8 @@ struct Driver {
     evaluating: Option<(u64, Mixture)>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
+    /// Failed checkpoint writes (counted, logged, retried next round).
+    saves: SaveHealth,
 }
 
 /// Runs a node until its rounds are done or `shutdown` resolves.
@@ -222,6 +224,7 @@ pub(crate) async fn run_from(
         .map_err(fatal)?;
 
     let (log, log_path) = setup::open_log(&cfg, round)?;
+    let saves = SaveHealth::new(metrics.checkpoint_failures.clone());
     let mut d = Driver {
         name: cfg.name.clone(),
         me,
@@ -243,6 +246,7 @@ pub(crate) async fn run_from(
         evaluating: None,
         log,
         log_path,
+        saves,
         cfg,
     };
     d.metrics.rounds.set(round as i64);
@@ -387,6 +391,11 @@ impl Driver {
             Output::Failed(e) => return Err(fatal(format!("training thread: {e}"))),
             Output::Saved { round } => {
                 debug!(round, "checkpoint written");
+                self.saves.saved(round);
+                return Ok(());
+            }
+            Output::SaveFailed { round, error } => {
+                self.saves.failed(round, &error, Instant::now());
                 return Ok(());
             }
             Output::Exported { round, written } => {

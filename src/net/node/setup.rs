@@ -81,7 +81,7 @@ pub(super) fn resume(
     start: Option<Vec<f32>>,
 ) -> Result<Start, NodeError> {
     let num_params = learner.num_params();
-    if let Some(c) = Checkpoint::read(ckpt_path).map_err(fatal)? {
+    if let Some(c) = Checkpoint::resume(ckpt_path).map_err(fatal)? {
         if c.peer_id != peer_id.to_string() {
             return Err(fatal(format!(
                 "checkpoint {} belongs to peer {}, not to this key ({peer_id})",
