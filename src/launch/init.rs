@@ -145,7 +145,8 @@ fn write_all(
             eval_every: scenario.eval_every as u64,
             state_dir: PathBuf::from("state").join(&name),
             metrics: None,
-            max_message_mib: 256,
+            max_message_mib: None,
+            receive_budget_mib: None,
             data: DataSource {
                 shard: Some(PathBuf::from("shards").join(format!("{name}.shard"))),
                 ..Default::default()

@@ -352,7 +352,8 @@ fn prepare_at(
             eval_every: scenario.eval_every as u64,
             state_dir: nodes_dir.join(&name),
             metrics: None,
-            max_message_mib: 256,
+            max_message_mib: None,
+            receive_budget_mib: None,
             data: crate::net::config::DataSource {
                 shard: Some(shards[i].clone()),
                 ..Default::default()

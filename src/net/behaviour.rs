@@ -1,12 +1,14 @@
 //! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
 //! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
-//! Owns: how the protocols are framed and bounded, refusing (logging with the sender, counting)
-//! frames that are not messages, and how the behaviour is assembled; and the swarm of the
+//! Owns: how the protocols are framed and bounded (each read through the node's
+//! [`Intake`]: its receive budget and per-peer stream bound), refusing (logging with the sender,
+//! counting, striking) frames that are not messages, and how the behaviour is assembled; and the swarm of the
 //! coordinator-mode processes (a coordinator, a coordinated node), which carries their own
 //! behaviours over the same transports and allow list.
 //! Must not: interpret messages (that is the round driver) or train.
 
-use super::metrics::{Metrics, Reason};
+use super::intake::{Blocks, Intake, Limits};
+use super::metrics::Metrics;
 use crate::protocol::{
     self, CoordRequest, CoordResponse, GradientRequest, GradientResponse, ModelRequest,
     ModelResponse,
@@ -29,7 +31,6 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tracing::warn;
 
 /// The manifest's allow list: members are admitted, anyone else is refused at connection; off
 /// (`None`) for an open federation.
@@ -94,11 +95,14 @@ pub(crate) fn listen_failed(addr: &Multiaddr, e: libp2p::TransportError<std::io:
     }
 }
 
-/// Length-prefixed bincode-2 frames with a bound checked before allocation; counts the bytes,
-/// and logs and counts the frames it refuses.
+/// Length-prefixed bincode-2 frames with a bound checked before allocation and bodies buffered
+/// from the [`Intake`]'s budget; counts the bytes, and hands the frames it refuses to the intake
+/// (which logs, counts and strikes).
 pub(crate) struct Codec<Req, Resp> {
     max: u64,
     metrics: Metrics,
+    /// Shared by every copy of every codec of the process.
+    intake: Arc<Intake>,
     /// The remote peer, in the copies that serve a connection (`None` in the behaviour's own).
     peer: Option<PeerId>,
     /// The peer whose connection handler [`Exchange`] is creating right now: the copy made for
@@ -118,6 +122,7 @@ impl<Req, Resp> Clone for Codec<Req, Resp> {
         Self {
             max: self.max,
             metrics: self.metrics.clone(),
+            intake: self.intake.clone(),
             peer: self.peer.or_else(connecting),
             connecting: self.connecting.clone(),
             _types: PhantomData,
@@ -126,45 +131,66 @@ impl<Req, Resp> Clone for Codec<Req, Resp> {
 }
 
 impl<Req, Resp> Codec<Req, Resp> {
+    /// A codec with the per-frame bound only (coordinator mode): no receive budget, no stream
+    /// bound, no blocking.
     pub(crate) fn new(max: u64, metrics: Metrics) -> Self {
+        let intake = Intake::new(Limits::unbounded(), metrics.clone());
+        Self::with_intake(max, metrics, intake)
+    }
+
+    /// A codec that reads through `intake`.
+    pub(crate) fn with_intake(max: u64, metrics: Metrics, intake: Arc<Intake>) -> Self {
         Self {
             max,
             metrics,
+            intake,
             peer: None,
             connecting: Arc::default(),
             _types: PhantomData,
         }
     }
 
-    /// Reads one message. A frame that is refused (oversized, truncated, not a message) is
-    /// logged with its sender and counted by reason here, and comes back as an `InvalidData`
-    /// error carrying the [`protocol::WireError`]: for a request libp2p then drops the stream and
-    /// tells no one, for a response the round driver sees an outbound failure.
+    /// Reads one message (a request when `request`). A request is refused at once when its
+    /// sender already has as many being read as it may; the body is buffered from the intake's
+    /// budget, held until it is decoded. A frame that is refused (over the bounds, oversized,
+    /// truncated, not a message) goes to the intake, which logs it with its sender, counts it by
+    /// reason and strikes the sender for a bad frame; it comes back as an `InvalidData` error
+    /// carrying the [`protocol::WireError`]: for a request libp2p then drops the stream and tells
+    /// no one, for a response the round driver sees an outbound failure.
     async fn read<T: AsyncRead + Unpin + Send, M: DeserializeOwned>(
         &self,
         protocol: &StreamProtocol,
         io: &mut T,
+        request: bool,
     ) -> io::Result<M> {
-        let body = protocol::read_frame(io, self.max).await.inspect_err(|e| {
+        let _slot = match (request, self.peer) {
+            (true, Some(peer)) => Some(self.intake.open_read(peer).map_err(|e| {
+                self.refused(protocol, &e);
+                protocol::invalid(e)
+            })?),
+            _ => None,
+        };
+        let budget = self.intake.budget(self.peer);
+        let read = protocol::read_frame_within(io, self.max, &budget).await;
+        self.intake.show_use();
+        let (body, held) = read.inspect_err(|e| {
             if let Some(w) = protocol::rejection(e) {
                 self.refused(protocol, w);
             }
         })?;
         self.metrics
             .count_bytes(protocol.as_ref(), "in", body.len() + 8);
-        protocol::decode(&body).map_err(|e| {
+        let msg = protocol::decode(&body).map_err(|e| {
             self.refused(protocol, &e);
             protocol::invalid(e)
-        })
+        });
+        drop((body, held));
+        self.intake.show_use();
+        msg
     }
 
     fn refused(&self, protocol: &StreamProtocol, e: &protocol::WireError) {
-        let reason = Reason::from(e);
-        self.metrics.reject(reason);
-        match &self.peer {
-            Some(peer) => warn!(%peer, %protocol, %reason, "refused a frame: {e}"),
-            None => warn!(peer = "unknown", %protocol, %reason, "refused a frame: {e}"),
-        }
+        self.intake.refused(self.peer, protocol.as_ref(), e);
     }
 
     async fn write<T: AsyncWrite + Unpin + Send, M: Serialize>(
@@ -205,7 +231,7 @@ where
         p: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Req> {
-        self.read(p, io).await
+        self.read(p, io, true).await
     }
 
     async fn read_response<T: AsyncRead + Unpin + Send>(
@@ -213,7 +239,7 @@ where
         p: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Resp> {
-        self.read(p, io).await
+        self.read(p, io, false).await
     }
 
     async fn write_request<T: AsyncWrite + Unpin + Send>(
@@ -375,6 +401,9 @@ impl<Req: Message, Resp: Message> NetworkBehaviour for Exchange<Req, Resp> {
 /// Everything a node's swarm does.
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
+    /// Peers blocked for a while after repeated bad frames (first: they are refused before the
+    /// others see the connection).
+    pub(crate) blocks: Blocks,
     /// Only manifest members may connect (absent when the federation is open).
     pub(crate) members: Members,
     /// Peers cut off on purpose (partition tests).
@@ -395,6 +424,8 @@ pub(crate) struct Behaviour {
 pub(crate) struct BehaviourConfig {
     pub(crate) allowed: Option<Vec<libp2p::PeerId>>,
     pub(crate) max_message: u64,
+    /// The receive budget, stream bound and strikes every frame is read through.
+    pub(crate) intake: Arc<Intake>,
     /// Bounds a whole exchange on both sides, including the owner's wait before serving.
     pub(crate) request_timeout: Duration,
     pub(crate) mdns: bool,
@@ -412,7 +443,7 @@ impl Behaviour {
             .with_request_timeout(cfg.request_timeout)
             .with_max_concurrent_streams(1024);
         let model = Exchange::new(
-            ModelCodec::new(cfg.max_message, metrics.clone()),
+            ModelCodec::with_intake(cfg.max_message, metrics.clone(), cfg.intake.clone()),
             [(
                 StreamProtocol::new(protocol::MODEL_PROTOCOL),
                 ProtocolSupport::Full,
@@ -420,7 +451,7 @@ impl Behaviour {
             rr_cfg.clone(),
         );
         let gradient = Exchange::new(
-            GradientCodec::new(cfg.max_message, metrics),
+            GradientCodec::with_intake(cfg.max_message, metrics, cfg.intake.clone()),
             [(
                 StreamProtocol::new(protocol::GRADIENT_PROTOCOL),
                 ProtocolSupport::Full,
@@ -443,6 +474,7 @@ impl Behaviour {
             None
         };
         Ok(Self {
+            blocks: Blocks::new(cfg.intake),
             members,
             blocked: Default::default(),
             model,

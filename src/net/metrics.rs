@@ -50,12 +50,18 @@ pub(crate) enum Reason {
     Unexpected,
     /// `not_a_member`: a connection or message from a peer outside the manifest.
     NotAMember,
+    /// `over_budget`: a frame refused because the bytes being received, all peers and streams
+    /// together, would pass the node's receive budget (codec).
+    OverBudget,
+    /// `too_many_streams`: a request refused because its sender already had as many requests
+    /// being read as a peer may (codec).
+    TooManyStreams,
 }
 
 impl Reason {
     /// Every reason, in the order of the docs.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 11] = [
+    pub(crate) const ALL: [Reason; 13] = [
         Reason::Truncated,
         Reason::Oversized,
         Reason::Garbage,
@@ -67,6 +73,8 @@ impl Reason {
         Reason::FutureVersion,
         Reason::Unexpected,
         Reason::NotAMember,
+        Reason::OverBudget,
+        Reason::TooManyStreams,
     ];
 
     /// The metric label.
@@ -83,6 +91,8 @@ impl Reason {
             Reason::FutureVersion => "future_version",
             Reason::Unexpected => "unexpected",
             Reason::NotAMember => "not_a_member",
+            Reason::OverBudget => "over_budget",
+            Reason::TooManyStreams => "too_many_streams",
         }
     }
 }
@@ -96,6 +106,8 @@ impl From<&WireError> for Reason {
             WireError::Fingerprint { .. } => Reason::WrongFingerprint,
             WireError::Length { .. } => Reason::WrongShape,
             WireError::NonFinite(_) => Reason::NonFinite,
+            WireError::OverBudget { .. } => Reason::OverBudget,
+            WireError::TooManyStreams { .. } => Reason::TooManyStreams,
         }
     }
 }
@@ -143,6 +155,10 @@ pub(crate) struct Metrics {
     pub(crate) sent: Counter,
     /// Checkpoint writes that failed (each retried at the next round's write).
     pub(crate) checkpoint_failures: Counter,
+    /// Times a peer was disconnected and blocked for repeated bad frames.
+    pub(crate) blocked_peers: Counter,
+    /// Bytes of frames being received right now, all peers and streams (the receive budget's use).
+    pub(crate) receiving_bytes: Gauge,
 }
 
 impl Metrics {
@@ -170,6 +186,16 @@ impl Metrics {
             "rejected_messages",
             "Messages dropped before the core, by reason",
             m.rejected.clone(),
+        );
+        r.register(
+            "blocked_peers",
+            "Peers disconnected and blocked for repeated bad frames",
+            m.blocked_peers.clone(),
+        );
+        r.register(
+            "receiving_bytes",
+            "Bytes of frames being received now, all peers and streams",
+            m.receiving_bytes.clone(),
         );
         r.register(
             "weight",

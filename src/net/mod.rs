@@ -18,8 +18,10 @@ pub mod coordinated;
 pub mod coordinator;
 pub mod identity;
 mod impair;
+pub mod intake;
 mod metrics;
 pub mod node;
+mod throttle;
 mod trainer;
 
 pub use crate::silo::federico::Checkpoint;

@@ -1,9 +1,10 @@
 //! The framing every protocol shares: an 8-byte little-endian length, then one bincode-2
 //! message, read with the bound checked before any allocation.
 //!
-//! Owns: [`encode`], [`check_len`], [`read_frame`], [`decode`], [`WireError`] (and its I/O
-//! error form, [`invalid`] / [`rejection`]), the default message bound, and [`check_vector`],
-//! the parameter-vector check every protocol applies.
+//! Owns: [`encode`], [`check_len`], [`read_frame`] (and [`read_frame_within`], which charges
+//! what it buffers to a shared [`Budget`]), [`decode`], [`WireError`] (and its I/O error form,
+//! [`invalid`] / [`rejection`]), the default message bound, [`message_bound`] (the bound a model
+//! needs), and [`check_vector`], the parameter-vector check every protocol applies.
 //! Must not: know any message type or protocol name (those are `peer.rs`, `coord.rs` and
 //! `collab.rs`).
 
@@ -11,10 +12,127 @@ use libp2p::futures::{AsyncRead, AsyncReadExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Default bound on one encoded message: 256 MiB, enough for an 11 M-parameter ResNet-18
 /// (≈ 45 MB) five times over. Set per node (`max_message_mib`).
 pub const DEFAULT_MAX_MESSAGE: u64 = 256 << 20;
+
+/// The bound on one message that a model of `num_params` parameters needs: its largest message
+/// (a model or a weighted gradient: 4 bytes a parameter plus a few varints) twice over, plus
+/// 64 KiB for everything else. An 11 M-parameter ResNet-18 gets ≈ 84 MiB; the quickstart's
+/// 335-parameter model 66 KiB.
+pub fn message_bound(num_params: usize) -> u64 {
+    let largest = 4 * num_params as u64 + 64;
+    2 * largest + (64 << 10)
+}
+
+/// Bytes that every frame being read, from every peer on every stream, draws from while its body
+/// is buffered: [`read_frame_within`] reserves each step of its buffer's growth before it
+/// allocates it and refuses the frame ([`WireError::OverBudget`]) when the budget cannot cover
+/// it. Clones share one budget. A budget made by [`Budget::share`] draws from its parent too, so
+/// one peer's share bounds what that peer can hold, and the parent what all hold together.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    total: u64,
+    used: Arc<AtomicU64>,
+    parent: Option<Arc<Budget>>,
+}
+
+impl Budget {
+    /// A budget of `total` bytes.
+    pub fn new(total: u64) -> Self {
+        Self {
+            total,
+            used: Arc::default(),
+            parent: None,
+        }
+    }
+
+    /// A budget of at most `total` bytes that also draws every byte from this one.
+    pub fn share(&self, total: u64) -> Self {
+        Self {
+            total,
+            used: Arc::default(),
+            parent: Some(Arc::new(self.clone())),
+        }
+    }
+
+    /// The budget's size in bytes.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes reserved right now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// An empty reservation, grown with [`Reservation::grow`].
+    pub fn reservation(&self) -> Reservation {
+        Reservation {
+            budget: self.clone(),
+            held: 0,
+        }
+    }
+
+    /// Takes `n` bytes here and from every parent, or nothing.
+    fn take(&self, n: u64) -> Result<(), u64> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&u| u <= self.total)
+            })
+            .map_err(|_| self.total)?;
+        if let Some(p) = &self.parent
+            && let Err(total) = p.take(n)
+        {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            return Err(total);
+        }
+        Ok(())
+    }
+
+    fn give(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+        if let Some(p) = &self.parent {
+            p.give(n);
+        }
+    }
+}
+
+/// Bytes held from a [`Budget`], given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Budget,
+    held: u64,
+}
+
+impl Reservation {
+    /// Takes `n` more bytes from the budget, or refuses (taking nothing) when it cannot cover
+    /// them.
+    pub fn grow(&mut self, n: u64) -> Result<(), WireError> {
+        self.budget
+            .take(n)
+            .map_err(|budget| WireError::OverBudget {
+                want: self.held + n,
+                budget,
+            })?;
+        self.held += n;
+        Ok(())
+    }
+
+    /// Bytes this reservation holds.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.give(self.held);
+    }
+}
 
 /// A payload that must not reach the core.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -26,6 +144,20 @@ pub enum WireError {
         len: u64,
         /// The configured limit.
         max: u64,
+    },
+    /// Buffering the frame would take the bytes being received past the node's budget.
+    #[error("{want} bytes buffered for this frame would exceed a receive budget of {budget} bytes")]
+    OverBudget {
+        /// Bytes this frame would hold.
+        want: u64,
+        /// The budget it would exceed: the sender's share, or all peers' together.
+        budget: u64,
+    },
+    /// The peer already has as many requests being read as it may.
+    #[error("the peer already has {max} requests being read, the most it may")]
+    TooManyStreams {
+        /// The bound per peer.
+        max: usize,
     },
     /// The stream ended inside a frame.
     #[error("truncated frame: {got} of {want} bytes")]
@@ -94,6 +226,20 @@ pub fn check_len(header: [u8; 8], max: u64) -> Result<usize, WireError> {
 /// the first byte is a plain [`io::ErrorKind::UnexpectedEof`] (the peer said nothing, which is
 /// not a malformed message: a responder that drops a request does exactly that).
 pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R, max: u64) -> io::Result<Vec<u8>> {
+    let unbounded = Budget::new(u64::MAX);
+    Ok(read_frame_within(io, max, &unbounded).await?.0)
+}
+
+/// [`read_frame`], with every step of the buffer's growth reserved from `budget` before it is
+/// allocated: a frame the budget cannot cover is refused ([`WireError::OverBudget`], as an
+/// `InvalidData` error) at once, not queued. The reservation comes back with the body; drop it
+/// once the body is decoded.
+pub async fn read_frame_within<R: AsyncRead + Unpin>(
+    io: &mut R,
+    max: u64,
+    budget: &Budget,
+) -> io::Result<(Vec<u8>, Reservation)> {
+    let mut held = budget.reservation();
     let mut header = [0u8; 8];
     let mut got = 0;
     while got < header.len() {
@@ -121,6 +267,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R, max: u64) -> io::Resul
     while filled < len {
         if filled == body.len() {
             let grow = body.len().max(64 << 10).min(len - body.len());
+            held.grow(grow as u64).map_err(invalid)?;
             body.reserve_exact(grow);
             body.resize(body.len() + grow, 0);
         }
@@ -134,7 +281,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R, max: u64) -> io::Resul
             n => filled += n,
         }
     }
-    Ok(body)
+    Ok((body, held))
 }
 
 /// `e` as the error [`read_frame`] and the codec give for a rejected frame.
@@ -217,6 +364,106 @@ mod tests {
 
     fn read(bytes: &[u8], max: u64) -> io::Result<Vec<u8>> {
         libp2p::futures::executor::block_on(read_frame(&mut &bytes[..], max))
+    }
+
+    #[test]
+    fn a_budget_covers_every_frame_being_read_and_refuses_past_it() {
+        let budget = Budget::new(200 << 10);
+        let frame = |n: usize| {
+            let mut f = (n as u64).to_le_bytes().to_vec();
+            f.resize(8 + n, 7);
+            f
+        };
+        let read = |bytes: &[u8]| {
+            libp2p::futures::executor::block_on(read_frame_within(
+                &mut &bytes[..],
+                1 << 30,
+                &budget,
+            ))
+        };
+        // A frame that fits is read, and holds its buffer's size until dropped.
+        let (body, held) = read(&frame(150 << 10)).unwrap();
+        assert_eq!(body.len(), 150 << 10);
+        assert_eq!((held.held(), budget.used()), (150 << 10, 150 << 10));
+        // While it is held, a second one that would pass the budget is refused, taking nothing.
+        let e = read(&frame(100 << 10)).unwrap_err();
+        assert!(
+            matches!(rejection(&e), Some(WireError::OverBudget { budget: b, .. }) if *b == 200 << 10),
+            "{e}"
+        );
+        assert_eq!(budget.used(), 150 << 10);
+        drop(held);
+        assert_eq!(budget.used(), 0);
+        // A lying length costs nothing until bytes come: 1 GiB announced, 3 bytes sent.
+        let mut lie = (1u64 << 30).to_le_bytes().to_vec();
+        lie.extend([1, 2, 3]);
+        let e = read(&lie).unwrap_err();
+        assert!(matches!(rejection(&e), Some(WireError::Truncated { .. })));
+        assert_eq!(budget.used(), 0);
+        // Now with room: the 100 KiB frame passes.
+        assert_eq!(read(&frame(100 << 10)).unwrap().0.len(), 100 << 10);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_share_bounds_one_peer_and_draws_from_the_whole() {
+        let all = Budget::new(300);
+        let (a, b) = (all.share(200), all.share(200));
+        let mut ra = a.reservation();
+        ra.grow(150).unwrap();
+        assert_eq!(
+            ra.grow(100),
+            Err(WireError::OverBudget {
+                want: 250,
+                budget: 200
+            }),
+            "past its share"
+        );
+        let mut rb = b.reservation();
+        assert_eq!(
+            rb.grow(200),
+            Err(WireError::OverBudget {
+                want: 200,
+                budget: 300
+            }),
+            "within its share, past the whole"
+        );
+        assert_eq!((a.used(), b.used(), all.used()), (150, 0, 150));
+        rb.grow(150).unwrap();
+        drop(ra);
+        assert_eq!((a.used(), b.used(), all.used()), (0, 150, 150));
+        drop(rb);
+        assert_eq!(all.used(), 0);
+    }
+
+    #[test]
+    fn the_derived_bound_covers_a_model_and_a_gradient() {
+        for n in [1usize, 335, 100_000] {
+            let max = message_bound(n);
+            let model = encode(&crate::protocol::ModelResponse::Model(
+                crate::protocol::ModelPayload {
+                    version: u64::MAX,
+                    fingerprint: u64::MAX,
+                    params: std::sync::Arc::new(vec![1.5; n]),
+                },
+            ))
+            .unwrap();
+            let grad = encode(&crate::protocol::GradientRequest::Gradient {
+                version: u64::MAX,
+                fingerprint: u64::MAX,
+                n_train: u64::MAX,
+                weight: 0.5,
+                grad: vec![1.5; n],
+            })
+            .unwrap();
+            for f in [model, grad] {
+                assert!(
+                    (f.len() as u64 - 8) * 2 <= max,
+                    "{n} parameters: {}",
+                    f.len()
+                );
+            }
+        }
     }
 
     #[test]

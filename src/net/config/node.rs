@@ -200,9 +200,16 @@ pub struct NodeConfig {
     /// Serve Prometheus metrics on this address (e.g. `127.0.0.1:9464`).
     #[serde(default)]
     pub metrics: Option<String>,
-    /// The largest message accepted, in MiB, checked before decoding.
-    #[serde(default = "default_max_message_mib")]
-    pub max_message_mib: u64,
+    /// The largest message accepted, in MiB, checked before decoding. Unset: derived from the
+    /// model's size ([`crate::protocol::message_bound`]: twice its largest message plus 64 KiB)
+    /// for a FedeRiCo node, 256 MiB in coordinator mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_mib: Option<u64>,
+    /// The bytes of frames being received that the node buffers at once, all peers and streams
+    /// together, in MiB; one peer may hold a quarter of it. A frame that would pass either is
+    /// refused (`over_budget`). Unset: four of the model's largest messages, at least 24 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_budget_mib: Option<u64>,
     /// `[data]`.
     pub data: DataSource,
     /// `[model]`: as in scenario files.
@@ -239,9 +246,6 @@ fn default_rounds() -> u64 {
 }
 fn default_eval_every() -> u64 {
     10
-}
-fn default_max_message_mib() -> u64 {
-    256
 }
 
 impl NodeConfig {
@@ -301,11 +305,15 @@ impl NodeConfig {
         if self.eval_every == 0 {
             return Err("eval_every must be at least 1".into());
         }
-        if !(1..=4096).contains(&self.max_message_mib) {
-            return Err(format!(
-                "max_message_mib must be in 1..=4096, got {}",
-                self.max_message_mib
-            ));
+        if let Some(m) = self.max_message_mib
+            && !(1..=4096).contains(&m)
+        {
+            return Err(format!("max_message_mib must be in 1..=4096, got {m}"));
+        }
+        if let Some(b) = self.receive_budget_mib
+            && !(1..=65_536).contains(&b)
+        {
+            return Err(format!("receive_budget_mib must be in 1..=65536, got {b}"));
         }
         if let Some(m) = &self.metrics {
             m.parse::<std::net::SocketAddr>().map_err(|e| {
@@ -351,9 +359,26 @@ impl NodeConfig {
     pub fn gradient_deadline(&self) -> Duration {
         Duration::from_secs_f64(self.deadlines.gradient_s)
     }
-    /// The message bound in bytes.
+    /// The message bound in bytes in coordinator mode: `max_message_mib`, or 256 MiB.
     pub fn max_message(&self) -> u64 {
-        self.max_message_mib << 20
+        self.max_message_mib
+            .map_or(crate::protocol::DEFAULT_MAX_MESSAGE, |m| m << 20)
+    }
+
+    /// The message bound in bytes of a FedeRiCo node whose model has `num_params` parameters:
+    /// `max_message_mib`, or derived from the model's size.
+    pub fn max_message_for(&self, num_params: usize) -> u64 {
+        self.max_message_mib
+            .map_or_else(|| crate::protocol::message_bound(num_params), |m| m << 20)
+    }
+
+    /// The receive budget in bytes for a model of `num_params` parameters:
+    /// `receive_budget_mib`, or [`crate::net::intake::default_receive_budget`].
+    pub fn receive_budget_for(&self, num_params: usize) -> u64 {
+        self.receive_budget_mib.map_or_else(
+            || crate::net::intake::default_receive_budget(num_params),
+            |m| m << 20,
+        )
     }
 }
 
@@ -386,12 +411,30 @@ shard = "a.shard"
     }
 
     #[test]
+    fn the_message_bound_follows_the_model_unless_set() {
+        let c = parse("").unwrap();
+        assert_eq!(c.max_message_for(335), crate::protocol::message_bound(335));
+        assert!(c.max_message_for(335) < 1 << 20);
+        assert_eq!(c.max_message(), 256 << 20, "coordinator mode keeps 256 MiB");
+        assert_eq!(c.receive_budget_for(335), 24 << 20);
+        // ResNet-18: its budget grows with it.
+        assert!(c.receive_budget_for(11_000_000) >= 4 * 44_000_000);
+        let text = format!("max_message_mib = 3\nreceive_budget_mib = 5\n{GOOD}");
+        let c: NodeConfig = toml::from_str(&text).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.max_message_for(335), 3 << 20);
+        assert_eq!(c.max_message(), 3 << 20);
+        assert_eq!(c.receive_budget_for(335), 5 << 20);
+    }
+
+    #[test]
     fn bad_values_name_their_field() {
         for (extra, field) in [
             ("[deadlines]\nmodel_s = -1\n", "deadlines.model_s"),
             ("[federico]\nepsilon = 2\n", "epsilon"),
             ("[federico]\nmstep = \"epoch\"\n", "federico.mstep"),
             ("max_message_mib = 0\n", "max_message_mib"),
+            ("receive_budget_mib = 0\n", "receive_budget_mib"),
             ("metrics = \"nowhere\"\n", "metrics"),
             ("colour = 3\n", "colour"),
         ] {

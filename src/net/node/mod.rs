@@ -163,7 +163,15 @@ pub(crate) async fn run_from(
     // Metrics: ours plus libp2p's transport bandwidth, in one registry.
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let swarm = setup::build_swarm(&cfg, &manifest, me, key, &mut registry, &metrics)?;
+    let swarm = setup::build_swarm(
+        &cfg,
+        &manifest,
+        me,
+        key,
+        &mut registry,
+        &metrics,
+        num_params,
+    )?;
     let registry = Arc::new(registry);
     if let Some(addr) = &cfg.metrics {
         let listener = tokio::net::TcpListener::bind(addr)

@@ -12,6 +12,7 @@ use crate::net::behaviour::{Behaviour, BehaviourConfig, listen_failed};
 use crate::net::config::NodeConfig;
 use crate::net::control;
 use crate::net::identity::Manifest;
+use crate::net::intake::{self, Intake, Limits};
 use crate::net::metrics::Metrics;
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
@@ -136,7 +137,9 @@ pub(super) fn resume(
     })
 }
 
-/// The node's swarm, listening, with the members' and bootstrap addresses known.
+/// The node's swarm, listening, with the members' and bootstrap addresses known; its message
+/// bound and receive budget sized for a model of `num_params` parameters (unless the config sets
+/// them), and said in the log.
 pub(super) fn build_swarm(
     cfg: &NodeConfig,
     manifest: &Manifest,
@@ -144,11 +147,37 @@ pub(super) fn build_swarm(
     key: libp2p::identity::Keypair,
     registry: &mut prometheus_client::registry::Registry,
     metrics: &Metrics,
+    num_params: usize,
 ) -> Result<Swarm<Behaviour>, NodeError> {
     let allowed = (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
+    let max_message = cfg.max_message_for(num_params);
+    let budget = cfg.receive_budget_for(num_params);
+    let kib = |b: u64| b.div_ceil(1024);
+    info!(
+        max_message_kib = kib(max_message),
+        max_message_from = if cfg.max_message_mib.is_some() {
+            "config"
+        } else {
+            "model size"
+        },
+        receive_budget_kib = kib(budget),
+        peer_share_kib = kib(budget / intake::PEER_SHARE),
+        streams_per_peer = intake::STREAMS_PER_PEER,
+        "message bounds"
+    );
+    if max_message > budget {
+        warn!(
+            max_message_kib = kib(max_message),
+            receive_budget_kib = kib(budget),
+            "max_message_mib is above receive_budget_mib: messages larger than the budget will \
+             be refused (over_budget)"
+        );
+    }
+    let intake = Intake::new(Limits::node(budget), metrics.clone());
     let behaviour_cfg = BehaviourConfig {
         allowed,
-        max_message: cfg.max_message(),
+        max_message,
+        intake,
         request_timeout: cfg.model_deadline() + cfg.gradient_deadline(),
         mdns: cfg.mdns,
     };
@@ -158,7 +187,11 @@ pub(super) fn build_swarm(
         .with_tcp(
             tcp::Config::default().nodelay(true),
             noise::Config::new,
-            yamux::Config::default,
+            || {
+                let mut c = yamux::Config::default();
+                c.set_max_num_streams(intake::YAMUX_STREAMS);
+                c
+            },
         )
         .map_err(fatal)?
         .with_quic()

@@ -10,6 +10,7 @@ use super::Driver;
 use crate::core::round::Asked;
 use crate::ids::NodeId;
 use crate::net::behaviour::BehaviourEvent;
+use crate::net::intake;
 use crate::net::metrics::Reason;
 use crate::protocol::{
     self as wire, GradientRequest, GradientResponse, ModelRequest, ModelResponse, WireError,
@@ -68,6 +69,15 @@ impl Driver {
                         .set(self.round.connected() as i64);
                 }
             }
+            // A blocked peer: counted and logged (once per period) by the intake.
+            SwarmEvent::IncomingConnectionError {
+                error: ListenError::Denied { cause },
+                ..
+            }
+            | SwarmEvent::OutgoingConnectionError {
+                error: DialError::Denied { cause },
+                ..
+            } if intake::is_blocked(&cause) => {}
             SwarmEvent::IncomingConnectionError {
                 error: ListenError::Denied { cause },
                 send_back_addr,

@@ -1,0 +1,453 @@
+//! What every frame a node receives passes through, all peers and streams together: the receive
+//! budget its bodies are buffered from (each peer limited to a share of it, so one peer cannot
+//! starve the others), the bound on requests one peer may have being read at
+//! once, the strikes that get a peer sending bad frames disconnected and blocked for a while
+//! ([`Blocks`], the behaviour that enforces the block), and the rate-limited warnings for
+//! refused frames.
+//!
+//! Owns: [`Limits`] and their defaults, [`Intake`] (shared by every copy of the codecs), and
+//! [`Blocks`].
+//! Must not: read or decode frames (that is `protocol::frame` through the codec), or know about
+//! rounds; blocking here is for bad frames only (partitions have their own block list).
+
+use super::metrics::{Metrics, Reason};
+use super::throttle::Throttle;
+use crate::protocol::{Budget, WireError, message_bound};
+use libp2p::core::Endpoint;
+use libp2p::core::transport::PortUse;
+use libp2p::futures::task::AtomicWaker;
+use libp2p::swarm::{
+    CloseConnection, ConnectionDenied, ConnectionId, FromSwarm, NetworkBehaviour, THandler,
+    THandlerInEvent, THandlerOutEvent, ToSwarm, dummy,
+};
+use libp2p::{Multiaddr, PeerId};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tracing::warn;
+
+/// The smallest default receive budget: 24 MiB, so that with what libp2p itself buffers a node
+/// stays well within 64 MiB above its normal level under a memory flood.
+pub const MIN_RECEIVE_BUDGET: u64 = 24 << 20;
+
+/// The part of the receive budget one peer may hold: a quarter.
+pub const PEER_SHARE: u64 = 4;
+
+/// Requests one peer may have being read at once, all its connections and protocols together.
+/// An honest peer has a pull, a notice, a fetch and a gradient out at most.
+pub const STREAMS_PER_PEER: usize = 16;
+
+/// Bad frames (garbage, truncated, oversized) within [`BAD_FRAME_WINDOW`] that get a peer
+/// disconnected and blocked. A peer that crashes mid-message costs one.
+pub const BAD_FRAMES: usize = 16;
+
+/// The window [`BAD_FRAMES`] are counted over.
+pub const BAD_FRAME_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long a peer stays blocked.
+pub const BLOCK_FOR: Duration = Duration::from_secs(300);
+
+/// One warning per peer and reason per this period; the next carries the count held back.
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Streams per yamux connection (yamux's default is 512): each may buffer a 256 KiB window
+/// before it is read, so this bounds what one connection can park in memory at 16 MiB.
+pub const YAMUX_STREAMS: usize = 64;
+
+/// The bounds an [`Intake`] enforces.
+#[derive(Clone, Debug)]
+pub(crate) struct Limits {
+    /// Bytes of frame bodies being received, all peers and streams.
+    pub(crate) budget: u64,
+    /// Bytes of frame bodies one peer may have being received.
+    pub(crate) peer_budget: u64,
+    /// Requests one peer may have being read at once.
+    pub(crate) streams_per_peer: usize,
+    /// Bad frames within `window` that block a peer (`usize::MAX`: never).
+    pub(crate) bad_frames: usize,
+    pub(crate) window: Duration,
+    pub(crate) block_for: Duration,
+    pub(crate) warn_every: Duration,
+}
+
+impl Limits {
+    /// No budget, no stream bound, no blocking; warnings still rate-limited. For the processes
+    /// of coordinator mode, which keep only the per-frame bound.
+    pub(crate) fn unbounded() -> Self {
+        Self {
+            budget: u64::MAX,
+            peer_budget: u64::MAX,
+            streams_per_peer: usize::MAX,
+            bad_frames: usize::MAX,
+            window: BAD_FRAME_WINDOW,
+            block_for: BLOCK_FOR,
+            warn_every: WARN_EVERY,
+        }
+    }
+
+    /// A FedeRiCo node's limits: `budget` bytes, a peer [`PEER_SHARE`] of it, the default
+    /// bounds for the rest.
+    pub(crate) fn node(budget: u64) -> Self {
+        Self {
+            budget,
+            peer_budget: budget / PEER_SHARE,
+            streams_per_peer: STREAMS_PER_PEER,
+            bad_frames: BAD_FRAMES,
+            ..Self::unbounded()
+        }
+    }
+}
+
+/// The default receive budget for a model of `num_params` parameters: four of its largest
+/// messages, and never under [`MIN_RECEIVE_BUDGET`].
+pub fn default_receive_budget(num_params: usize) -> u64 {
+    (4 * message_bound(num_params)).max(MIN_RECEIVE_BUDGET)
+}
+
+/// A peer refused a connection because it is blocked.
+#[derive(Debug, thiserror::Error)]
+#[error("peer {peer} is blocked for {} s more after repeated bad frames", left.as_secs())]
+pub(crate) struct Blocked {
+    peer: PeerId,
+    left: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    /// Requests being read, by sender.
+    reading: HashMap<PeerId, usize>,
+    /// When each peer's recent bad frames came.
+    strikes: HashMap<PeerId, VecDeque<Instant>>,
+    /// Blocked peers, until when.
+    blocked: HashMap<PeerId, Instant>,
+    /// Peers to disconnect ([`Blocks`] does).
+    to_close: Vec<PeerId>,
+    /// Each peer's share of the receive budget.
+    shares: HashMap<PeerId, Budget>,
+}
+
+/// The shared state behind the limits: one per node, in every copy of its codecs.
+pub(crate) struct Intake {
+    limits: Limits,
+    budget: Budget,
+    metrics: Metrics,
+    state: Mutex<State>,
+    /// Wakes [`Blocks`] when a peer is to be disconnected.
+    waker: AtomicWaker,
+    warns: Throttle<(Option<PeerId>, &'static str)>,
+}
+
+impl Intake {
+    pub(crate) fn new(limits: Limits, metrics: Metrics) -> Arc<Self> {
+        Arc::new(Self {
+            budget: Budget::new(limits.budget),
+            warns: Throttle::new(limits.warn_every),
+            limits,
+            metrics,
+            state: Mutex::default(),
+            waker: AtomicWaker::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The budget a frame body from `peer` is buffered from: its share of the receive budget
+    /// (the whole budget when the sender is not known).
+    pub(crate) fn budget(&self, peer: Option<PeerId>) -> Budget {
+        let Some(peer) = peer else {
+            return self.budget.clone();
+        };
+        let mut s = self.state();
+        if s.shares.len() > 1024 {
+            s.shares.retain(|_, b| b.used() > 0);
+        }
+        s.shares
+            .entry(peer)
+            .or_insert_with(|| self.budget.share(self.limits.peer_budget))
+            .clone()
+    }
+
+    /// Publishes the budget's use.
+    pub(crate) fn show_use(&self) {
+        self.metrics
+            .receiving_bytes
+            .set(self.budget.used().min(i64::MAX as u64) as i64);
+    }
+
+    /// Starts reading a request from `peer`: refused when it already has as many being read as
+    /// it may. The slot is given back when dropped.
+    pub(crate) fn open_read(self: &Arc<Self>, peer: PeerId) -> Result<ReadSlot, WireError> {
+        let mut s = self.state();
+        let n = s.reading.entry(peer).or_default();
+        if *n >= self.limits.streams_per_peer {
+            return Err(WireError::TooManyStreams {
+                max: self.limits.streams_per_peer,
+            });
+        }
+        *n += 1;
+        Ok(ReadSlot {
+            intake: self.clone(),
+            peer,
+        })
+    }
+
+    /// A frame from `peer` on `protocol` refused for `e`: counted, logged (one line per peer and
+    /// reason per period, with the count held back), and for a bad frame a strike against the
+    /// peer.
+    pub(crate) fn refused(&self, peer: Option<PeerId>, protocol: &str, e: &WireError) {
+        let reason = Reason::from(e);
+        self.metrics.reject(reason);
+        let now = Instant::now();
+        if let Some(held) = self.warns.allow(&(peer, reason.label()), now) {
+            let who = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            warn!(peer = %who, %protocol, %reason, held_back = held, "refused a frame: {e}");
+        }
+        let bad = matches!(
+            reason,
+            Reason::Garbage | Reason::Truncated | Reason::Oversized
+        );
+        if let (true, Some(peer)) = (bad, peer) {
+            self.strike(peer, now);
+        }
+    }
+
+    fn strike(&self, peer: PeerId, now: Instant) {
+        let window = self.limits.window;
+        let mut s = self.state();
+        if s.strikes.len() > 1024 {
+            s.strikes
+                .retain(|_, q| q.back().is_some_and(|t| now.duration_since(*t) < window));
+        }
+        let q = s.strikes.entry(peer).or_default();
+        while q.front().is_some_and(|t| now.duration_since(*t) >= window) {
+            q.pop_front();
+        }
+        q.push_back(now);
+        if q.len() < self.limits.bad_frames {
+            return;
+        }
+        let frames = q.len();
+        s.strikes.remove(&peer);
+        s.blocked.insert(peer, now + self.limits.block_for);
+        s.to_close.push(peer);
+        drop(s);
+        self.metrics.blocked_peers.inc();
+        if let Some(held) = self.warns.allow(&(Some(peer), "blocked"), now) {
+            warn!(
+                %peer,
+                bad_frames = frames,
+                window_s = window.as_secs(),
+                block_s = self.limits.block_for.as_secs(),
+                held_back = held,
+                "disconnected and blocked a peer for repeated bad frames"
+            );
+        }
+        self.waker.wake();
+    }
+
+    /// How much longer `peer` stays blocked, if it is.
+    fn blocked(&self, peer: PeerId, now: Instant) -> Option<Duration> {
+        let mut s = self.state();
+        let until = *s.blocked.get(&peer)?;
+        if until <= now {
+            s.blocked.remove(&peer);
+            return None;
+        }
+        Some(until - now)
+    }
+
+    /// Refuses a connection with a blocked peer (logged once per period).
+    fn admit(&self, peer: PeerId) -> Result<(), ConnectionDenied> {
+        let now = Instant::now();
+        let Some(left) = self.blocked(peer, now) else {
+            return Ok(());
+        };
+        if let Some(held) = self.warns.allow(&(Some(peer), "blocked_connection"), now) {
+            warn!(%peer, left_s = left.as_secs(), held_back = held, "refused a connection with a blocked peer");
+        }
+        Err(ConnectionDenied::new(Blocked { peer, left }))
+    }
+}
+
+/// A request being read; gives its slot back when dropped.
+pub(crate) struct ReadSlot {
+    intake: Arc<Intake>,
+    peer: PeerId,
+}
+
+impl Drop for ReadSlot {
+    fn drop(&mut self) {
+        let mut s = self.intake.state();
+        if let Some(n) = s.reading.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                s.reading.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Enforces the blocks [`Intake`] decides: disconnects a peer when it is blocked, and refuses
+/// its connections (both ways) until the block runs out. The refusal is a
+/// [`ConnectionDenied`] holding a [`Blocked`].
+pub(crate) struct Blocks {
+    intake: Arc<Intake>,
+}
+
+impl Blocks {
+    pub(crate) fn new(intake: Arc<Intake>) -> Self {
+        Self { intake }
+    }
+}
+
+/// Whether a refused connection was refused by [`Blocks`].
+pub(crate) fn is_blocked(cause: &ConnectionDenied) -> bool {
+    cause.downcast_ref::<Blocked>().is_some()
+}
+
+impl NetworkBehaviour for Blocks {
+    type ConnectionHandler = dummy::ConnectionHandler;
+    type ToSwarm = Infallible;
+
+    fn handle_established_inbound_connection(
+        &mut self,
+        _: ConnectionId,
+        peer: PeerId,
+        _: &Multiaddr,
+        _: &Multiaddr,
+    ) -> Result<THandler<Self>, ConnectionDenied> {
+        self.intake.admit(peer)?;
+        Ok(dummy::ConnectionHandler)
+    }
+
+    fn handle_pending_outbound_connection(
+        &mut self,
+        _: ConnectionId,
+        peer: Option<PeerId>,
+        _: &[Multiaddr],
+        _: Endpoint,
+    ) -> Result<Vec<Multiaddr>, ConnectionDenied> {
+        if let Some(p) = peer {
+            self.intake.admit(p)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn handle_established_outbound_connection(
+        &mut self,
+        _: ConnectionId,
+        peer: PeerId,
+        _: &Multiaddr,
+        _: Endpoint,
+        _: PortUse,
+    ) -> Result<THandler<Self>, ConnectionDenied> {
+        self.intake.admit(peer)?;
+        Ok(dummy::ConnectionHandler)
+    }
+
+    fn on_swarm_event(&mut self, _: FromSwarm) {}
+
+    fn on_connection_handler_event(
+        &mut self,
+        _: PeerId,
+        _: ConnectionId,
+        event: THandlerOutEvent<Self>,
+    ) {
+        match event {}
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<ToSwarm<Infallible, THandlerInEvent<Self>>> {
+        self.intake.waker.register(cx.waker());
+        match self.intake.state().to_close.pop() {
+            Some(peer_id) => Poll::Ready(ToSwarm::CloseConnection {
+                peer_id,
+                connection: CloseConnection::All,
+            }),
+            None => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intake(bad_frames: usize) -> Arc<Intake> {
+        Intake::new(
+            Limits {
+                bad_frames,
+                streams_per_peer: 2,
+                ..Limits::node(1 << 20)
+            },
+            Metrics::default(),
+        )
+    }
+
+    #[test]
+    fn a_peer_has_a_bounded_number_of_requests_being_read() {
+        let i = intake(3);
+        let (a, b) = (PeerId::random(), PeerId::random());
+        let s1 = i.open_read(a).unwrap();
+        let _s2 = i.open_read(a).unwrap();
+        assert_eq!(
+            i.open_read(a).err(),
+            Some(WireError::TooManyStreams { max: 2 })
+        );
+        let _other = i.open_read(b).expect("another peer has its own bound");
+        drop(s1);
+        let _s3 = i.open_read(a).expect("a slot given back is free again");
+    }
+
+    #[test]
+    fn repeated_bad_frames_block_a_peer_and_only_bad_frames_count() {
+        let i = intake(3);
+        let (bad, other) = (PeerId::random(), PeerId::random());
+        let garbage = WireError::Decode("x".into());
+        // Budget and stream refusals are not the sender's fault alone: no strike.
+        for _ in 0..10 {
+            i.refused(
+                Some(bad),
+                "/p",
+                &WireError::OverBudget { want: 2, budget: 1 },
+            );
+            i.refused(Some(bad), "/p", &WireError::TooManyStreams { max: 2 });
+        }
+        i.refused(Some(bad), "/p", &garbage);
+        i.refused(Some(other), "/p", &garbage);
+        i.refused(Some(bad), "/p", &WireError::Truncated { got: 1, want: 8 });
+        assert!(i.admit(bad).is_ok(), "two strikes");
+        i.refused(Some(bad), "/p", &WireError::TooLarge { len: 2, max: 1 });
+        let denied = i.admit(bad).unwrap_err();
+        assert!(is_blocked(&denied), "{denied}");
+        assert!(i.admit(other).is_ok(), "one strike");
+        assert_eq!(i.state().to_close, vec![bad]);
+        assert_eq!(i.metrics.blocked_peers.get(), 1);
+        // The block runs out.
+        let later = Instant::now() + BLOCK_FOR + Duration::from_secs(1);
+        assert_eq!(i.blocked(bad, later), None);
+    }
+
+    #[test]
+    fn strikes_outside_the_window_are_forgotten() {
+        let i = intake(3);
+        let p = PeerId::random();
+        let t0 = Instant::now();
+        i.strike(p, t0);
+        i.strike(p, t0 + Duration::from_secs(1));
+        i.strike(p, t0 + BAD_FRAME_WINDOW + Duration::from_secs(2));
+        assert!(
+            i.blocked(p, t0 + BAD_FRAME_WINDOW + Duration::from_secs(2))
+                .is_none()
+        );
+        i.strike(p, t0 + BAD_FRAME_WINDOW + Duration::from_secs(3));
+        i.strike(p, t0 + BAD_FRAME_WINDOW + Duration::from_secs(4));
+        assert!(
+            i.blocked(p, t0 + BAD_FRAME_WINDOW + Duration::from_secs(4))
+                .is_some()
+        );
+    }
+}
