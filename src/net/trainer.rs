@@ -97,9 +97,15 @@ impl Trainer {
         done: tokio::sync::mpsc::Sender<Output>,
     ) {
         crate::learn::runtime::flush_denormals_to_zero();
+        // Once the event loop stopped taking results (shutdown), learner jobs are skipped but
+        // a checkpoint or an export already queued is still written whole.
         each_job(jobs, |work| {
+            if done.is_closed() && matches!(work, Work::Learn(_)) {
+                return true;
+            }
             let out = self.handle(work).unwrap_or_else(Output::Failed);
-            done.blocking_send(out).is_ok()
+            let _ = done.blocking_send(out);
+            true
         });
     }
 

@@ -111,6 +111,8 @@ struct Driver {
     jobs: Option<std::sync::mpsc::SyncSender<Work>>,
     /// The mixture of the evaluation in flight: exported once it is scored.
     evaluating: Option<(u64, Mixture)>,
+    /// The scored mixture's export, sent once the round's checkpoint is queued.
+    export: Option<Work>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
     /// Failed checkpoint writes (counted, logged, retried next round).
@@ -252,6 +254,7 @@ pub(crate) async fn run_from(
         impair: Impairment::new(stream_seed(cfg.seed, me, Stream::Faults)),
         jobs: Some(job_tx),
         evaluating: None,
+        export: None,
         log,
         log_path,
         saves,
@@ -435,11 +438,12 @@ impl Driver {
                     .map(|(b, p, w)| (self.node_name(b), p, w))
                     .collect();
                 let accuracy = (eval.count > 0).then(|| eval.accuracy());
-                self.send_work(Work::Export {
+                // Sent after the round's checkpoint (`apply_actions`): exporting never delays it.
+                self.export = Some(Work::Export {
                     round: r,
                     parts,
                     accuracy,
-                })?;
+                });
             }
         }
         self.round
@@ -528,7 +532,10 @@ impl Driver {
                     self.send_work(Work::Learn(job))?
                 }
                 Action::Checkpoint { round, peer } => {
-                    self.send_work(Work::Checkpoint { round, peer })?
+                    self.send_work(Work::Checkpoint { round, peer })?;
+                    if let Some(export) = self.export.take() {
+                        self.send_work(export)?;
+                    }
                 }
                 Action::Report(rep) => self.append_log(rep)?,
                 Action::Log(e) => log_event(&e),
