@@ -241,6 +241,11 @@ impl<H> Round<H> {
         self.known
     }
 
+    /// Whether the peer is still waiting for the members before its first round.
+    pub fn is_starting(&self) -> bool {
+        matches!(self.phase, Phase::Starting { .. })
+    }
+
     /// Whether the peer ran its rounds and is done serving: the driver may stop.
     pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Finished)

@@ -113,6 +113,8 @@ struct Driver {
     evaluating: Option<(u64, Mixture)>,
     /// The scored mixture's export, sent once the round's checkpoint is queued.
     export: Option<Work>,
+    /// The latest evaluation: round and accuracy (for the closing summary).
+    last_eval: Option<(u64, f64)>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
     /// Failed checkpoint writes (counted, logged, retried next round).
@@ -255,6 +257,7 @@ pub(crate) async fn run_from(
         jobs: Some(job_tx),
         evaluating: None,
         export: None,
+        last_eval: None,
         log,
         log_path,
         saves,
@@ -356,6 +359,7 @@ impl Driver {
         loop {
             self.apply_actions()?;
             if self.round.is_finished() {
+                self.summary();
                 return Ok(Ending::Finished);
             }
             let timeout = self.round.poll_timeout();
@@ -425,6 +429,7 @@ impl Driver {
                 count: score.count,
             };
             self.metrics.test_accuracy.set(eval.accuracy());
+            self.last_eval = Some((*round, eval.accuracy()));
             info!(
                 round,
                 accuracy = eval.accuracy(),
@@ -455,6 +460,20 @@ impl Driver {
             self.update_peer_metrics();
         }
         Ok(())
+    }
+
+    /// The closing lines a person reads: rounds, the last accuracy, where the results are.
+    fn summary(&self) {
+        let state = &self.cfg.state_dir;
+        let accuracy = self.last_eval.map_or("not evaluated".into(), |(r, a)| {
+            format!("accuracy {:.2} % at round {r}", 100.0 * a)
+        });
+        info!(
+            "run finished: {} rounds, {accuracy}; run log {}, model {}",
+            self.round.rounds_done(),
+            self.log_path.display(),
+            state.join("model.json").display()
+        );
     }
 
     /// A node's name: its manifest name, or `node-<i>` for a late joiner.

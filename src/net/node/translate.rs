@@ -48,8 +48,17 @@ impl Driver {
             }
             SwarmEvent::ConnectionEstablished { peer_id, .. } => {
                 if let Some(n) = self.node_of(&peer_id) {
+                    let starting = self.round.is_starting();
                     if self.round.handle_connected(now, n) {
                         debug!(peer = %n, "connected");
+                        if starting {
+                            // What a person starting silos by hand watches for.
+                            info!(
+                                "waiting for peers ({} of {} connected)",
+                                self.round.connected(),
+                                self.manifest.members.len().saturating_sub(1)
+                            );
+                        }
                     }
                     self.metrics
                         .connected_peers
