@@ -1,5 +1,6 @@
-//! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
-//! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
+//! The libp2p behaviour of a node: membership (allow list), partitions (block list), connection
+//! caps, the two FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia,
+//! ping and optional mDNS.
 //! Owns: how the protocols are framed and bounded, refusing (logging with the sender, counting)
 //! frames that are not messages, and how the behaviour is assembled; and the swarm of the
 //! coordinator-mode processes (a coordinator, a coordinated node), which carries their own
@@ -20,7 +21,10 @@ use libp2p::swarm::{
     ConnectionDenied, ConnectionId, FromSwarm, NetworkBehaviour, THandler, THandlerInEvent,
     THandlerOutEvent, ToSwarm,
 };
-use libp2p::{Multiaddr, PeerId, StreamProtocol, allow_block_list, identify, identity, kad, mdns};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, allow_block_list, connection_limits, identify, identity,
+    kad, mdns, ping,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io;
@@ -49,7 +53,9 @@ pub(crate) fn members(allowed: Option<Vec<PeerId>>) -> Members {
 }
 
 /// A coordinator-mode process's swarm: TCP (Noise, Yamux) and QUIC as the nodes use,
-/// connections kept while idle (rounds may be far apart), listening on `listen`.
+/// connections kept while idle (rounds may be far apart), handshakes bounded by
+/// [`limits::HANDSHAKE_TIMEOUT`](super::limits::HANDSHAKE_TIMEOUT), listening on `listen`.
+/// The behaviour carries its own connection caps ([`super::limits::behaviour`]).
 pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
     key: identity::Keypair,
     listen: &[String],
@@ -65,6 +71,7 @@ pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
         .with_quic()
         .with_behaviour(|_| behaviour)?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .with_connection_timeout(super::limits::HANDSHAKE_TIMEOUT)
         .build();
     for a in listen {
         let addr: Multiaddr = a
@@ -379,6 +386,9 @@ pub(crate) struct Behaviour {
     pub(crate) members: Members,
     /// Peers cut off on purpose (partition tests).
     pub(crate) blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
+    /// Caps on pending and established connections (after the allow list, so an outsider is
+    /// refused as one).
+    pub(crate) limits: connection_limits::Behaviour,
     /// Pulls, notices and fetches → models and acks.
     pub(crate) model: Exchange<ModelRequest, ModelResponse>,
     /// Weighted gradients and skips → acknowledgements.
@@ -387,6 +397,8 @@ pub(crate) struct Behaviour {
     pub(crate) identify: identify::Behaviour,
     /// Finds peers beyond the bootstrap list.
     pub(crate) kad: kad::Behaviour<kad::store::MemoryStore>,
+    /// Answers and sends libp2p pings (liveness for generic probes; round trip times).
+    pub(crate) ping: ping::Behaviour,
     /// LAN discovery, when enabled.
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
 }
@@ -394,6 +406,8 @@ pub(crate) struct Behaviour {
 /// Knobs for [`Behaviour::new`].
 pub(crate) struct BehaviourConfig {
     pub(crate) allowed: Option<Vec<libp2p::PeerId>>,
+    /// Connection caps ([`super::limits::caps`]).
+    pub(crate) limits: connection_limits::ConnectionLimits,
     pub(crate) max_message: u64,
     /// Bounds a whole exchange on both sides, including the owner's wait before serving.
     pub(crate) request_timeout: Duration,
@@ -445,10 +459,12 @@ impl Behaviour {
         Ok(Self {
             members,
             blocked: Default::default(),
+            limits: connection_limits::Behaviour::new(cfg.limits),
             model,
             gradient,
             identify,
             kad,
+            ping: ping::Behaviour::default(),
             mdns: mdns.into(),
         })
     }

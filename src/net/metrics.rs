@@ -50,12 +50,15 @@ pub(crate) enum Reason {
     Unexpected,
     /// `not_a_member`: a connection or message from a peer outside the manifest.
     NotAMember,
+    /// `connection_limit`: a connection over the caps (pending handshakes, connections per
+    /// peer, in total).
+    ConnectionLimit,
 }
 
 impl Reason {
     /// Every reason, in the order of the docs.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 11] = [
+    pub(crate) const ALL: [Reason; 12] = [
         Reason::Truncated,
         Reason::Oversized,
         Reason::Garbage,
@@ -67,6 +70,7 @@ impl Reason {
         Reason::FutureVersion,
         Reason::Unexpected,
         Reason::NotAMember,
+        Reason::ConnectionLimit,
     ];
 
     /// The metric label.
@@ -83,6 +87,7 @@ impl Reason {
             Reason::FutureVersion => "future_version",
             Reason::Unexpected => "unexpected",
             Reason::NotAMember => "not_a_member",
+            Reason::ConnectionLimit => "connection_limit",
         }
     }
 }

@@ -18,7 +18,9 @@ use super::config::NodeConfig;
 use super::control;
 use super::identity::{self, Manifest};
 use super::impair::{Impairment, LOST_HOLD, Route};
+use super::limits;
 use super::metrics::{self, Metrics};
+use super::ratelimit::Throttle;
 use super::trainer::{Output, QUEUE, Trainer, Work};
 use crate::core::Peer;
 use crate::core::round::{Action, Done, Event, ReqId, Round, RoundConfig, RoundReport};
@@ -108,7 +110,15 @@ struct Driver {
     jobs: Option<std::sync::mpsc::SyncSender<Work>>,
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
+    /// One warning per period for refused incoming connections (a flood of them is counted in
+    /// the metrics, not written out line by line).
+    refused_in: Throttle,
+    /// The same for our dials refused by our own caps.
+    refused_out: Throttle,
 }
+
+/// At most one warning per this period for each kind of refused connection.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Runs a node until its rounds are done or `shutdown` resolves.
 pub async fn run(
@@ -132,6 +142,8 @@ pub(crate) async fn run_from(
     start: Option<Vec<f32>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Ending, NodeError> {
+    // Sockets, the checkpoint and the run log share this limit.
+    limits::raise_open_files();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -236,6 +248,8 @@ pub(crate) async fn run_from(
         jobs: Some(job_tx),
         log,
         log_path,
+        refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
+        refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
         cfg,
     };
     d.metrics.rounds.set(round as i64);

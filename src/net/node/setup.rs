@@ -12,6 +12,7 @@ use crate::net::behaviour::{Behaviour, BehaviourConfig, listen_failed};
 use crate::net::config::NodeConfig;
 use crate::net::control;
 use crate::net::identity::Manifest;
+use crate::net::limits;
 use crate::net::metrics::Metrics;
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
@@ -148,6 +149,7 @@ pub(super) fn build_swarm(
     let allowed = (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let behaviour_cfg = BehaviourConfig {
         allowed,
+        limits: limits::caps(manifest.members.len(), manifest.open),
         max_message: cfg.max_message(),
         request_timeout: cfg.model_deadline() + cfg.gradient_deadline(),
         mdns: cfg.mdns,
@@ -169,7 +171,11 @@ pub(super) fn build_swarm(
         })
         .map_err(fatal)?
         // Rounds must not drop connections: idle means "between rounds" here.
+        // (Members only: the allow list refuses anyone else, the connection caps bound the
+        // rest.)
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        // A socket that never finishes its handshake holds a descriptor this long at most.
+        .with_connection_timeout(limits::HANDSHAKE_TIMEOUT)
         .build();
     for a in &cfg.listen {
         let addr: Multiaddr = a.parse().map_err(fatal)?;
