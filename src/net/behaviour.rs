@@ -1,5 +1,6 @@
-//! The libp2p behaviour of a node: membership (allow list), partitions (block list), the two
-//! FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia and optional mDNS.
+//! The libp2p behaviour of a node: membership (allow list), partitions (block list), connection
+//! caps, the two FedeRiCo protocols with our size-capped bincode codec, identify, Kademlia,
+//! ping and optional mDNS.
 //! Owns: how the protocols are framed and bounded (each read through the node's
 //! [`Intake`]: its receive budget and per-peer stream bound), refusing (logging with the sender,
 //! counting, striking) frames that are not messages, and how the behaviour is assembled; and the swarm of the
@@ -22,7 +23,10 @@ use libp2p::swarm::{
     ConnectionDenied, ConnectionId, FromSwarm, NetworkBehaviour, THandler, THandlerInEvent,
     THandlerOutEvent, ToSwarm,
 };
-use libp2p::{Multiaddr, PeerId, StreamProtocol, allow_block_list, identify, identity, kad, mdns};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, allow_block_list, connection_limits, identify, identity,
+    kad, mdns, ping,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io;
@@ -50,7 +54,9 @@ pub(crate) fn members(allowed: Option<Vec<PeerId>>) -> Members {
 }
 
 /// A coordinator-mode process's swarm: TCP (Noise, Yamux) and QUIC as the nodes use,
-/// connections kept while idle (rounds may be far apart), listening on `listen`.
+/// connections kept while idle (rounds may be far apart), handshakes bounded by
+/// [`limits::HANDSHAKE_TIMEOUT`](super::limits::HANDSHAKE_TIMEOUT), listening on `listen`.
+/// The behaviour carries its own connection caps ([`super::limits::behaviour`]).
 pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
     key: identity::Keypair,
     listen: &[String],
@@ -66,6 +72,7 @@ pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
         .with_quic()
         .with_behaviour(|_| behaviour)?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        .with_connection_timeout(super::limits::HANDSHAKE_TIMEOUT)
         .build();
     for a in listen {
         let addr: Multiaddr = a
@@ -408,6 +415,9 @@ pub(crate) struct Behaviour {
     pub(crate) members: Members,
     /// Peers cut off on purpose (partition tests).
     pub(crate) blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
+    /// Caps on pending and established connections (after the allow list, so an outsider is
+    /// refused as one).
+    pub(crate) limits: connection_limits::Behaviour,
     /// Pulls, notices and fetches → models and acks.
     pub(crate) model: Exchange<ModelRequest, ModelResponse>,
     /// Weighted gradients and skips → acknowledgements.
@@ -416,6 +426,8 @@ pub(crate) struct Behaviour {
     pub(crate) identify: identify::Behaviour,
     /// Finds peers beyond the bootstrap list.
     pub(crate) kad: kad::Behaviour<kad::store::MemoryStore>,
+    /// Answers and sends libp2p pings (liveness for generic probes; round trip times).
+    pub(crate) ping: ping::Behaviour,
     /// LAN discovery, when enabled.
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
 }
@@ -423,6 +435,8 @@ pub(crate) struct Behaviour {
 /// Knobs for [`Behaviour::new`].
 pub(crate) struct BehaviourConfig {
     pub(crate) allowed: Option<Vec<libp2p::PeerId>>,
+    /// Connection caps ([`super::limits::caps`]).
+    pub(crate) limits: connection_limits::ConnectionLimits,
     pub(crate) max_message: u64,
     /// The receive budget, stream bound and strikes every frame is read through.
     pub(crate) intake: Arc<Intake>,
@@ -477,10 +491,12 @@ impl Behaviour {
             blocks: Blocks::new(cfg.intake),
             members,
             blocked: Default::default(),
+            limits: connection_limits::Behaviour::new(cfg.limits),
             model,
             gradient,
             identify,
             kad,
+            ping: ping::Behaviour::default(),
             mdns: mdns.into(),
         })
     }

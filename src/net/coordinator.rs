@@ -84,7 +84,9 @@ impl CoordinatorConfig {
 #[derive(NetworkBehaviour)]
 struct CoordBehaviour {
     members: Members,
+    limits: libp2p::connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
+    ping: libp2p::ping::Behaviour,
 }
 
 /// One JSONL line of `coordinator.jsonl`.
@@ -101,6 +103,7 @@ pub async fn run(
     cfg: CoordinatorConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    super::limits::raise_open_files();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -132,6 +135,7 @@ pub async fn run(
     let deadline = Duration::from_secs_f64(cfg.update_deadline_s);
     let behaviour = CoordBehaviour {
         members: members(allowed),
+        limits: super::limits::behaviour(manifest.members.len(), manifest.open),
         coord: Exchange::new(
             CoordCodec::new(max, metrics),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
@@ -140,6 +144,7 @@ pub async fn run(
                 .with_request_timeout(deadline * 3)
                 .with_max_concurrent_streams(1024),
         ),
+        ping: libp2p::ping::Behaviour::default(),
     };
     let swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
     let log_path = cfg.state_dir.join("coordinator.jsonl");

@@ -56,12 +56,15 @@ pub(crate) enum Reason {
     /// `too_many_streams`: a request refused because its sender already had as many requests
     /// being read as a peer may (codec).
     TooManyStreams,
+    /// `connection_limit`: a connection over the caps (pending handshakes, connections per
+    /// peer, in total).
+    ConnectionLimit,
 }
 
 impl Reason {
     /// Every reason, in the order of the docs.
     #[cfg(test)]
-    pub(crate) const ALL: [Reason; 13] = [
+    pub(crate) const ALL: [Reason; 14] = [
         Reason::Truncated,
         Reason::Oversized,
         Reason::Garbage,
@@ -75,6 +78,7 @@ impl Reason {
         Reason::NotAMember,
         Reason::OverBudget,
         Reason::TooManyStreams,
+        Reason::ConnectionLimit,
     ];
 
     /// The metric label.
@@ -93,6 +97,7 @@ impl Reason {
             Reason::NotAMember => "not_a_member",
             Reason::OverBudget => "over_budget",
             Reason::TooManyStreams => "too_many_streams",
+            Reason::ConnectionLimit => "connection_limit",
         }
     }
 }

@@ -4,8 +4,9 @@
 //! between the FedeRiCo core and the network ([`node`]), the coordinated node
 //! ([`coordinated`], FedCollab's in `collab_node`, both talking to their swarm through the one
 //! client/event-loop pattern of `client`), the coordinator ([`coordinator`]), the training
-//! threads (`trainer`: one dedicated thread per node over bounded channels), checkpoints and
-//! metrics.
+//! threads (`trainer`: one dedicated thread per node over bounded channels), checkpoints,
+//! metrics, connection caps and the open-files limit (`limits`), and rate-limited warnings
+//! (`throttle`).
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients),
 //! or train inside the swarm event loop: training runs on its own thread.
 
@@ -19,6 +20,7 @@ pub mod coordinator;
 pub mod identity;
 mod impair;
 pub mod intake;
+mod limits;
 mod metrics;
 pub mod node;
 mod throttle;

@@ -2,8 +2,8 @@
 //! each period is written, the rest are counted, and the next line written carries that count.
 //!
 //! Owns: deciding whether a line for a key may be written now, and how many were held back.
-//! Must not: log, count metrics or know what the keys mean (its callers do). A stand-in until
-//! the connection-limits work's `ratelimit.rs` lands; the two are to be unified.
+//! Must not: log, count metrics, read a clock or know what the keys mean (its callers do). A
+//! single recurring warning uses the key `()`.
 
 use std::collections::HashMap;
 use std::hash::Hash;

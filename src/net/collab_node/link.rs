@@ -66,8 +66,10 @@ pub(super) struct DiscJob {
 #[derive(NetworkBehaviour)]
 struct CollabBehaviour {
     members: Members,
+    limits: libp2p::connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
     collab: Exchange<CollabRequest, CollabResponse>,
+    ping: libp2p::ping::Behaviour,
 }
 
 /// What the swarm needs besides the key.
@@ -93,8 +95,13 @@ pub(super) fn start(
 ) -> anyhow::Result<(Link, tokio::task::JoinHandle<()>)> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let limits = crate::net::limits::behaviour(
+        sc.allowed.as_ref().map_or(0, Vec::len),
+        sc.allowed.is_none(),
+    );
     let behaviour = CollabBehaviour {
         members: members(sc.allowed),
+        limits,
         coord: Exchange::new(
             CoordCodec::new(sc.max_message, metrics.clone()),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
@@ -107,6 +114,7 @@ pub(super) fn start(
                 .with_request_timeout(sc.peer_timeout)
                 .with_max_concurrent_streams(1024),
         ),
+        ping: libp2p::ping::Behaviour::default(),
     };
     let swarm = coordination_swarm(key, sc.listen, behaviour)?;
     let (link, commands) = Client::new();

@@ -30,7 +30,9 @@ pub(super) type Link = Client<Command>;
 #[derive(NetworkBehaviour)]
 struct NodeBehaviour {
     members: Members,
+    limits: libp2p::connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
+    ping: libp2p::ping::Behaviour,
 }
 
 /// What the swarm needs besides the key.
@@ -53,13 +55,19 @@ pub(super) fn start(
 ) -> anyhow::Result<(Link, tokio::task::JoinHandle<()>)> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let limits = crate::net::limits::behaviour(
+        sc.allowed.as_ref().map_or(0, Vec::len),
+        sc.allowed.is_none(),
+    );
     let behaviour = NodeBehaviour {
         members: members(sc.allowed),
+        limits,
         coord: Exchange::new(
             CoordCodec::new(sc.max_message, metrics),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
             rr::Config::default().with_request_timeout(sc.request_timeout),
         ),
+        ping: libp2p::ping::Behaviour::default(),
     };
     let swarm = coordination_swarm(key, sc.listen, behaviour)?;
     let (link, commands) = Client::new();

@@ -37,6 +37,7 @@ pub async fn run(
         .ok_or_else(|| anyhow::anyhow!("no [coordinated] section"))?
         .check()?;
     let coordinator = cc.coordinator();
+    super::limits::raise_open_files();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;

@@ -18,7 +18,9 @@ use super::config::NodeConfig;
 use super::control;
 use super::identity::{self, Manifest};
 use super::impair::{Impairment, LOST_HOLD, Route};
+use super::limits;
 use super::metrics::{self, Metrics};
+use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::Peer;
 use crate::core::round::{Action, Done, Event, Job, ReqId, Round, RoundConfig, RoundReport};
@@ -119,7 +121,15 @@ struct Driver {
     log_path: PathBuf,
     /// Failed checkpoint writes (counted, logged, retried next round).
     saves: SaveHealth,
+    /// One warning per period for refused incoming connections (a flood of them is counted in
+    /// the metrics, not written out line by line).
+    refused_in: Throttle<()>,
+    /// The same for our dials refused by our own caps.
+    refused_out: Throttle<()>,
 }
+
+/// At most one warning per this period for each kind of refused connection.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Runs a node until its rounds are done or `shutdown` resolves.
 pub async fn run(
@@ -143,6 +153,8 @@ pub(crate) async fn run_from(
     start: Option<Vec<f32>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Ending, NodeError> {
+    // Sockets, the checkpoint and the run log share this limit.
+    limits::raise_open_files();
     let key = identity::load_key(&cfg.key)?;
     let peer_id = key.public().to_peer_id();
     let manifest = Manifest::load(&cfg.manifest)?;
@@ -261,6 +273,8 @@ pub(crate) async fn run_from(
         log,
         log_path,
         saves,
+        refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
+        refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
         cfg,
     };
     d.metrics.rounds.set(round as i64);

@@ -13,6 +13,7 @@ use crate::net::config::NodeConfig;
 use crate::net::control;
 use crate::net::identity::Manifest;
 use crate::net::intake::{self, Intake, Limits};
+use crate::net::limits;
 use crate::net::metrics::Metrics;
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
@@ -178,6 +179,7 @@ pub(super) fn build_swarm(
         allowed,
         max_message,
         intake,
+        limits: limits::caps(manifest.members.len(), manifest.open),
         request_timeout: cfg.model_deadline() + cfg.gradient_deadline(),
         mdns: cfg.mdns,
     };
@@ -202,7 +204,11 @@ pub(super) fn build_swarm(
         })
         .map_err(fatal)?
         // Rounds must not drop connections: idle means "between rounds" here.
+        // (Members only: the allow list refuses anyone else, the connection caps bound the
+        // rest.)
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(3600)))
+        // A socket that never finishes its handshake holds a descriptor this long at most.
+        .with_connection_timeout(limits::HANDSHAKE_TIMEOUT)
         .build();
     for a in &cfg.listen {
         let addr: Multiaddr = a.parse().map_err(fatal)?;

@@ -1,7 +1,7 @@
 //! Swarm events into the round engine's inputs.
 //!
 //! Owns: who a libp2p peer is (a member, a late joiner of an open federation, or an outsider
-//! refused with a count and a warning), the wire-level checks of what arrives (a model's
+//! refused with a count and a rate-limited warning), the wire-level checks of what arrives (a model's
 //! fingerprint, length and values; a gradient's fingerprint and weight) before the engine sees
 //! it, acknowledgements, and the log lines and metrics of refusals.
 //! Must not: keep round state or decide what a message means for the round: the engine does.
@@ -11,6 +11,7 @@ use crate::core::round::Asked;
 use crate::ids::NodeId;
 use crate::net::behaviour::BehaviourEvent;
 use crate::net::intake;
+use crate::net::limits;
 use crate::net::metrics::Reason;
 use crate::protocol::{
     self as wire, GradientRequest, GradientResponse, ModelRequest, ModelResponse, WireError,
@@ -92,14 +93,31 @@ impl Driver {
                 send_back_addr,
                 ..
             } => {
-                self.metrics.reject(Reason::NotAMember);
-                warn!(from = %send_back_addr, reason = %Reason::NotAMember, "refused a connection: {cause}");
+                let reason = if limits::exceeded(&cause) {
+                    Reason::ConnectionLimit
+                } else {
+                    Reason::NotAMember
+                };
+                self.metrics.reject(reason);
+                if let Some(held_back) = self.refused_in.allow(&(), now) {
+                    warn!(from = %send_back_addr, %reason, held_back, "refused a connection: {cause}");
+                }
             }
             SwarmEvent::OutgoingConnectionError {
                 error: DialError::Denied { cause },
+                peer_id,
                 ..
             } => {
-                warn!("refused to dial: {cause}");
+                if let Some(held_back) = self.refused_out.allow(&(), now) {
+                    warn!(peer = ?peer_id, held_back, "refused to dial: {cause}");
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(libp2p::ping::Event {
+                peer,
+                result: Err(e),
+                ..
+            })) => {
+                debug!(%peer, "ping failed: {e}");
             }
             SwarmEvent::Behaviour(BehaviourEvent::Model(e)) => self.handle_model_event(now, e),
             SwarmEvent::Behaviour(BehaviourEvent::Gradient(e)) => {
