@@ -786,6 +786,70 @@ fn a_killed_peer_costs_no_deadline_and_its_restart_behind_the_others_stalls_nobo
 }
 
 #[test]
+fn a_pull_from_far_ahead_during_the_step_is_served_after_it_not_held() {
+    // A restarted peer catching up steps while a peer five rounds ahead pulls from it: held
+    // until it reached that round, the pull waited out τ_model while the peer waited for it.
+    let t0 = Instant::now();
+    let ids = [NodeId(0), NodeId(1)];
+    let peer = Peer::new(ids[0], ids, FedericoConfig::default(), 1);
+    let mut r: Round<u32> = Round::new(config(0, 2, 9), peer, 0, 0, Arc::new(vec![0.0; LEN]), t0);
+    r.handle_connected(t0, ids[1]);
+    r.handle_speaking(t0, ids[1]);
+    let pull = std::iter::from_fn(|| r.poll_action())
+        .find_map(|a| match a {
+            Action::Pull { req, round: 1, .. } => Some(req),
+            _ => None,
+        })
+        .expect("round 1 pulls from the only other peer");
+    r.handle_notice(t0, ids[1], 6);
+    r.handle_model(t0, pull, 0, Arc::new(vec![1.0; LEN]));
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Run(Job::Measure { .. }))
+    ));
+    r.handle_done(
+        t0,
+        Done::Measured {
+            losses: vec![(ids[1], 1.0), (ids[0], 2.0)],
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Run(Job::Scale { .. }))
+    ));
+    r.handle_done(
+        t0,
+        Done::Scaled {
+            grads: vec![(ids[1], vec![0.5; LEN]), (ids[0], vec![0.5; LEN])],
+        },
+    )
+    .unwrap();
+    let stepping =
+        std::iter::from_fn(|| r.poll_action()).any(|a| matches!(a, Action::Run(Job::Step { .. })));
+    assert!(stepping, "the round is over: silo 1 is in round 6");
+    // During the step, silo 1 pulls for its round 6.
+    r.handle_pull(t0, ids[1], 6, 8);
+    let now: Vec<_> = std::iter::from_fn(|| r.poll_action()).collect();
+    r.handle_done(
+        t0,
+        Done::Stepped {
+            params: Arc::new(vec![9.0; LEN]),
+            version: 1,
+        },
+    )
+    .unwrap();
+    let served = now
+        .into_iter()
+        .chain(std::iter::from_fn(|| r.poll_action()))
+        .any(|a| matches!(a, Action::Serve { handle: 8, .. }));
+    assert!(
+        served,
+        "a pull from five rounds ahead waited for us to reach its round"
+    );
+}
+
+#[test]
 fn a_pull_for_the_next_round_waits_for_the_step_and_gets_the_new_version() {
     let t0 = Instant::now();
     let ids = [NodeId(0), NodeId(1)];
