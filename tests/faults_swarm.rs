@@ -162,9 +162,9 @@ fn a_killed_node_restarts_from_its_checkpoint_with_its_peer_id() {
     assert_eq!(t.last().unwrap().round, 60);
     // The kill costs no deadline (the owners stop waiting for a sampler whose connection
     // closed) and the restarted silo, rounds behind, is not waited for. Where it catches up
-    // with the others a round can still wait one deadline (τ = 2 s here): 2 or 3 runs in 6
-    // (`federico swarm simulations/crash-restart.toml --seed 1..3`, twice), never more than
-    // one. Before: 2.02 s and 4.00 s on seeds 1 and 2. So the bound is one deadline, not the
+    // with the others a round can still wait one deadline (τ = 2 s here): 1 run in 12
+    // (`federico swarm simulations/crash-restart.toml --seed 1..3`, four times), never more
+    // than one. Before: 2.02 s and 4.00 s on seeds 1 and 2. So the bound is one deadline, not the
     // issue's target of two normal rounds (open, docs/faults.md).
     let slowest = traces
         .iter()

@@ -336,12 +336,10 @@ impl<H> Round<H> {
     pub fn handle_pull(&mut self, now: Instant, from: NodeId, round: u64, handle: H) {
         self.heard(from, round);
         // A pull for our next round waits for our step, so it gets the model of that round
-        // (lock-step when nothing fails), and so does one for this round during the step; any
-        // other is served now. A pull from further ahead (a peer we are catching up with) is
-        // never held: we may not reach its round before it gives up on us.
-        let next = self.current_round() + 1;
-        let hold = (matches!(self.phase, Phase::Stepping) && round <= next)
-            || (round == next && !self.is_lingering());
+        // (lock-step when nothing fails); during the step every pull waits for it (the inbox
+        // already collects for the next version); any other is served now.
+        let hold = matches!(self.phase, Phase::Stepping)
+            || (round == self.current_round() + 1 && !self.is_lingering());
         if hold {
             self.held.push(Held {
                 from,

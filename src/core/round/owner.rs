@@ -100,7 +100,12 @@ impl<H> Round<H> {
         for h in held {
             let ready = last
                 || match h.pull_round {
-                    Some(round) => round <= self.current_round(),
+                    // A pull for this round, or from a peer further ahead than our next
+                    // round (we are catching up: we may not reach its round before it gives
+                    // up on us), is served; one for our next round waits for the next step.
+                    Some(round) => {
+                        round <= self.current_round() || round > self.current_round() + 1
+                    }
                     None => self.version >= h.version,
                 };
             if ready {
