@@ -4,9 +4,9 @@
 //! to change for real hosts.
 //! Must not: start anything (the user starts each node), or touch a folder that exists.
 
-use super::write_shards;
-use crate::net::config::{DataSource, Deadlines};
-use crate::net::{Manifest, Member, NodeConfig, keygen};
+use super::{SiloPaths, silo_config, write_shards};
+use crate::net::config::Deadlines;
+use crate::net::{Manifest, Member, keygen};
 use crate::scenario::Scenario;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -133,33 +133,19 @@ fn write_all(
     )?;
     for (i, addr) in addrs.iter().enumerate() {
         let name = format!("silo-{i}");
-        let cfg = NodeConfig {
-            name: name.clone(),
-            key: PathBuf::from("keys").join(format!("{name}.key")),
-            manifest: PathBuf::from("manifest.toml"),
-            listen: vec![addr.clone()],
-            bootstrap: Vec::new(),
-            mdns: false,
+        let cfg = silo_config(
+            scenario,
             seed,
-            rounds: scenario.rounds as u64,
-            eval_every: scenario.eval_every as u64,
-            state_dir: PathBuf::from("state").join(&name),
-            metrics: None,
-            max_message_mib: None,
-            receive_budget_mib: None,
-            data: DataSource {
-                shard: Some(PathBuf::from("shards").join(format!("{name}.shard"))),
-                ..Default::default()
+            SiloPaths {
+                name: &name,
+                key: PathBuf::from("keys").join(format!("{name}.key")),
+                manifest: PathBuf::from("manifest.toml"),
+                listen: addr.clone(),
+                state_dir: PathBuf::from("state").join(&name),
+                shard: PathBuf::from("shards").join(format!("{name}.shard")),
             },
-            model: scenario.model.clone(),
-            train: scenario.train.clone(),
-            federico: scenario.federico.clone(),
-            deadlines: Deadlines::default(),
-            control: None,
-            coordinated: None,
-        };
-        cfg.validate()
-            .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;
+            &Deadlines::default(),
+        )?;
         let shown = shown_dir.join(format!("{name}.toml"));
         let head = CONFIG_HEAD.replace("{path}", &shown.display().to_string());
         std::fs::write(

@@ -340,33 +340,19 @@ fn prepare_at(
     let mut procs = Vec::with_capacity(k);
     for (i, port) in ports.iter().enumerate() {
         let name = format!("silo-{i}");
-        let cfg = NodeConfig {
-            name: name.clone(),
-            key: dir.join("keys").join(format!("{name}.key")),
-            manifest: manifest_path.clone(),
-            listen: vec![format!("/ip4/{}/tcp/{port}", hosts[i])],
-            bootstrap: Vec::new(),
-            mdns: false,
+        let cfg = silo_config(
+            scenario,
             seed,
-            rounds: scenario.rounds as u64,
-            eval_every: scenario.eval_every as u64,
-            state_dir: nodes_dir.join(&name),
-            metrics: None,
-            max_message_mib: None,
-            receive_budget_mib: None,
-            data: crate::net::config::DataSource {
-                shard: Some(shards[i].clone()),
-                ..Default::default()
+            SiloPaths {
+                name: &name,
+                key: dir.join("keys").join(format!("{name}.key")),
+                manifest: manifest_path.clone(),
+                listen: format!("/ip4/{}/tcp/{port}", hosts[i]),
+                state_dir: nodes_dir.join(&name),
+                shard: shards[i].clone(),
             },
-            model: scenario.model.clone(),
-            train: scenario.train.clone(),
-            federico: scenario.federico.clone(),
-            deadlines: deadlines.clone(),
-            control: None,
-            coordinated: None,
-        };
-        cfg.validate()
-            .map_err(|e| anyhow::anyhow!("node config for {name}: {e}"))?;
+            deadlines,
+        )?;
         let cfg_path = nodes_dir.join(format!("{name}.toml"));
         std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
         procs.push((name, cfg_path, cfg.state_dir));
@@ -380,6 +366,54 @@ fn prepare_at(
         nodes_dir,
         spec,
     })
+}
+
+/// Where one silo's files are, as its node config names them.
+struct SiloPaths<'a> {
+    name: &'a str,
+    key: PathBuf,
+    manifest: PathBuf,
+    listen: String,
+    state_dir: PathBuf,
+    shard: PathBuf,
+}
+
+/// The node config of one silo of `scenario` (its model, training and FedeRiCo settings), as a
+/// user would write it; validated.
+fn silo_config(
+    scenario: &Scenario,
+    seed: u64,
+    at: SiloPaths<'_>,
+    deadlines: &Deadlines,
+) -> anyhow::Result<NodeConfig> {
+    let cfg = NodeConfig {
+        name: at.name.to_string(),
+        key: at.key,
+        manifest: at.manifest,
+        listen: vec![at.listen],
+        bootstrap: Vec::new(),
+        mdns: false,
+        seed,
+        rounds: scenario.rounds as u64,
+        eval_every: scenario.eval_every as u64,
+        state_dir: at.state_dir,
+        metrics: None,
+        max_message_mib: None,
+        receive_budget_mib: None,
+        data: crate::net::config::DataSource {
+            shard: Some(at.shard),
+            ..Default::default()
+        },
+        model: scenario.model.clone(),
+        train: scenario.train.clone(),
+        federico: scenario.federico.clone(),
+        deadlines: deadlines.clone(),
+        control: None,
+        coordinated: None,
+    };
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("node config for {}: {e}", at.name))?;
+    Ok(cfg)
 }
 
 /// One seed of a FedeRiCo swarm: its run directory, the node processes until they are done,

@@ -61,14 +61,14 @@ pub struct Exported {
 impl Exported {
     /// Mixed class probabilities (or regression outputs), row-major `len × outputs`.
     pub fn predict(&self, learner: &mut Learner, data: &Dataset) -> Result<Vec<f64>, LearnError> {
-        let width = learner.outputs();
-        let mut mixed = vec![0f64; data.len() * width];
-        for (part, params) in self.card.parts.iter().zip(&self.params) {
-            for (m, p) in mixed.iter_mut().zip(learner.predict(params, data)?) {
-                *m += part.weight * f64::from(p);
-            }
-        }
-        Ok(mixed)
+        let parts: Vec<(&[f32], f64)> = self
+            .card
+            .parts
+            .iter()
+            .zip(&self.params)
+            .map(|(part, params)| (params.as_slice(), part.weight))
+            .collect();
+        learner.predict_mixture(&parts, data)
     }
 }
 

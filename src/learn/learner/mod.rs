@@ -279,12 +279,7 @@ impl Learner {
             return self.evaluate(params, data);
         }
         let width = self.outputs();
-        let mut mixed = vec![0f64; data.len() * width];
-        for &(params, w) in parts {
-            for (m, p) in mixed.iter_mut().zip(self.predict(params, data)?) {
-                *m += w * p as f64;
-            }
-        }
+        let mixed = self.predict_mixture(parts, data)?;
         let mut eval = Evaluation {
             count: data.len(),
             ..Default::default()
@@ -308,6 +303,22 @@ impl Learner {
             }
         }
         Ok(eval)
+    }
+
+    /// The mixture `Σ w_j · predict(model_j)` for every sample, row-major `len × outputs()`
+    /// (FedeRiCo inference, spec §5.3).
+    pub fn predict_mixture(
+        &mut self,
+        parts: &[(&[f32], f64)],
+        data: &Dataset,
+    ) -> Result<Vec<f64>, LearnError> {
+        let mut mixed = vec![0f64; data.len() * self.outputs()];
+        for &(params, w) in parts {
+            for (m, p) in mixed.iter_mut().zip(self.predict(params, data)?) {
+                *m += w * p as f64;
+            }
+        }
+        Ok(mixed)
     }
 
     /// Outputs for every sample, row-major `len × outputs()`: class probabilities (softmax)
