@@ -481,10 +481,11 @@ fn partition(args: PartitionArgs) -> anyhow::Result<()> {
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Log lines print above the node's progress line when there is one.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(crate::net::progress::LogLine::default);
     if json {
         builder.json().init();
     } else {
@@ -505,7 +506,10 @@ fn node(args: NodeArgs) -> anyhow::Result<()> {
         tracing::info!("coordinated node stopped");
         return Ok(());
     }
-    let ending = rt.block_on(crate::net::node::run(cfg, shutdown_signal()))?;
+    crate::net::progress::start(args.log_json);
+    let ending = rt.block_on(crate::net::node::run(cfg, shutdown_signal()));
+    crate::net::progress::finish();
+    let ending = ending?;
     tracing::info!(?ending, "node stopped");
     Ok(())
 }

@@ -229,3 +229,73 @@ fn the_readme_federation_commands_run_as_printed_from_an_empty_folder() {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
 }
+
+/// `kill -USR1` asks a node for its model now: the round in progress ends with an evaluation
+/// (off the `eval_every` schedule) and `<state_dir>/model.json` is written for that round.
+#[cfg(unix)]
+#[test]
+fn a_node_writes_its_model_when_sent_sigusr1() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = federico()
+        .args(["init", "2", "--out", "fed", "--port", "47391"])
+        .args(["--set", "rounds=1000000", "--set", "eval_every=1000000"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let mut nodes: Vec<_> = (0..2)
+        .map(|i| {
+            federico()
+                .args(["node", "--config", &format!("fed/silo-{i}.toml")])
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let state = dir.path().join("fed/state/silo-0");
+    let rounds = |n: &str| {
+        std::fs::read_to_string(state.join(n))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rounds("rounds.jsonl") < 20 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(rounds("rounds.jsonl") >= 20, "the federation did not start");
+    assert!(
+        !state.join("model.json").exists(),
+        "no evaluation is due yet"
+    );
+    // SAFETY: kill(2) on a child process this test started.
+    let sent = unsafe { libc::kill(nodes[0].id() as i32, libc::SIGUSR1) };
+    assert_eq!(sent, 0);
+    while !state.join("model.json").exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for n in &mut nodes {
+        let _ = n.kill();
+        let _ = n.wait();
+    }
+    let card: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("model.json")).unwrap()).unwrap();
+    let round = card["round"].as_u64().unwrap();
+    // That round's log line carries the evaluation the card reports.
+    let line = std::fs::read_to_string(state.join("rounds.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["round"].as_u64() == Some(round))
+        .expect("the exported round is in the run log");
+    let (correct, count) = (
+        line["eval"]["correct"].as_f64().unwrap(),
+        line["eval"]["count"].as_f64().unwrap(),
+    );
+    assert_eq!(card["test_accuracy"].as_f64(), Some(correct / count));
+}

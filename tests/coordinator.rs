@@ -228,6 +228,30 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
         accs.push(accuracy(&last));
     }
     assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    // Each node exported the model it ended with; read back, it scores what the node logged.
+    for (i, d) in s.p.state_dirs.iter().enumerate() {
+        let (model, mut learner) = federico::learn::export::read(&d.join("model.json")).unwrap();
+        assert_eq!(model.card.parts.len(), 1);
+        assert_eq!(model.card.round, rounds as u64);
+        assert_eq!(model.card.test_accuracy, Some(accs[i]), "silo {i}");
+        let test = &s.p.federation.clients[i].test;
+        let probs = model.predict(&mut learner, test).unwrap();
+        let federico::learn::Labels::Class { ids, num_classes } = &test.labels else {
+            panic!("a classification task")
+        };
+        let correct = ids
+            .iter()
+            .enumerate()
+            .filter(|&(r, &y)| {
+                let row = &probs[r * num_classes..(r + 1) * num_classes];
+                let best = (0..*num_classes)
+                    .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                    .unwrap();
+                best == y as usize
+            })
+            .count();
+        assert_eq!(correct as f64 / ids.len() as f64, accs[i], "silo {i}");
+    }
     let mean = accs.iter().sum::<f64>() / accs.len() as f64;
     eprintln!(
         "coordinated FedDisco: {rounds} rounds, mean final accuracy {mean:.4} ({accs:?}), {:.1} s",

@@ -14,7 +14,8 @@
 //! `cmd` is `block` (close and refuse connections to the peers, stop dialling them), `unblock`
 //! (allow and dial them again), `delay` (hold back what the node sends by `"ms"`; 0 ends it),
 //! `loss` (drop `"fraction"` of the messages to or from `"peers"`, every peer when empty; 0
-//! ends it) or `status` (the node's round and impairments).
+//! ends it), `export` (evaluate at the end of the round in progress and write the model to take
+//! home, as `SIGUSR1` does) or `status` (the node's round and impairments).
 
 use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,8 @@ pub enum Command {
         /// The peers concerned (empty: all).
         peers: Vec<PeerId>,
     },
+    /// Evaluate at the end of the round in progress and export the predictor.
+    Export,
     /// Report the round.
     Status,
 }
@@ -111,9 +114,10 @@ pub fn parse(line: &str, token: &str) -> Result<Command, String> {
                 peers: peers()?,
             })
         }
+        "export" => Ok(Command::Export),
         "status" => Ok(Command::Status),
         other => Err(format!(
-            "unknown cmd {other:?}: expected block, unblock, delay, loss or status"
+            "unknown cmd {other:?}: expected block, unblock, delay, loss, export or status"
         )),
     }
 }

@@ -5,8 +5,8 @@
 //! ([`coordinated`], FedCollab's in `collab_node`, both talking to their swarm through the one
 //! client/event-loop pattern of `client`), the coordinator ([`coordinator`]), the training
 //! threads (`trainer`: one dedicated thread per node over bounded channels), checkpoints,
-//! metrics, connection caps and the open-files limit (`limits`), and rate-limited warnings
-//! (`throttle`).
+//! metrics, connection caps and the open-files limit (`limits`), rate-limited warnings
+//! (`throttle`) and the progress line on a terminal ([`progress`]).
 //! Must not: decide anything the core decides (sampling, weights, acceptance of gradients),
 //! or train inside the swarm event loop: training runs on its own thread.
 
@@ -23,6 +23,7 @@ pub mod intake;
 mod limits;
 mod metrics;
 pub mod node;
+pub mod progress;
 mod throttle;
 mod trainer;
 

@@ -160,6 +160,9 @@ pub struct Round<H> {
     fetched: Vec<(NodeId, Arc<Vec<f32>>, f64)>,
     pending: Option<RoundReport>,
     resumed: bool,
+    /// Evaluate at the end of the current round even off the `eval_every` schedule (a person
+    /// asked for the model now: [`Round::request_evaluation`]).
+    evaluate_next: bool,
     actions: VecDeque<Action<H>>,
 }
 
@@ -201,9 +204,19 @@ impl<H> Round<H> {
             fetched: Vec::new(),
             pending: None,
             resumed: round > 0,
+            evaluate_next: false,
             actions: VecDeque::new(),
             cfg,
         }
+    }
+
+    /// Evaluates (and so scores the predictor a driver exports) at the end of the round in
+    /// progress, or of the next one to start, even when `eval_every` would skip it. Returns
+    /// the round that will be evaluated. The evaluation fetches models as any other does, so
+    /// the round's timing changes; its decisions do not.
+    pub fn request_evaluation(&mut self) -> u64 {
+        self.evaluate_next = true;
+        self.round + 1
     }
 
     /// The FedeRiCo core.
@@ -430,7 +443,8 @@ impl<H> Round<H> {
                 self.round += 1;
                 self.serve_held();
                 let last = self.is_last_round();
-                if self.round % self.cfg.eval_every == 0 || last {
+                let asked = std::mem::take(&mut self.evaluate_next);
+                if self.round % self.cfg.eval_every == 0 || last || asked {
                     self.start_fetching(now);
                 } else {
                     self.end_round(now, None);

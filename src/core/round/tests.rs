@@ -991,3 +991,34 @@ fn the_same_seeds_give_the_same_run() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn an_evaluation_asked_for_comes_at_the_end_of_the_round_in_progress() {
+    let mut net = Net::new(4, 6);
+    assert!(net.drive(10_000, |n| n.nodes[0].reports.len() >= 2));
+    let asked = net.nodes[0]
+        .round
+        .as_mut()
+        .expect("silo 0 runs")
+        .request_evaluation();
+    assert_eq!(asked, 3, "asked for after round 2");
+    assert!(
+        net.drive(10_000, |n| n.all_finished()),
+        "a fault-free run stalls"
+    );
+    let evals = |i: usize| -> Vec<u64> {
+        net.nodes[i]
+            .reports
+            .iter()
+            .filter(|r| r.eval.is_some())
+            .map(|r| r.round)
+            .collect()
+    };
+    // Silo 0 evaluates round 3 as well; the schedule is otherwise unchanged, everywhere.
+    assert_eq!(evals(0), vec![2, 3, 4, 6]);
+    for i in 1..4 {
+        assert_eq!(evals(i), vec![2, 4, 6], "silo {i}");
+        assert_eq!(net.deadline_steps(i), 0, "silo {i}");
+    }
+    assert_eq!(net.deadline_steps(0), 0);
+}

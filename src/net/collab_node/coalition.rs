@@ -17,7 +17,7 @@ use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::config::NodeConfig;
-use crate::net::trainer::Worker;
+use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CollabRequest, CollabResponse, CoordRequest};
 use crate::silo::fedcollab::FL_BATCH_TAG;
 use rand::SeedableRng;
@@ -195,7 +195,16 @@ async fn finish(fl: &mut Fl<'_>, state: &Saved, local: &Worker<Local>) -> anyhow
     };
     writeln!(fl.log, "{}", serde_json::to_string(&line)?)?;
     fl.log.flush()?;
-    info!(accuracy, coalition = ?state.coalition.as_ref().map(|c| &c.0), "fedcollab run done");
+    let model = export_one(
+        local,
+        |l| &l.learner,
+        fl.cfg,
+        state.params.clone(),
+        fl.cfg.rounds,
+        accuracy,
+    )
+    .await;
+    info!(accuracy, coalition = ?state.coalition.as_ref().map(|c| &c.0), model = %model.display(), "fedcollab run done");
     Ok(())
 }
 

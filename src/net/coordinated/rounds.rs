@@ -16,7 +16,7 @@ use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::collab_node::Prelude;
 use crate::net::config::{Coordinated, CoordinatedAlgorithm, NodeConfig};
-use crate::net::trainer::Worker;
+use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CoordRequest, CoordResponse};
 use crate::silo::{BatchCursor, LocalRecipe};
 use rand::SeedableRng;
@@ -590,7 +590,7 @@ impl Node {
     }
 
     /// The evaluation of a round's model on the rounds evaluated on the way (the last is
-    /// evaluated in the final line).
+    /// evaluated in the final line), and its export.
     async fn eval_at(
         &self,
         params: Vec<f32>,
@@ -598,9 +598,10 @@ impl Node {
     ) -> anyhow::Result<Option<crate::trace::EvalRecord>> {
         let cfg = &self.cfg;
         if cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds {
-            Ok(Some(crate::trace::EvalRecord::from(
-                self.evaluate(params).await?,
-            )))
+            let ev = self.evaluate(params.clone()).await?;
+            // The model just scored is the silo's model to take home until the next one.
+            self.export(params, ev.accuracy()).await;
+            Ok(Some(crate::trace::EvalRecord::from(ev)))
         } else {
             Ok(None)
         }
@@ -663,7 +664,14 @@ impl Node {
         };
         writeln!(self.log, "{}", serde_json::to_string(&line)?)?;
         self.log.flush()?;
-        info!(accuracy, final_round, "coordinated run done");
+        let written = self.export(self.model.clone(), accuracy).await;
+        info!(accuracy, final_round, model = %written.display(), "coordinated run done");
         Ok(())
+    }
+
+    /// Writes `params` as the silo's model to take home, on the training thread.
+    async fn export(&self, params: Vec<f32>, accuracy: f64) -> PathBuf {
+        let c = &self.cfg;
+        export_one(&self.local, |l| &l.learner, c, params, self.round, accuracy).await
     }
 }

@@ -20,6 +20,7 @@ use super::identity::{self, Manifest};
 use super::impair::{Impairment, LOST_HOLD, Route};
 use super::limits;
 use super::metrics::{self, Metrics};
+use super::progress;
 use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::Peer;
@@ -115,8 +116,13 @@ struct Driver {
     evaluating: Option<(u64, Mixture)>,
     /// The scored mixture's export, sent once the round's checkpoint is queued.
     export: Option<Work>,
+    /// The round whose export a person asked for (`SIGUSR1`, the control channel): its
+    /// writing is logged where a person sees it.
+    export_asked: Option<u64>,
     /// The latest evaluation: round and accuracy (for the closing summary).
     last_eval: Option<(u64, f64)>,
+    /// What the progress line shows now: rounds done, peers connected, last evaluated round.
+    on_screen: (u64, usize, Option<u64>),
     log: std::io::BufWriter<std::fs::File>,
     log_path: PathBuf,
     /// Failed checkpoint writes (counted, logged, retried next round).
@@ -269,7 +275,9 @@ pub(crate) async fn run_from(
         jobs: Some(job_tx),
         evaluating: None,
         export: None,
+        export_asked: None,
         last_eval: None,
+        on_screen: (u64::MAX, 0, None),
         log,
         log_path,
         saves,
@@ -355,11 +363,23 @@ impl Driver {
                     "message loss set by the control channel (0 peers: every peer)"
                 );
             }
+            control::Command::Export => self.ask_export("the control channel"),
             control::Command::Status => {}
         }
         serde_json::json!({"ok": true, "round": self.round.rounds_done(),
             "version": self.round.version(), "connected": self.round.connected(),
             "blocked": self.blocked.len(), "impairment": self.impair.describe()})
+    }
+
+    /// Someone wants the model now: the round in progress ends with an evaluation, and the
+    /// predictor it scores is exported as after any evaluation.
+    fn ask_export(&mut self, by: &str) {
+        let round = self.round.request_evaluation();
+        self.export_asked = Some(round);
+        info!(
+            round,
+            "export asked for by {by}: evaluating at the end of this round"
+        );
     }
 
     async fn event_loop(
@@ -370,9 +390,12 @@ impl Driver {
     ) -> Result<Ending, NodeError> {
         tokio::pin!(shutdown);
         let mut redial = tokio::time::interval(Duration::from_secs(5));
+        let mut usr1 = export_signal();
         loop {
             self.apply_actions()?;
+            self.show_progress();
             if self.round.is_finished() {
+                progress::finish();
                 self.summary();
                 return Ok(Ending::Finished);
             }
@@ -405,6 +428,7 @@ impl Driver {
                 Some((cmd, reply)) = control_rx.recv() => {
                     let _ = reply.send(self.handle_control(cmd));
                 }
+                Some(()) = next_signal(&mut usr1) => self.ask_export("SIGUSR1"),
                 _ = redial.tick() => {
                     if self.round.connected() + 1 < self.manifest.members.len() {
                         self.dial_members();
@@ -428,7 +452,12 @@ impl Driver {
                 return Ok(());
             }
             Output::Exported { round, written } => {
+                let asked = self.export_asked.is_some_and(|r| round >= r);
                 match written {
+                    Ok(path) if asked => {
+                        self.export_asked = None;
+                        info!(round, path = %path.display(), "model exported as asked")
+                    }
                     Ok(path) => debug!(round, path = %path.display(), "model exported"),
                     Err(e) => warn!(round, error = %e, "could not export the model"),
                 }
@@ -474,6 +503,21 @@ impl Driver {
             self.update_peer_metrics();
         }
         Ok(())
+    }
+
+    /// The progress line on a terminal, when something on it changed.
+    fn show_progress(&mut self) {
+        let now = (
+            self.round.rounds_done(),
+            self.round.connected(),
+            self.last_eval.map(|e| e.0),
+        );
+        if now != self.on_screen && progress::shown() {
+            self.on_screen = now;
+            let peers = self.manifest.members.len().saturating_sub(1);
+            let total = (self.cfg.rounds > 0).then_some(self.cfg.rounds);
+            progress::show(now.0, total, self.last_eval, (now.1, peers));
+        }
     }
 
     /// The closing lines a person reads: rounds, the last accuracy, where the results are.
@@ -693,6 +737,34 @@ impl Driver {
 }
 
 /// The engine's events, as log lines.
+/// `SIGUSR1` asks for the model now (`kill -USR1 <pid>`); `None` where signals cannot be had.
+#[cfg(unix)]
+fn export_signal() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::user_defined1())
+        .inspect_err(|e| warn!("SIGUSR1 cannot ask for an export: {e}"))
+        .ok()
+}
+
+#[cfg(not(unix))]
+fn export_signal() -> Option<()> {
+    None
+}
+
+/// The next `SIGUSR1`; never, without a handler.
+#[cfg(unix)]
+async fn next_signal(sig: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match sig {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(not(unix))]
+async fn next_signal(_: &mut Option<()>) -> Option<()> {
+    std::future::pending().await
+}
+
 fn log_event(e: &Event) {
     match e {
         Event::StartingWithout {
@@ -720,7 +792,8 @@ fn log_event(e: &Event) {
                 round,
                 ?missing,
                 ?unannounced,
-                "stepping at the gradient deadline (missing: awaited gradients; unannounced:                  peers that did not say whether they pull this round)"
+                "stepping at the gradient deadline (missing: awaited gradients; unannounced: \
+                 peers that did not say whether they pull this round)"
             );
         }
         Event::Straggler { peer, round } => info!(
@@ -730,6 +803,10 @@ fn log_event(e: &Event) {
         ),
         Event::FetchLate { peer } => {
             warn!(peer = %peer, "final model did not arrive; dropped from the mixture")
+        }
+        // On a terminal the progress line shows the rounds; the log then keeps them at debug.
+        Event::RoundDone { round, duration } if progress::shown() => {
+            debug!(round, seconds = duration.as_secs_f64(), "round done")
         }
         Event::RoundDone { round, duration } => {
             info!(round, seconds = duration.as_secs_f64(), "round done")
