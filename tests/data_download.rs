@@ -594,6 +594,7 @@ fn cli_downloads_into_a_relative_data_dir_and_refuses_a_bad_file() {
 
     // A corrupt file fails `verify`, naming it; a named, missing set fails it; unnamed
     // missing sets are only reported.
+    std::fs::create_dir_all(tra.parent().unwrap()).unwrap();
     std::fs::write(&tra, vec![b'0'; optdigits.files[0].bytes as usize]).unwrap();
     let out = federico()
         .current_dir(cwd.path())
