@@ -80,7 +80,13 @@ impl Printer {
                 } else {
                     format!("{total} bytes")
                 };
-                self.line(format!("{url} -> {}: {what}", path.display()));
+                // Shown as the file it becomes, not the `.part` it is written to.
+                let shown = path.with_extension("");
+                let shown = match path.extension() {
+                    Some(e) if e == "part" => shown.as_path(),
+                    _ => path,
+                };
+                self.line(format!("{url} -> {}: {what}", shown.display()));
                 if self.terminal {
                     let bar = ProgressBar::new(total);
                     bar.set_style(
@@ -91,7 +97,8 @@ impl Printer {
                     );
                     bar.set_position(from);
                     bar.set_message(
-                        path.file_name()
+                        shown
+                            .file_name()
                             .unwrap_or_default()
                             .to_string_lossy()
                             .into_owned(),
