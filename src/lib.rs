@@ -21,6 +21,7 @@
 //! | [`silo`] | what one silo computes on its own data, the same in both drivers: FedeRiCo's round jobs and checkpoint format, local training recipes, batch orders and their stream tags, FedSaC's feature subspace, FedCollab's discriminator halves | drive rounds, talk to peers, or decide weights, groups or coalitions ([`core`], [`coord`]) |
 //! | [`report`] | `rounds.jsonl`, `summary.json`, plots and the final table | compute anything but summaries of what it is given |
 //! | [`sim`] | the in-process driver: all silos in one process, lock-step rounds, deterministic | hold algorithm decisions that belong in [`core`] |
+//! | [`datasets`] | `federico data`: the table of data-set files (sources, sizes, SHA-256s), resumable downloads, unpacking, verification | load or parse a data set, or leave a file that failed its hash in place |
 //! | [`store`] | atomic file replacement and versioned file headers (shards, checkpoints) | know what the bytes mean |
 //! | [`protocol`] | every wire protocol (peer, coordinator, FedCollab silo-to-silo): messages, their bounded bincode framing and payload checks | trust a length or a value from the network; be imported by [`coord`] |
 //! | [`net`] | the libp2p node, coordinated node and coordinator: identity, manifest, behaviour, round drivers, training thread, checkpoints, control channel, metrics | decide anything [`core`] or [`coord`] decides; train inside the event loop |
@@ -33,6 +34,7 @@
 pub mod cli;
 pub mod coord;
 pub mod core;
+pub mod datasets;
 pub mod faults;
 pub mod ids;
 pub mod launch;
