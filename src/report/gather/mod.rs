@@ -163,32 +163,31 @@ pub fn report(inputs: &[PathBuf], out: Option<&Path>) -> Result<Reported, Report
 }
 
 /// The federation folder of run logs at `<folder>/state/<silo>/rounds.jsonl`, when they all
-/// share one.
+/// share one: as given when the paths show it (`federation/state/silo-0`), else from their
+/// absolute paths (`silo-0` given from inside `state/`).
 fn federation_root(logs: &[PathBuf]) -> Option<PathBuf> {
-    let roots: Vec<PathBuf> = logs
-        .iter()
-        .map(|l| {
-            let state = l.parent()?.parent()?;
-            (state.file_name()? == "state").then(|| state.parent().map(Path::to_path_buf))?
+    fn root(log: &Path) -> Option<PathBuf> {
+        let state = log.parent()?.parent()?;
+        if state.file_name()? != "state" {
+            return None;
+        }
+        Some(match state.parent()? {
+            p if p.as_os_str().is_empty() => PathBuf::from("."),
+            p => p.to_path_buf(),
         })
-        .collect::<Option<_>>()?;
-    let first = roots.first()?;
-    let first = if first.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        first.clone()
+    }
+    let shared = |roots: Option<Vec<PathBuf>>| {
+        let roots = roots?;
+        let first = roots.first()?.clone();
+        roots.iter().all(|r| *r == first).then_some(first)
     };
-    roots
-        .iter()
-        .all(|r| {
-            let r = if r.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                r
-            };
-            r == first
-        })
-        .then_some(first)
+    shared(logs.iter().map(|l| root(l)).collect()).or_else(|| {
+        shared(
+            logs.iter()
+                .map(|l| root(&std::path::absolute(l).ok()?))
+                .collect(),
+        )
+    })
 }
 
 /// `out` if given and free (missing or empty), else the first free `base/report`,

@@ -132,6 +132,18 @@ fn summary_from_a_federation_folder_matches_the_logs() {
         serde_json::to_value(&again.outcome.summary).unwrap(),
         serde_json::to_value(s).unwrap()
     );
+    // The federation folder, as the paths give it.
+    assert_eq!(
+        federation_root(&[
+            PathBuf::from("fed/state/silo-0/rounds.jsonl"),
+            PathBuf::from("fed/state/silo-1/rounds.jsonl"),
+        ]),
+        Some(PathBuf::from("fed"))
+    );
+    assert_eq!(
+        federation_root(&[PathBuf::from("state/silo-0/rounds.jsonl")]),
+        Some(PathBuf::from("."))
+    );
 }
 
 #[test]

@@ -134,7 +134,7 @@ pub fn metric_bands(
     let x_range = round_range(curves.iter().flat_map(|c| c.points.iter().map(|p| p.round)));
     let colour = colours(curves.len());
     // Subsampled points, in axis units; a band point is clipped to the axis.
-    let shown: Vec<Vec<(i64, f64, Option<(f64, f64)>)>> = curves
+    let shown: Vec<Vec<ShownPoint>> = curves
         .iter()
         .map(|c| {
             subsample(c.points.len(), MAX_POINTS_PER_LINE)
@@ -218,9 +218,11 @@ pub fn metric_bands(
 
 /// A band point: round, mean, and (lower, upper) edges.
 type BandPoint = (i64, f64, (f64, f64));
+/// A point as drawn: round, mean, and the band's edges where it has one.
+type ShownPoint = (i64, f64, Option<(f64, f64)>);
 
 /// The runs of consecutive points that have a band and a finite mean: one polygon each.
-fn band_runs(points: &[(i64, f64, Option<(f64, f64)>)]) -> Vec<Vec<BandPoint>> {
+fn band_runs(points: &[ShownPoint]) -> Vec<Vec<BandPoint>> {
     let mut runs = Vec::new();
     let mut current: Vec<BandPoint> = Vec::new();
     for &(x, y, band) in points {
