@@ -32,11 +32,11 @@ pub fn read_node_log(path: &Path) -> Result<NodeLog, ReportError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(NodeLog::default()),
-        Err(source) => {
-            return Err(ReportError::Io {
-                path: path.to_owned(),
-                source,
-            });
+        Err(e) => {
+            return Err(ReportError::Input(format!(
+                "reading {}: {e}",
+                path.display()
+            )));
         }
     };
     let torn_tail = !text.is_empty() && !text.ends_with('\n');

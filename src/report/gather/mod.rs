@@ -39,6 +39,11 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
     }
 }
 
+/// A file that could not be read (`ReportError::Io` says "writing").
+fn read_err(path: &Path, e: std::io::Error) -> ReportError {
+    input(format!("reading {}: {e}", path.display()))
+}
+
 /// What one path given to `report` is.
 #[derive(Debug)]
 enum Source {
@@ -91,7 +96,7 @@ fn classify(path: &Path) -> Result<Source, ReportError> {
     let state = path.join("state");
     if state.is_dir() {
         let mut logs: Vec<PathBuf> = std::fs::read_dir(&state)
-            .map_err(io_at(&state))?
+            .map_err(|e| read_err(&state, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.join("rounds.jsonl").is_file())
             .collect();
@@ -212,7 +217,8 @@ fn output_folder(out: Option<&Path>, base: &Path) -> Result<PathBuf, ReportError
         .expect("some suffix is free"))
 }
 
-/// The silos' logs, one per silo in silo order, as one run: each log is one silo's (its
+/// The silos' logs (read from `paths`), with their paths, in silo order, when they are one
+/// run's: each log is one silo's (its
 /// records' `node`), no silo twice, none missing (every peer a log names has a log), and their
 /// times overlap (a federation's nodes run together). The logs carry no federation or run id,
 /// so two federations of the same size run at the same time cannot be told apart here; the
@@ -220,7 +226,7 @@ fn output_folder(out: Option<&Path>, base: &Path) -> Result<PathBuf, ReportError
 pub fn check_one_run(
     paths: &[PathBuf],
     logs: Vec<Vec<NodeRound>>,
-) -> Result<Vec<Vec<NodeRound>>, ReportError> {
+) -> Result<Vec<(PathBuf, Vec<NodeRound>)>, ReportError> {
     let mut by_silo: Vec<Option<(usize, Vec<NodeRound>)>> = Vec::new();
     let mut peers_named = 0usize;
     for (i, log) in logs.into_iter().enumerate() {
@@ -295,7 +301,10 @@ pub fn check_one_run(
             }
         }
     }
-    Ok(by_silo.into_iter().map(|(_, log)| log).collect())
+    Ok(by_silo
+        .into_iter()
+        .map(|(i, log)| (paths[i].clone(), log))
+        .collect())
 }
 
 /// A silo's `model.json` beside its run log, when it wrote one.
@@ -304,7 +313,7 @@ fn model_card(log: &Path) -> Result<Option<ModelCard>, ReportError> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_at(&path)(e)),
+        Err(e) => return Err(read_err(&path, e)),
     };
     serde_json::from_str(&text)
         .map(Some)
@@ -358,14 +367,8 @@ fn from_node_logs(
         warnings.extend(log.warning);
         logs.push(log.rounds);
     }
-    // Put the paths in silo order alongside the logs.
-    let order: Vec<usize> = {
-        let mut idx: Vec<usize> = (0..logs.len()).collect();
-        idx.sort_by_key(|&i| logs[i].first().map_or(u32::MAX, |r| r.node));
-        idx
-    };
-    let logs = check_one_run(paths, logs)?;
-    let paths: Vec<PathBuf> = order.iter().map(|&i| paths[i].clone()).collect();
+    let (paths, logs): (Vec<PathBuf>, Vec<Vec<NodeRound>>) =
+        check_one_run(paths, logs)?.into_iter().unzip();
 
     // The model, from the silos' model cards: one architecture, or not one run.
     let mut spec: Option<(ModelSpec, &Path)> = None;
@@ -445,7 +448,7 @@ fn from_node_logs(
 /// `summary.json` and every seed's `rounds.jsonl` (and `partition.json` for the groups).
 fn regenerate(run: &Path, out: &Path) -> Result<Reported, ReportError> {
     let path = run.join("summary.json");
-    let text = std::fs::read_to_string(&path).map_err(io_at(&path))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| read_err(&path, e))?;
     let old: Summary = serde_json::from_str(&text)
         .map_err(|e| input(format!("{}: not a run summary: {e}", path.display())))?;
     let algorithms: Vec<Algorithm> = old
@@ -471,7 +474,16 @@ fn regenerate(run: &Path, out: &Path) -> Result<Reported, ReportError> {
     for seed_run in &old.runs {
         let seed_src = run.join(format!("seed-{}", seed_run.seed));
         let log_path = seed_src.join("rounds.jsonl");
-        let text = std::fs::read_to_string(&log_path).map_err(io_at(&log_path))?;
+        let text = match std::fs::read_to_string(&log_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(input(format!(
+                    "{} is missing: report writes again the reports of simulate and of FedeRiCo swarms, whose seeds keep a merged run log (a coordinator swarm's do not)",
+                    log_path.display()
+                )));
+            }
+            Err(e) => return Err(read_err(&log_path, e)),
+        };
         let mut seed_curves: Curves = old
             .algorithms
             .iter()

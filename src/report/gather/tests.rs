@@ -163,6 +163,13 @@ fn a_run_directory_is_reported_again() {
     // A seed of it alone is refused with the way out.
     let e = err_of(report(&[first.out.join("seed-7")], None));
     assert!(e.contains("one seed of a run"), "{e}");
+    // A run directory whose seeds keep no merged run log (a coordinator swarm's).
+    std::fs::remove_file(first.out.join("seed-7/rounds.jsonl")).unwrap();
+    let e = err_of(report(&[first.out], Some(&dir.path().join("third"))));
+    assert!(
+        e.contains("seed-7/rounds.jsonl is missing") && e.contains("coordinator swarm"),
+        "{e}"
+    );
 }
 
 #[test]
