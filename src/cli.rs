@@ -42,6 +42,24 @@ pub enum Command {
     /// Download the standard data sets (MNIST, Fashion-MNIST, CIFAR-10, optdigits) into a data
     /// directory, or check the ones there against their published SHA-256s.
     Data(DataArgs),
+    /// Write the summary, table and plots that swarm writes from hand-started nodes' run logs
+    /// (their state directories, or the federation folder `init` wrote), or again from a
+    /// simulate or swarm run directory.
+    Report(ReportArgs),
+}
+
+/// `federico report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The state directories of one run's silos (each with rounds.jsonl), or a federation
+    /// folder from `federico init` (its state/*/ are read), or one simulate/swarm run directory.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// Output folder [default: report/ in the federation or run folder (for state directories
+    /// outside one, in the current folder), or report-2/, -3/, … when taken]; an explicit one
+    /// must be missing or empty.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `federico data`.
@@ -273,7 +291,34 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             DataCommand::Download(args) => data_download(args),
             DataCommand::Verify(args) => data_verify(args),
         },
+        Command::Report(args) => report(args),
     }
+}
+
+fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let reported = crate::report::gather::report(&args.inputs, args.out.as_deref())?;
+    for w in &reported.warnings {
+        eprintln!("warning: {w}");
+    }
+    let summary = &reported.outcome.summary;
+    let mut text = format!(
+        "{} (report of {}): {} silos, {} rounds, {} seed(s)\n{}",
+        summary.scenario,
+        reported.source,
+        summary.clients,
+        summary.rounds,
+        summary.seeds.len(),
+        reported.outcome.table
+    );
+    text += &same_group_line(&reported.outcome);
+    text += &fault_lines(&reported.outcome);
+    text += &format!(
+        "report in {}/ (summary.json, table.txt, {metric}.svg and .png, seed-*/)\n",
+        reported.out.display(),
+        metric = summary.metric
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    Ok(())
 }
 
 /// `--data-dir`, else `FEDERICO_DATA_DIR`, else `data` (relative to the working directory).
@@ -722,7 +767,12 @@ fn same_group_line(outcome: &sim::Outcome) -> String {
         .algorithms
         .iter()
         .find_map(|a| a.same_group_mass)
-        .map(|m| format!("FedeRiCo weight on same-group peers (self included): {m:.3}\n"))
+        .map(|m| {
+            format!(
+                "{} weight on same-group peers (self included): {m:.3}\n",
+                crate::report::names::display_name(crate::scenario::Algorithm::Federico)
+            )
+        })
         .unwrap_or_default()
 }
 

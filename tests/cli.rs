@@ -110,7 +110,8 @@ fn every_shipped_scenario_is_valid() {
 
 /// The README's "Running a federation of silos" commands, read from the README and run as
 /// printed (`federico` = this build) from an empty temporary folder with relative paths: `init`,
-/// then the three nodes at once. Each must finish its rounds and exit 0.
+/// then the three nodes at once. Each must finish its rounds and exit 0. Then `predict` and
+/// `report` as the section prints them.
 #[test]
 fn the_readme_federation_commands_run_as_printed_from_an_empty_folder() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
@@ -220,6 +221,68 @@ fn the_readme_federation_commands_run_as_printed_from_an_empty_folder() {
         said.contains(&format!("({correct} correct)")),
         "predict printed: {said}"
     );
+    // The README's report command: the summary the nodes' final evaluations give.
+    let report: Vec<String> = section
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("federico report "))
+        .expect("a report command in the federation section")
+        .split_whitespace()
+        .skip(1)
+        .map(String::from)
+        .collect();
+    let out = federico()
+        .args(&report)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let finals: Vec<(u64, u64)> = (0..3)
+        .map(|i| {
+            let text = std::fs::read_to_string(
+                dir.path()
+                    .join(format!("federation/state/silo-{i}/rounds.jsonl")),
+            )
+            .unwrap();
+            let last: serde_json::Value =
+                serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            (
+                last["eval"]["correct"].as_u64().unwrap(),
+                last["eval"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let report_dir = dir.path().join("federation/report");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report_dir.join("summary.json")).unwrap()).unwrap();
+    let fed = &summary["algorithms"][0];
+    assert_eq!(fed["algorithm"], "federico");
+    let pooled = finals.iter().map(|f| f.0).sum::<u64>() as f64
+        / finals.iter().map(|f| f.1).sum::<u64>() as f64;
+    assert!(
+        (fed["accuracy"].as_f64().unwrap() - pooled).abs() < 1e-12,
+        "{summary}"
+    );
+    for (i, (c, n)) in finals.iter().enumerate() {
+        let silo = fed["per_client"][i].as_f64().unwrap();
+        assert!(
+            (silo - *c as f64 / *n as f64).abs() < 1e-12,
+            "silo-{i}: {summary}"
+        );
+    }
+    assert_eq!(summary["rounds"], 100);
+    assert!(
+        printed.contains(&format!("{:.2}", pooled * 100.0)),
+        "{printed}"
+    );
+    for f in ["table.txt", "accuracy.svg", "accuracy.png"] {
+        assert!(report_dir.join(f).is_file(), "{f} missing");
+    }
     // Run again, init refuses to overwrite the keys.
     let again = federico()
         .args(&commands[0])

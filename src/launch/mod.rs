@@ -23,20 +23,18 @@ use crate::learn::{Federation, Shard};
 use crate::net::config::Deadlines;
 use crate::net::node::NodeRound;
 use crate::net::{Manifest, Member, NodeConfig, keygen, load_key};
-use crate::report::records::{AlgorithmResult, RoundRecord, RunSummary};
-use crate::report::summary::{
-    Curves, Outcome, Report, write_json, write_seed_plots, write_summary,
-};
+use crate::report::logs::{NodeSeed, read_node_log, write_node_seed};
+use crate::report::records::RunSummary;
+use crate::report::summary::{Curves, Outcome, Report, write_json, write_summary};
 use crate::scenario::{Algorithm, Scenario};
 use crate::trace::EvalRecord;
 use anyhow::{Context, bail};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use init::{DEFAULT_SCENARIO, Initialised, init};
 pub use outcome::{SwarmFigures, read_run_log};
-use outcome::{fault_report, figures, merge};
+use outcome::{fault_report, figures};
 pub use procs::start_node;
 use procs::{Proc, start_silo, stop_all, tail, watch};
 
@@ -199,11 +197,12 @@ pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome
     }
     let (spec, num_params, clients, regression) = meta.context("no seeds")?;
     let out = write_summary(
-        scenario,
+        &scenario.name,
+        scenario.rounds,
         &opts.out,
         &[Algorithm::Federico],
         Report {
-            spec,
+            spec: Some(spec),
             num_params,
             clients,
             regression,
@@ -235,11 +234,12 @@ fn swarm_coordinated(
     }
     let (spec, num_params, clients) = meta.context("no seeds")?;
     Ok(write_summary(
-        scenario,
+        &scenario.name,
+        scenario.rounds,
         &opts.out,
         &[algorithm],
         Report {
-            spec,
+            spec: Some(spec),
             num_params,
             clients,
             regression: false,
@@ -642,22 +642,28 @@ fn report_seed(
     let regression = spec.is_regression();
     let num_params = spec.num_params();
     let running = &run.running;
-    // Merge the run logs into the simulator's records.
-    let logs: Vec<Vec<NodeRound>> = running
-        .iter()
-        .map(|p| read_run_log(&p.run_log))
-        .collect::<anyhow::Result<_>>()?;
-    let groups = fed.groups();
-    let records = merge(seed, &logs, k, groups.as_deref(), regression)?;
-    let log_path = dir.join("rounds.jsonl");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&log_path)?);
-    for r in &records {
-        serde_json::to_writer(&mut f, r)?;
-        writeln!(f)?;
+    // The nodes' run logs, merged into the simulator's records and plotted as `report` does.
+    let mut logs: Vec<Vec<NodeRound>> = Vec::with_capacity(running.len());
+    for p in running {
+        let log = read_node_log(&p.run_log)?;
+        if let Some(w) = log.warning {
+            tracing::warn!("{w}");
+        }
+        logs.push(log.rounds);
     }
-    f.flush()?;
-    drop(f);
-    let mut summary = seed_summary(scenario, seed, &records)?;
+    let groups = fed.groups();
+    let NodeSeed {
+        mut summary,
+        curves,
+    } = write_node_seed(
+        &scenario.name,
+        seed,
+        scenario.rounds,
+        dir,
+        &logs,
+        groups.as_deref(),
+        regression,
+    )?;
     if let Some(driver) = &run.driver {
         let report = fault_report(
             scenario,
@@ -681,27 +687,6 @@ fn report_seed(
         run.total_seconds,
     );
     write_json(&dir.join("swarm.json"), &figures)?;
-    let curves: Curves = vec![(
-        Algorithm::Federico.name().to_string(),
-        records
-            .iter()
-            .filter_map(|r| {
-                r.algorithms
-                    .first()
-                    .map(|a| (r.round, a.accuracy.or(a.mse).unwrap_or(f64::NAN)))
-            })
-            .collect(),
-    )];
-    let mut plot_scenario = scenario.clone();
-    plot_scenario.algorithms = vec![Algorithm::Federico];
-    write_seed_plots(
-        &plot_scenario,
-        dir,
-        &log_path,
-        &curves,
-        groups.as_deref(),
-        regression,
-    )?;
     Ok(SeedOutcome {
         summary,
         curves,
@@ -709,36 +694,5 @@ fn report_seed(
         num_params,
         clients: k,
         regression,
-    })
-}
-
-/// A seed's summary from its merged records: FedeRiCo's last evaluated round, and the
-/// same-group mass of the last round (no fault report yet).
-fn seed_summary(
-    scenario: &Scenario,
-    seed: u64,
-    records: &[RoundRecord],
-) -> anyhow::Result<RunSummary> {
-    let last = records
-        .iter()
-        .rev()
-        .find(|r| !r.algorithms.is_empty())
-        .context("no node evaluated")?;
-    let fed_round = &last.algorithms[0];
-    let mass = records
-        .last()
-        .and_then(|r| r.federico.as_ref())
-        .and_then(|f| f.same_group_mass);
-    Ok(RunSummary {
-        seed,
-        rounds: scenario.rounds,
-        algorithms: vec![AlgorithmResult {
-            algorithm: fed_round.algorithm.clone(),
-            accuracy: fed_round.accuracy,
-            mse: fed_round.mse,
-            per_client: fed_round.per_client.clone(),
-            same_group_mass: mass,
-        }],
-        faults: None,
     })
 }

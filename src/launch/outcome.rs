@@ -1,16 +1,14 @@
-//! What a finished swarm run produced: the nodes' run logs merged into the simulator's
-//! per-round records, the speed and size figures (`swarm.json`), and the fault checks.
-//! Owns: [`SwarmFigures`], [`read_run_log`], merging the logs, and the fault report's inputs.
+//! What a finished swarm run produced beyond the report (`report::logs` merges the nodes' run
+//! logs into it): the speed and size figures (`swarm.json`) and the fault checks.
+//! Owns: [`SwarmFigures`], [`read_run_log`] (the lenient reader progress and tests poll), and
+//! the fault report's inputs.
 //! Must not: start or stop processes (`procs.rs`), define a check (`faults::checks`), or run
 //! the simulator (the baseline is [`SwarmOptions::baseline`], the caller's).
 
 use super::{Proc, SwarmOptions, faults};
 use crate::faults::checks;
-use crate::learn::Evaluation;
 use crate::net::node::NodeRound;
-use crate::report::records::{FedericoRound, RoundRecord};
-use crate::report::summary::{algorithm_round, same_group_mass};
-use crate::scenario::{Algorithm, Scenario};
+use crate::scenario::Scenario;
 use anyhow::Context;
 use std::path::Path;
 /// Speed and size of one swarm run (`seed-<n>/swarm.json`), the figures of issue 3.
@@ -214,69 +212,4 @@ pub fn read_run_log(path: &Path) -> anyhow::Result<Vec<NodeRound>> {
         .lines()
         .filter_map(|l| serde_json::from_str::<NodeRound>(l).ok())
         .collect())
-}
-
-/// The nodes' run logs as the simulator's per-round records (FedeRiCo only). A round a node
-/// ran twice (it resumed from a checkpoint) counts with its last run.
-pub(super) fn merge(
-    seed: u64,
-    logs: &[Vec<NodeRound>],
-    k: usize,
-    groups: Option<&[usize]>,
-    regression: bool,
-) -> anyhow::Result<Vec<RoundRecord>> {
-    let rounds = logs
-        .iter()
-        .map(|l| l.iter().map(|r| r.round).max().unwrap_or(0))
-        .min()
-        .unwrap_or(0);
-    let mut out = Vec::new();
-    for round in 1..=rounds {
-        let rows: Vec<&NodeRound> = logs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                l.iter()
-                    .rev()
-                    .find(|r| r.round == round)
-                    .with_context(|| format!("silo-{i} has no record of round {round}"))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let weights: Vec<Vec<f64>> = rows
-            .iter()
-            .map(|r| {
-                let mut row = vec![0.0; k];
-                for &(j, w) in &r.weights {
-                    if (j as usize) < k {
-                        row[j as usize] = w;
-                    }
-                }
-                row
-            })
-            .collect();
-        let mass = groups.map(|g| same_group_mass(&weights, g));
-        let evals: Option<Vec<Evaluation>> = rows
-            .iter()
-            .map(|r| {
-                r.eval.map(|e| Evaluation {
-                    loss_sum: e.loss_sum,
-                    correct: e.correct,
-                    count: e.count,
-                })
-            })
-            .collect();
-        out.push(RoundRecord {
-            seed,
-            round: round as usize,
-            algorithms: evals
-                .map(|e| vec![algorithm_round(Algorithm::Federico, e, regression)])
-                .unwrap_or_default(),
-            federico: Some(FedericoRound {
-                weights,
-                sampled: rows.iter().map(|r| r.sampled.clone()).collect(),
-                same_group_mass: mass,
-            }),
-        });
-    }
-    Ok(out)
 }

@@ -1,17 +1,18 @@
 //! The summaries a run writes at the end, shared by `simulate` (the `sim` driver) and `swarm`
 //! ([`crate::launch`]).
 //! Owns: scoring one evaluation of every silo into an [`AlgorithmRound`], the same-group weight
-//! mass, `summary.json` and `table.txt` over the seeds with the seed-mean metric plot, a seed's
-//! metric and weight plots, and pretty-printed JSON files.
+//! mass, `summary.json` and `table.txt` over the seeds with the metric plot (mean ± std over
+//! seeds), a seed's metric and weight plots, and pretty-printed JSON files. `federico report`
+//! calls the same functions ([`super::gather`]).
 //! Must not: run or evaluate models, or decide what a run's seeds and algorithms are (the
 //! drivers hand it what they produced).
 
 use super::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, RoundRecord, RunSummary, Summary,
 };
-use super::{plots, table};
+use super::{bands, plots, table};
 use crate::learn::{Evaluation, ModelSpec};
-use crate::scenario::{Algorithm, Scenario};
+use crate::scenario::Algorithm;
 use std::path::{Path, PathBuf};
 
 /// Errors writing a run's reports.
@@ -28,6 +29,19 @@ pub enum ReportError {
     /// A plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] plots::PlotError),
+    /// A run log line that is not a record (not the torn last line of a killed node).
+    #[error("{path}:{line}: {reason}")]
+    RunLog {
+        /// The run log.
+        path: PathBuf,
+        /// The line, counted from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Run logs or run directories that cannot be reported (none found, or not of one run).
+    #[error("{0}")]
+    Input(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
@@ -108,7 +122,8 @@ pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(
 
 /// What every seed of a run produced, ready to be summarised.
 pub(crate) struct Report {
-    pub(crate) spec: ModelSpec,
+    /// The architecture (unknown for nodes that wrote no model card).
+    pub(crate) spec: Option<ModelSpec>,
     pub(crate) num_params: usize,
     pub(crate) clients: usize,
     pub(crate) regression: bool,
@@ -118,10 +133,25 @@ pub(crate) struct Report {
     pub(crate) curves: Vec<Curves>,
 }
 
-/// Writes `summary.json`, the seed-mean metric plot and `table.txt` under `out` for the
-/// seeds in `report`; shared by `simulate` and `swarm`.
+/// The y axis of a run's metric plots: accuracy in percent, or MSE as it is.
+fn metric_axis(regression: bool) -> plots::Axis<'static> {
+    plots::Axis {
+        label: if regression {
+            "test MSE"
+        } else {
+            "test accuracy (%)"
+        },
+        accuracy: !regression,
+        percent: !regression,
+    }
+}
+
+/// Writes `summary.json`, the metric plot (mean ± std over seeds) and `table.txt` under `out`
+/// for the seeds in `report`, naming the run `name` (its scenario) of `rounds` rounds; shared by
+/// `simulate`, `swarm` and `report`.
 pub(crate) fn write_summary(
-    scenario: &Scenario,
+    name: &str,
+    rounds: usize,
     out: &Path,
     algorithms: &[Algorithm],
     report: Report,
@@ -173,45 +203,30 @@ pub(crate) fn write_summary(
         .collect();
     let metric = if regression { "mse" } else { "accuracy" };
     let summary = Summary {
-        scenario: scenario.name.clone(),
+        scenario: name.to_string(),
         metric: metric.into(),
-        model: serde_json::to_value(&spec).unwrap_or_default(),
+        model: spec
+            .and_then(|s| serde_json::to_value(&s).ok())
+            .unwrap_or_default(),
         num_params,
         clients,
-        rounds: scenario.rounds,
+        rounds,
         seeds: seeds.clone(),
         algorithms,
         runs,
     };
     write_json(&out.join("summary.json"), &summary)?;
 
-    // The seed-mean curve of every algorithm (seeds share evaluation rounds).
-    let mean_curves: Vec<(String, Vec<(usize, f64)>)> = curves[0]
-        .iter()
-        .enumerate()
-        .map(|(a, (name, pts))| {
-            let pts = pts
-                .iter()
-                .enumerate()
-                .map(|(p, &(round, _))| {
-                    (
-                        round,
-                        curves.iter().map(|c| c[a].1[p].1).sum::<f64>() / curves.len() as f64,
-                    )
-                })
-                .collect();
-            (name.clone(), pts)
-        })
-        .collect();
-    plots::metric_curves(
+    // Every algorithm's mean over seeds, with the spread as a band.
+    let seeds_said = match seeds.len() {
+        1 => "1 seed".to_string(),
+        n => format!("mean ± std over {n} seeds"),
+    };
+    plots::metric_bands(
         &out.join(format!("{metric}.svg")),
-        &format!(
-            "{}: test {metric} per round (mean over {} seeds)",
-            scenario.name,
-            seeds.len()
-        ),
-        metric,
-        &mean_curves,
+        &format!("{name}: test {metric} per round ({seeds_said})"),
+        metric_axis(regression),
+        &bands::curves_over_seeds(&curves),
     )?;
 
     let rows: Vec<table::Row> = summary
@@ -231,9 +246,11 @@ pub(crate) fn write_summary(
     })
 }
 
-/// The seed's plots: metric per round, and FedeRiCo's weights over rounds and at the end.
+/// The seed's plots: metric per round, and, when the run had FedeRiCo (`federico`), its
+/// weights over rounds and at the end (read back from the seed's `rounds.jsonl` at `log_path`).
 pub(crate) fn write_seed_plots(
-    scenario: &Scenario,
+    name: &str,
+    federico: bool,
     dir: &Path,
     log_path: &Path,
     curves: &[(String, Vec<(usize, f64)>)],
@@ -241,23 +258,24 @@ pub(crate) fn write_seed_plots(
     regression: bool,
 ) -> Result<(), ReportError> {
     let metric = if regression { "mse" } else { "accuracy" };
-    plots::metric_curves(
+    plots::metric_bands(
         &dir.join(format!("{metric}.svg")),
-        &format!("{}: test {metric}", scenario.name),
-        metric,
-        curves,
+        &format!("{name}: test {metric}"),
+        metric_axis(regression),
+        &bands::curves_over_seeds(&[curves.to_vec()]),
     )?;
-    if !scenario.algorithms.contains(&Algorithm::Federico) {
+    if !federico {
         return Ok(());
     }
     // Re-read the weights from the run log rather than keeping every round in memory.
     let text = std::fs::read_to_string(log_path).map_err(io_err(log_path))?;
     let mut rounds = Vec::new();
     let mut weights = Vec::new();
-    for line in text.lines() {
-        let rec: RoundRecord = serde_json::from_str(line).map_err(|e| ReportError::Io {
+    for (n, line) in text.lines().enumerate() {
+        let rec: RoundRecord = serde_json::from_str(line).map_err(|e| ReportError::RunLog {
             path: log_path.to_owned(),
-            source: e.into(),
+            line: n + 1,
+            reason: e.to_string(),
         })?;
         if let Some(f) = rec.federico {
             rounds.push(rec.round);
@@ -274,8 +292,8 @@ pub(crate) fn write_seed_plots(
         plots::weight_heatmap(
             &dir.join("weights_final.svg"),
             &format!(
-                "{}: FedeRiCo weights after round {}",
-                scenario.name,
+                "{name}: {} weights after round {}",
+                super::names::display_name(Algorithm::Federico),
                 rounds.last().copied().unwrap_or(0)
             ),
             fin,

@@ -87,6 +87,10 @@ impl From<ReportError> for SimError {
         match e {
             ReportError::Io { path, source } => SimError::Io { path, source },
             ReportError::Plot(e) => SimError::Plot(e),
+            // A run's own files only: the simulator just wrote its run log.
+            e @ (ReportError::RunLog { .. } | ReportError::Input(_)) => {
+                SimError::Invariant(e.to_string())
+            }
         }
     }
 }
@@ -226,14 +230,20 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     bar.finish_and_clear();
     let (spec, num_params, clients, regression) = meta.expect("seeds is validated non-empty");
     let report = Report {
-        spec,
+        spec: Some(spec),
         num_params,
         clients,
         regression,
         runs,
         curves,
     };
-    Ok(write_summary(scenario, &opts.out, &algorithms, report)?)
+    Ok(write_summary(
+        &scenario.name,
+        scenario.rounds,
+        &opts.out,
+        &algorithms,
+        report,
+    )?)
 }
 
 /// What every run of a seed starts from.

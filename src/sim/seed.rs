@@ -275,7 +275,8 @@ pub(super) fn run_seed(
         }
     }
     write_seed_plots(
-        scenario,
+        &scenario.name,
+        scenario.algorithms.contains(&Algorithm::Federico),
         dir,
         &log_path,
         &curves,

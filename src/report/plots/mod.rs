@@ -1,13 +1,21 @@
-//! SVG plots (plotters): collaborator weights over rounds (the paper's Figure 3), the final weight
-//! matrix as a heatmap, and a metric per round per algorithm.
-//! Owns: the three figures ([`weights_over_rounds`], [`weight_heatmap`], [`metric_curves`]),
-//! their shared scales, colours and legends, and the caps that keep an SVG small.
-//! Must not: read run files; callers pass plain numbers.
+//! Plots (plotters), each written as SVG with a PNG beside it: collaborator weights over rounds
+//! (the paper's Figure 3), the final weight matrix as a heatmap, and a metric per round per
+//! algorithm, with mean ± std bands over seeds.
+//! Owns: the figures ([`weights_over_rounds`], [`weight_heatmap`] here; [`metric_bands`] and
+//! [`metric_curves`] in `curves.rs`), their shared scales, colours and legends, and the caps that
+//! keep a file small; `canvas.rs` draws each figure as SVG and PNG with the bundled font.
+//! Must not: read run files or compute statistics; callers pass plain numbers.
 
 use std::error::Error;
 use std::path::Path;
 
-use plotters::coord::Shift;
+mod canvas;
+mod curves;
+
+pub use canvas::PNG_SCALE;
+use canvas::{Area, render};
+pub use curves::{Axis, Curve, CurvePoint, metric_bands, metric_curves};
+
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -32,7 +40,7 @@ const MAX_LEGEND_ENTRIES: usize = 12;
 /// Heatmap cells carry their value (2 decimals) up to this many clients.
 const MAX_ANNOTATED_CLIENTS: usize = 12;
 
-const FONT: &str = "sans-serif";
+const FONT: &str = canvas::FONT_FAMILY;
 /// Tableau 10: distinct, readable on white.
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -49,31 +57,11 @@ const PALETTE: [RGBColor; 10] = [
 const GRID: RGBColor = RGBColor(225, 225, 225);
 const MISSING: RGBColor = RGBColor(200, 200, 200);
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-type DrawResult = Result<(), Box<dyn Error>>;
-
 fn plot_error(path: &Path, reason: impl ToString) -> PlotError {
     PlotError {
         path: path.display().to_string(),
         reason: reason.to_string(),
     }
-}
-
-/// Draws into an in-memory SVG of `size` pixels, then writes it to `path` (whose parent directory
-/// must exist), so a failed write is an error rather than a panic in the backend's `Drop`.
-fn render_svg(
-    path: &Path,
-    size: (u32, u32),
-    draw: impl FnOnce(&Area<'_>) -> DrawResult,
-) -> Result<(), PlotError> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_error(path, e))?;
-        draw(&root).map_err(|e| plot_error(path, e))?;
-        root.present().map_err(|e| plot_error(path, e))?;
-    }
-    std::fs::write(path, svg).map_err(|e| plot_error(path, e))
 }
 
 /// `n` evenly spaced colours: the Tableau palette up to 10, hues around the wheel beyond.
@@ -352,7 +340,7 @@ pub fn weights_over_rounds(
     let per_line = (MAX_POINTS_PER_FIGURE / (k * k)).clamp(2, MAX_POINTS_PER_LINE);
     let idx = subsample(rounds.len(), per_line);
 
-    render_svg(path, (width as u32, height as u32), |root| {
+    render(path, (width as u32, height as u32), |root| {
         let title_style =
             TextStyle::from((FONT, 24).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
         root.draw(&Text::new(
@@ -481,7 +469,7 @@ pub fn weight_heatmap(
     let scale = |v: f64| (v - vmin) / (vmax - vmin);
     let group_colour = groups.map(|g| group_colours(g).0);
 
-    render_svg(path, (width as u32, height as u32), |root| {
+    render(path, (width as u32, height as u32), |root| {
         let centre = Pos::new(HPos::Center, VPos::Center);
         root.draw(&Text::new(
             title.to_string(),
@@ -622,100 +610,6 @@ pub fn weight_heatmap(
                 tick_style.clone(),
             ))?;
         }
-        Ok(())
-    })
-}
-
-/// One line per series (algorithm): `(round, value)` points. `metric` labels the y axis
-/// ("accuracy" is drawn on [0, 1]; anything else is scaled to the data).
-///
-/// Series longer than 500 points are subsampled evenly; non-finite values leave gaps. The legend
-/// sits bottom right for accuracy (curves rise) and top right otherwise (losses fall).
-///
-/// Errors: no series, a series without points, no finite value at all, or the file cannot be
-/// written (its parent directory must exist).
-pub fn metric_curves(
-    path: &Path,
-    title: &str,
-    metric: &str,
-    series: &[(String, Vec<(usize, f64)>)],
-) -> Result<(), PlotError> {
-    if series.is_empty() {
-        return Err(plot_error(path, "no series to plot"));
-    }
-    if let Some((name, _)) = series.iter().find(|(_, points)| points.is_empty()) {
-        return Err(plot_error(path, format!("series {name:?} has no points")));
-    }
-    let all_values = || series.iter().flat_map(|(_, p)| p.iter().map(|&(_, v)| v));
-    let Some((lo, hi)) = finite_bounds(all_values()) else {
-        return Err(plot_error(path, "no finite value to plot"));
-    };
-    let accuracy = metric.eq_ignore_ascii_case("accuracy") || metric.eq_ignore_ascii_case("acc");
-    let y_range = if accuracy {
-        lo.min(0.0)..hi.max(1.0)
-    } else {
-        let pad = if hi > lo {
-            (hi - lo) * 0.05
-        } else {
-            lo.abs().max(1.0) * 0.1
-        };
-        (lo - pad)..(hi + pad)
-    };
-    let x_range = round_range(series.iter().flat_map(|(_, p)| p.iter().map(|&(r, _)| r)));
-    let colour = colours(series.len());
-
-    render_svg(path, (960, 600), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 26))
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x_range.clone(), y_range.clone())?;
-        let decimals = label_decimals(y_range.end - y_range.start, 6);
-        chart
-            .configure_mesh()
-            .x_desc("round")
-            .y_desc(metric)
-            .bold_line_style(GRID)
-            .light_line_style(TRANSPARENT)
-            .y_label_formatter(&|v| format!("{v:.decimals$}"))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 17))
-            .draw()?;
-
-        for ((name, points), &c) in series.iter().zip(&colour) {
-            let idx = subsample(points.len(), MAX_POINTS_PER_LINE);
-            let mut segments =
-                finite_segments(idx.iter().map(|&t| (points[t].0 as i64, points[t].1)));
-            if segments.is_empty() {
-                // All NaN: nothing to draw, but the algorithm still gets its legend entry.
-                segments.push(Vec::new());
-            }
-            let few = idx.len() <= 30;
-            for (s, segment) in segments.into_iter().enumerate() {
-                if few {
-                    chart.draw_series(segment.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
-                }
-                let line = chart.draw_series(LineSeries::new(segment, c.stroke_width(2)))?;
-                if s == 0 {
-                    line.label(name.clone()).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3))
-                    });
-                }
-            }
-        }
-        chart
-            .configure_series_labels()
-            .position(if accuracy {
-                SeriesLabelPosition::LowerRight
-            } else {
-                SeriesLabelPosition::UpperRight
-            })
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.5))
-            .label_font((FONT, 16))
-            .margin(12)
-            .draw()?;
         Ok(())
     })
 }

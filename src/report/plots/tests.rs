@@ -470,3 +470,124 @@ fn render_samples() {
         .collect();
     metric_curves(&dir.join("mse.svg"), "Test MSE per round", "mse", &mse).unwrap();
 }
+
+/// Decodes a PNG: (width, height, RGB(A) bytes).
+fn decode_png(path: &Path) -> (u32, u32, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert!(!bytes.is_empty(), "{} is empty", path.display());
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+/// Dark pixels (every channel below 100: text, axes, dark lines) in rows `rows` of an RGB
+/// image `width` wide.
+fn dark_pixels(rgb: &[u8], width: u32, rows: std::ops::Range<u32>) -> usize {
+    rgb.chunks(3)
+        .enumerate()
+        .filter(|(i, _)| rows.contains(&(*i as u32 / width)))
+        .filter(|(_, p)| p.iter().all(|&c| c < 100))
+        .count()
+}
+
+#[test]
+fn bands_in_percent_with_display_labels_and_a_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("accuracy.svg");
+    let curves: Vec<Curve> = ["FedAvg+", "FedeRiCo"]
+        .iter()
+        .enumerate()
+        .map(|(a, label)| Curve {
+            label: label.to_string(),
+            points: (1..=20)
+                .map(|r| CurvePoint {
+                    round: r * 5,
+                    mean: 0.4 + 0.2 * a as f64 + 0.01 * r as f64,
+                    std: 0.05,
+                })
+                .collect(),
+        })
+        .collect();
+    let axis = Axis {
+        label: "test accuracy (%)",
+        accuracy: true,
+        percent: true,
+    };
+    metric_bands(&path, "demo (mean ± std over 3 seeds)", axis, &curves).unwrap();
+    let svg = read_svg(&path);
+    let texts = text_of(&svg);
+    for t in [
+        "FedAvg+",
+        "FedeRiCo",
+        "test accuracy (%)",
+        "100",
+        "demo (mean ± std over 3 seeds)",
+    ] {
+        assert!(texts.contains(&t.to_string()), "{t} missing: {texts:?}");
+    }
+    // One shaded band per curve, under the lines.
+    assert_eq!(svg.matches("<polygon").count(), 2, "bands");
+    let after_bands = &svg[svg.rfind("<polygon").unwrap()..];
+    assert_eq!(
+        polylines(after_bands).iter().filter(|&&n| n == 20).count(),
+        2,
+        "both lines drawn over the bands"
+    );
+
+    let (w, h, rgb) = decode_png(&path.with_extension("png"));
+    assert_eq!((w, h), (960 * PNG_SCALE, 600 * PNG_SCALE));
+    assert_eq!(rgb.len(), (w * h * 3) as usize);
+    // The title is drawn: dark pixels in the top band of the image, and none in the margin
+    // above it.
+    assert!(
+        dark_pixels(&rgb, w, 0..60 * PNG_SCALE) > 500,
+        "no title text"
+    );
+    assert_eq!(dark_pixels(&rgb, w, 0..4), 0);
+    // Same input, same bytes.
+    let first = std::fs::read(path.with_extension("png")).unwrap();
+    metric_bands(&path, "demo (mean ± std over 3 seeds)", axis, &curves).unwrap();
+    assert_eq!(std::fs::read(path.with_extension("png")).unwrap(), first);
+}
+
+#[test]
+fn every_figure_writes_a_png_beside_its_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let groups = [0, 0, 1, 1];
+    let weights = converging(4, &groups, 30);
+    let rounds: Vec<usize> = (1..=30).collect();
+    let over = dir.path().join("weights_over_rounds.svg");
+    weights_over_rounds(&over, &rounds, &weights, Some(&groups)).unwrap();
+    let heat = dir.path().join("weights_final.svg");
+    weight_heatmap(&heat, "final", weights.last().unwrap(), Some(&groups)).unwrap();
+    let plain = dir.path().join("mse.svg");
+    metric_curves(&plain, "t", "mse", &curves()).unwrap();
+    for svg in [over, heat, plain] {
+        let (w, h, rgb) = decode_png(&svg.with_extension("png"));
+        assert!(w > 0 && h > 0 && w % PNG_SCALE == 0, "{}", svg.display());
+        assert!(
+            dark_pixels(&rgb, w, 0..h) > 1000,
+            "{} is blank",
+            svg.display()
+        );
+    }
+    // A figure that fails writes neither file.
+    let bad = dir.path().join("bad.svg");
+    assert!(
+        metric_bands(
+            &bad,
+            "t",
+            Axis {
+                label: "x",
+                accuracy: false,
+                percent: false
+            },
+            &[]
+        )
+        .is_err()
+    );
+    assert!(!bad.exists() && !bad.with_extension("png").exists());
+}
