@@ -281,6 +281,39 @@ impl<S: Send + 'static> Worker<S> {
     }
 }
 
+/// Writes a coordinated silo's model to take home — `params` as one part of weight 1, in
+/// `<state_dir>/model.json` and `model.safetensors` — on `worker`'s thread, and returns the
+/// card's path. A failure is reported, never fatal: the run log and checkpoint stand.
+pub(crate) async fn export_one<S: Send + 'static>(
+    worker: &Worker<S>,
+    learner: fn(&S) -> &crate::learn::Learner,
+    cfg: &super::config::NodeConfig,
+    params: Vec<f32>,
+    round: u64,
+    accuracy: f64,
+) -> PathBuf {
+    let dir = cfg.state_dir.clone();
+    let name = cfg.name.clone();
+    let card = dir.join("model.json");
+    let written = worker
+        .run(move |s| {
+            let parts = [(name.clone(), params.as_slice(), 1.0)];
+            crate::learn::export::write(&dir, learner(s), &name, &parts, round, Some(accuracy))
+        })
+        .await;
+    match written {
+        Ok(Ok(path)) => path,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not export the model");
+            card
+        }
+        Err(WorkerGone) => {
+            tracing::warn!("could not export the model: the training thread stopped");
+            card
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,38 +375,5 @@ mod tests {
         let r = w.run(|_| -> i32 { panic!("a job that panics") }).await;
         assert!(r.is_err());
         assert!(w.run(|v| v.len()).await.is_err(), "the thread is gone");
-    }
-}
-
-/// Writes a coordinated silo's model to take home — `params` as one part of weight 1, in
-/// `<state_dir>/model.json` and `model.safetensors` — on `worker`'s thread, and returns the
-/// card's path. A failure is reported, never fatal: the run log and checkpoint stand.
-pub(crate) async fn export_one<S: Send + 'static>(
-    worker: &Worker<S>,
-    learner: fn(&S) -> &crate::learn::Learner,
-    cfg: &super::config::NodeConfig,
-    params: Vec<f32>,
-    round: u64,
-    accuracy: f64,
-) -> PathBuf {
-    let dir = cfg.state_dir.clone();
-    let name = cfg.name.clone();
-    let card = dir.join("model.json");
-    let written = worker
-        .run(move |s| {
-            let parts = [(name.clone(), params.as_slice(), 1.0)];
-            crate::learn::export::write(&dir, learner(s), &name, &parts, round, Some(accuracy))
-        })
-        .await;
-    match written {
-        Ok(Ok(path)) => path,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "could not export the model");
-            card
-        }
-        Err(WorkerGone) => {
-            tracing::warn!("could not export the model: the training thread stopped");
-            card
-        }
     }
 }
