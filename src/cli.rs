@@ -355,14 +355,22 @@ fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads a scenario with its `--set` overrides; every message names the file (or the flag) once.
+fn read_scenario(path: &std::path::Path, set: &[String]) -> anyhow::Result<Scenario> {
+    use crate::scenario::ScenarioError;
+    Scenario::load_with(path, set).map_err(|e| match e {
+        ScenarioError::Io { .. } | ScenarioError::Parse { .. } => anyhow::Error::new(e),
+        other => anyhow::Error::new(other).context(format!("scenario {}", path.display())),
+    })
+}
+
 fn init(args: InitArgs) -> anyhow::Result<()> {
     let n = args.silos;
     let mut set = vec![format!("split.clients={n}")];
     let scenario = match &args.scenario {
         Some(path) => {
             set.extend(args.set.iter().cloned());
-            Scenario::load_with(path, &set)
-                .with_context(|| format!("loading scenario {}", path.display()))?
+            read_scenario(path, &set)?
         }
         None => {
             // The quick start's federation, cut to N silos. Below 6 silos one label group: with
@@ -509,8 +517,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
 }
 
 fn partition(args: PartitionArgs) -> anyhow::Result<()> {
-    let scenario = Scenario::load_with(&args.scenario, &args.set)
-        .with_context(|| format!("loading scenario {}", args.scenario.display()))?;
+    let scenario = read_scenario(&args.scenario, &args.set)?;
     let seed = args.seed.unwrap_or(scenario.seeds[0]);
     let written =
         crate::launch::write_shards(&scenario, seed, args.data_dir.as_deref(), &args.out)?;
@@ -612,8 +619,7 @@ fn load_scenario(
     rounds: Option<usize>,
     more: impl FnOnce(&mut Scenario),
 ) -> anyhow::Result<Scenario> {
-    let mut scenario = Scenario::load_with(path, set)
-        .with_context(|| format!("loading scenario {}", path.display()))?;
+    let mut scenario = read_scenario(path, set)?;
     if let Some(seed) = seed {
         scenario.seeds = vec![seed];
     }

@@ -13,12 +13,12 @@ pub enum DataError {
     #[error("{0}")]
     Missing(String),
     /// A file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (in the message, so not a `source`: `{:#}` would repeat it).
+        error: std::io::Error,
     },
     /// A file was read but its content is not what its format requires.
     #[error("{path}: {reason}")]

@@ -41,9 +41,16 @@ impl Shard {
         let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
         let body = crate::store::strip_header(&bytes, MAGIC, VERSION).map_err(|e| bad(path, e))?;
         let (shard, used): (Shard, usize) = crate::store::decode_bounded(body).map_err(|e| {
+            // bincode's reason is a Rust debug dump; what a user can act on is the file.
+            tracing::debug!(path = %path.display(), "shard decoding: {e}");
+            let why = if e.starts_with("UnexpectedEnd") {
+                "it ends early (truncated?)"
+            } else {
+                "its contents do not decode (corrupt, or written by another version?)"
+            };
             bad(
                 path,
-                format!("undecodable ({e}); truncated or not a shard?"),
+                format!("{why}; write it again with `federico partition` or `federico init`"),
             )
         })?;
         if used != body.len() {

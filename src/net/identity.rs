@@ -15,15 +15,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{what} {}: {error}", path.display())]
     Io {
+        /// What the file is to federico ("key file", "manifest", "folder").
+        what: &'static str,
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (in the message, so not a `source`: `{:#}` would repeat it).
+        error: std::io::Error,
     },
     /// A key file that is not a libp2p keypair.
-    #[error("{path}: not a federico key file ({reason})")]
+    #[error("key file {}: not a federico key ({reason}); `federico keygen --out FILE` writes one", path.display())]
     BadKey {
         /// The file.
         path: PathBuf,
@@ -43,10 +45,11 @@ pub enum IdentityError {
     },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
-    move |source| IdentityError::Io {
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> IdentityError + 'a {
+    move |error| IdentityError::Io {
+        what,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -56,7 +59,7 @@ pub fn keygen(path: &Path) -> Result<Keypair, IdentityError> {
         return Err(IdentityError::KeyExists(path.to_path_buf()));
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        std::fs::create_dir_all(dir).map_err(io("folder", dir))?;
     }
     let key = Keypair::generate_ed25519();
     let bytes = key
@@ -66,18 +69,22 @@ pub fn keygen(path: &Path) -> Result<Keypair, IdentityError> {
     opts.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path).map_err(io(path))?;
-    std::io::Write::write_all(&mut f, &bytes).map_err(io(path))?;
-    f.sync_all().map_err(io(path))?;
+    let mut f = opts.open(path).map_err(io("key file", path))?;
+    std::io::Write::write_all(&mut f, &bytes).map_err(io("key file", path))?;
+    f.sync_all().map_err(io("key file", path))?;
     Ok(key)
 }
 
 /// Reads a key written by [`keygen`].
 pub fn load_key(path: &Path) -> Result<Keypair, IdentityError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
-    Keypair::from_protobuf_encoding(&bytes).map_err(|e| IdentityError::BadKey {
+    let bytes = std::fs::read(path).map_err(io("key file", path))?;
+    // libp2p's own reason names protobuf fields or cargo features, which say nothing to a user.
+    Keypair::from_protobuf_encoding(&bytes).map_err(|_| IdentityError::BadKey {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: format!(
+            "{} bytes that do not decode as an Ed25519 keypair",
+            bytes.len()
+        ),
     })
 }
 
@@ -123,7 +130,7 @@ pub struct Manifest {
 impl Manifest {
     /// Reads and validates a manifest file.
     pub fn load(path: &Path) -> Result<Self, IdentityError> {
-        let text = std::fs::read_to_string(path).map_err(io(path))?;
+        let text = std::fs::read_to_string(path).map_err(io("manifest", path))?;
         Self::parse(&text).map_err(|reason| IdentityError::Manifest {
             path: path.to_path_buf(),
             reason,

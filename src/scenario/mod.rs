@@ -38,15 +38,15 @@ pub const DATA_DIR_ENV: &str = "FEDERICO_DATA_DIR";
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("scenario {}: {error}", path.display())]
     Io {
         /// The scenario file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (in the message, so not a `source`: `{:#}` would repeat it).
+        error: std::io::Error,
     },
     /// TOML syntax, an unknown field, or a value of the wrong type.
-    #[error("{path}: {message}")]
+    #[error("scenario {}: {message}", path.display())]
     Parse {
         /// The scenario file.
         path: PathBuf,
@@ -178,9 +178,9 @@ impl Scenario {
 
     /// Reads a scenario file with `--set` overrides (see [`Self::parse_with`]).
     pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let mut s = Self::parse_with(&text, overrides).map_err(|e| match e {
             ScenarioError::Parse { message, .. } => ScenarioError::Parse {
@@ -206,6 +206,21 @@ impl Scenario {
     /// path such as `federico.loss_scale`, `value` a TOML value (`10`, `"sum"`, `[1, 2]`); a bare
     /// word that is not valid TOML is taken as a string. The result is validated as a whole.
     pub fn parse_with(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
+        let s = Self::build(text, overrides).map_err(|e| match e {
+            ScenarioError::Parse { path, message } if !overrides.is_empty() => {
+                ScenarioError::Parse {
+                    path,
+                    message: blame_override(text, overrides, message),
+                }
+            }
+            other => other,
+        })?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The text with its overrides, deserialized but not validated.
+    fn build(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
         let parse_err = |message: String| ScenarioError::Parse {
             path: PathBuf::from("<scenario>"),
             message,
@@ -237,10 +252,13 @@ impl Scenario {
             }
             table.insert(last.to_string(), value);
         }
-        let s: Scenario = doc
-            .try_into()
-            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
-        s.validate()?;
+        let s: Scenario = if overrides.is_empty() {
+            // From the text itself, so the message shows the line and a caret.
+            toml::from_str(text).map_err(|e| parse_err(plain(e.to_string())))?
+        } else {
+            doc.try_into()
+                .map_err(|e: toml::de::Error| parse_err(plain(e.to_string())))?
+        };
         Ok(s)
     }
 
@@ -280,5 +298,46 @@ impl Scenario {
             crate::ids::NodeId(u32::MAX),
             crate::ids::Stream::Data,
         ))
+    }
+}
+
+/// A deserializer's message in a user's words: Rust type names become what to write.
+fn plain(message: String) -> String {
+    let mut m = message;
+    for (rust, words) in [
+        ("expected usize", "expected a whole number (0 or more)"),
+        ("expected u64", "expected a whole number (0 or more)"),
+        ("expected u32", "expected a whole number (0 or more)"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+    ] {
+        m = m.replace(rust, words);
+    }
+    m = m.trim_end().to_string();
+    // `rounds = "100"`: a number in quotes.
+    if let Some(rest) = m.split("invalid type: string \"").nth(1)
+        && let Some(quoted) = rest.split('"').next()
+        && quoted.trim().parse::<f64>().is_ok()
+    {
+        m += &format!("\n(write {quoted} without quotes)");
+    }
+    // `--set algorithms=[federico]`: the shell ate nothing, but TOML needs the quotes.
+    if m.contains("invalid type: string \"[") && m.contains("expected a sequence") {
+        m +=
+            "\n(a list of names needs quotes inside: --set 'algorithms=[\"local\", \"federico\"]')";
+    }
+    m
+}
+
+/// The message of a scenario that fails only with its `--set` overrides: it names the first
+/// override that breaks the file on its own (the file is not to blame).
+fn blame_override(text: &str, overrides: &[String], message: String) -> String {
+    let parses = |sets: &[String]| Scenario::build(text, sets).is_ok();
+    if !parses(&[]) {
+        return message;
+    }
+    match overrides.iter().find(|o| !parses(std::slice::from_ref(*o))) {
+        Some(o) => format!("--set {o}: {message}"),
+        None => format!("--set {}: {message}", overrides.join(" --set ")),
     }
 }

@@ -231,10 +231,10 @@ fn corrupt(path: &Path, reason: impl Into<String>) -> DataError {
     }
 }
 
-fn io_err(path: &Path, source: io::Error) -> DataError {
+fn io_err(path: &Path, error: io::Error) -> DataError {
     DataError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

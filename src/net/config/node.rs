@@ -15,12 +15,12 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("node config {}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (in the message, so not a `source`: `{:#}` would repeat it).
+        error: std::io::Error,
     },
     /// A field is missing, unknown, or has a bad value.
     #[error("{path}: {reason}")]
@@ -251,9 +251,9 @@ fn default_eval_every() -> u64 {
 impl NodeConfig {
     /// Reads, validates and resolves a config file (relative paths are relative to it).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let invalid = |reason: String| ConfigError::Invalid {
             path: path.to_path_buf(),
