@@ -71,6 +71,9 @@ pub enum DataFormat {
     Cifar10,
     /// CSV of numeric features and an integer label column: `train = [file]`, `test = [file]`.
     Csv,
+    /// A folder of class sub-folders of PNG/JPEG images: `train = [folder]`, `test = [folder]`
+    /// (classes numbered by sorted folder name over both).
+    Images,
 }
 
 /// Where the silo's data comes from: a shard, or its own files in a standard format.
@@ -89,10 +92,11 @@ pub struct DataSource {
     /// Test files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test: Vec<PathBuf>,
-    /// CSV: the 0-based label column (default: the last).
+    /// CSV: the label column, by header name or 0-based position (default: the last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_column: Option<usize>,
-    /// CSV: the number of classes in the federation (every silo must agree).
+    pub label_column: Option<crate::learn::loaders::Column>,
+    /// CSV: the number of classes in the federation (every silo must agree); images: optional,
+    /// at least the number of class folders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
 }
@@ -112,7 +116,7 @@ impl DataSource {
                 let ok = match f {
                     DataFormat::Idx => train == 2 && test == 2,
                     DataFormat::Cifar10 => train >= 1 && test >= 1,
-                    DataFormat::Csv => train == 1 && test == 1,
+                    DataFormat::Csv | DataFormat::Images => train == 1 && test == 1,
                 };
                 if !ok {
                     return Err(format!(
@@ -121,6 +125,7 @@ impl DataSource {
                             DataFormat::Idx => "two files each, [images, labels]",
                             DataFormat::Cifar10 => "at least one batch file each",
                             DataFormat::Csv => "one file each",
+                            DataFormat::Images => "one folder each",
                         }
                     ));
                 }
@@ -131,7 +136,7 @@ impl DataSource {
             }
             (Some(_), Some(_)) => Err("data: give either shard or format, not both".into()),
             (None, None) => Err(
-                "data needs shard = \"<file from federico partition>\" or format = \"idx\" | \"cifar10\" | \"csv\" with train and test files"
+                "data needs shard = \"<file from federico partition>\" or format = \"idx\" | \"cifar10\" | \"csv\" | \"images\" with train and test files"
                     .into(),
             ),
         }
@@ -143,13 +148,30 @@ impl DataSource {
         if let Some(shard) = &self.shard {
             return Ok(crate::learn::Shard::read(shard)?.data);
         }
+        if self.format == Some(DataFormat::Images) {
+            // One numbering of the classes for both folders (sorted names over both).
+            let train = loaders::read_image_folder(&self.train[0])?;
+            let test = loaders::read_image_folder(&self.test[0])?;
+            let (mut sets, _) = loaders::unify(&[&train, &test], self.classes)?;
+            let test = sets.pop().expect("unify returns one set per part");
+            let train = sets.pop().expect("unify returns one set per part");
+            return Ok(crate::learn::ClientData {
+                train,
+                test,
+                group: None,
+            });
+        }
         let part = |files: &[PathBuf]| match self.format {
             Some(DataFormat::Idx) => loaders::load_idx_files(&files[0], &files[1]),
             Some(DataFormat::Cifar10) => loaders::load_cifar_files(files),
-            Some(DataFormat::Csv) => {
-                loaders::load_csv(&files[0], self.label_column, self.classes.unwrap_or(0))
+            Some(DataFormat::Csv) => loaders::load_csv_column(
+                &files[0],
+                self.label_column.as_ref(),
+                self.classes.unwrap_or(0),
+            ),
+            Some(DataFormat::Images) | None => {
+                Err(crate::learn::DataError::Invalid("data: no source".into()))
             }
-            None => Err(crate::learn::DataError::Invalid("data: no source".into())),
         };
         let (train, test) = (part(&self.train)?, part(&self.test)?);
         if train.sample_shape != test.sample_shape {
