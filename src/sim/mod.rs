@@ -250,7 +250,7 @@ struct Setup {
 fn setup(
     scenario: &Scenario,
     seed: u64,
-    real: Option<&crate::learn::loaders::RealData>,
+    real: Option<&crate::scenario::Loaded>,
 ) -> Result<Setup, SimError> {
     let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
     let first = &fed.clients[0].train;
