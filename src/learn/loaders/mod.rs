@@ -21,7 +21,7 @@ pub use idx::{load_idx_files, read_idx_labelled};
 #[cfg(test)]
 pub(crate) use images::tests::write_folder as write_image_folder;
 pub use images::{IMAGE_EXTENSIONS, read_image_folder};
-pub use own::{Column, Labelled, unify};
+pub use own::{Column, Labelled, unify, unify_named};
 
 use super::data::{DataError, Dataset, Labels};
 use cifar::{CIFAR_SIDE, load_cifar};

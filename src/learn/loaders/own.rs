@@ -1,7 +1,7 @@
 //! A researcher's own files before their classes are numbered: samples that carry class
 //! *names* (CSV cells, IDX label bytes, image sub-folder names), and numbering the classes of
 //! several such parts (a pool, its test set, one part per silo) once, the same for all.
-//! Owns: [`Labelled`], [`Column`], [`unify`] and its numbering rule.
+//! Owns: [`Labelled`], [`Column`], [`unify`] (and [`unify_named`]) and the numbering rule.
 //! Must not: read files (`csv.rs`, `idx.rs`, `images.rs` do) or split samples between silos
 //! (`partition`).
 
@@ -110,11 +110,34 @@ pub fn unify(
     parts: &[&Labelled],
     classes: Option<usize>,
 ) -> Result<(Vec<Dataset>, Vec<String>), DataError> {
+    unify_named(parts, classes, None)
+}
+
+/// [`unify`], with the class names in class-id order fixed by `fixed` when given (a node's
+/// `class_names`, so that silos holding different classes number them alike): every name found
+/// must be listed, and a name's id is its position.
+pub fn unify_named(
+    parts: &[&Labelled],
+    classes: Option<usize>,
+    fixed: Option<&[String]>,
+) -> Result<(Vec<Dataset>, Vec<String>), DataError> {
     let Some(first) = parts.first() else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let numbered = parts.iter().all(|p| p.numbered);
-    let names: Vec<String> = if numbered {
+    if let Some(list) = fixed {
+        for p in parts {
+            if let Some(n) = p.names.iter().find(|n| !list.contains(n)) {
+                return Err(corrupt(
+                    &p.path,
+                    format!("class {n:?} is not in data.class_names ({})", shorten(list)),
+                ));
+            }
+        }
+    }
+    let numbered = fixed.is_none() && parts.iter().all(|p| p.numbered);
+    let names: Vec<String> = if let Some(list) = fixed {
+        list.to_vec()
+    } else if numbered {
         let mut top = None;
         for p in parts {
             for n in &p.names {
@@ -197,7 +220,8 @@ pub fn unify(
                     n.parse().expect("checked above: every name is an integer")
                 } else {
                     names
-                        .binary_search(n)
+                        .iter()
+                        .position(|x| x == n)
                         .expect("names holds every part's names") as u32
                 }
             })
@@ -278,6 +302,16 @@ mod tests {
         assert_eq!(names, ["cat", "dog", "emu"]);
         assert_eq!(ids(&sets[0]), [1, 0]);
         assert_eq!(ids(&sets[1]), [0, 2]);
+        // Fixed names: a silo's folders numbered by the federation's list.
+        let fixed: Vec<String> = ["emu", "dog", "cat"].map(String::from).to_vec();
+        let (sets, _) = unify_named(&[&c], None, Some(&fixed)).unwrap();
+        assert_eq!(ids(&sets[0]), [1, 2]);
+        assert_eq!(sets[0].num_classes(), Some(3));
+        let e = unify_named(&[&c], None, Some(&fixed[..2])).unwrap_err();
+        assert!(
+            e.to_string().contains("\"cat\" is not in data.class_names"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -99,6 +99,11 @@ pub struct DataSource {
     /// at least the number of class folders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
+    /// Images: the federation's class names in class-id order (every silo must list the same),
+    /// so that silos holding different classes number them alike (default: the sorted names of
+    /// this silo's class folders).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_names: Option<Vec<String>>,
 }
 
 impl DataSource {
@@ -152,7 +157,8 @@ impl DataSource {
             // One numbering of the classes for both folders (sorted names over both).
             let train = loaders::read_image_folder(&self.train[0])?;
             let test = loaders::read_image_folder(&self.test[0])?;
-            let (mut sets, _) = loaders::unify(&[&train, &test], self.classes)?;
+            let (mut sets, _) =
+                loaders::unify_named(&[&train, &test], self.classes, self.class_names.as_deref())?;
             let test = sets.pop().expect("unify returns one set per part");
             let train = sets.pop().expect("unify returns one set per part");
             return Ok(crate::learn::ClientData {
@@ -422,6 +428,31 @@ shard = "a.shard"
             toml::from_str(&format!("{GOOD}{extra}")).map_err(|e| e.to_string())?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    #[test]
+    fn image_folders_number_classes_by_the_federations_names() {
+        use crate::learn::loaders::write_image_folder;
+        let tmp = tempfile::tempdir().unwrap();
+        write_image_folder(&tmp.path().join("train"), &["dog", "emu"], 3, 4, 4, false);
+        write_image_folder(&tmp.path().join("test"), &["emu"], 2, 4, 4, false);
+        let mut d = DataSource {
+            format: Some(DataFormat::Images),
+            train: vec![tmp.path().join("train")],
+            test: vec![tmp.path().join("test")],
+            ..Default::default()
+        };
+        d.validate().unwrap();
+        let own = d.load().unwrap();
+        assert_eq!(own.train.num_classes(), Some(2), "dog 0, emu 1");
+        assert_eq!(own.test.class_counts(), [0, 2]);
+        d.class_names = Some(["cat", "dog", "emu"].map(String::from).to_vec());
+        let named = d.load().unwrap();
+        assert_eq!(named.train.class_counts(), [0, 3, 3]);
+        assert_eq!(named.test.class_counts(), [0, 0, 2]);
+        d.class_names = Some(vec!["dog".into(), "cat".into()]);
+        let e = d.load().unwrap_err().to_string();
+        assert!(e.contains("\"emu\" is not in data.class_names"), "{e}");
     }
 
     #[test]
