@@ -124,6 +124,10 @@ pub struct PredictArgs {
     /// CSV: the label column, a header name or a 0-based position [default: the last].
     #[arg(long)]
     pub label_column: Option<crate::learn::loaders::Column>,
+    /// Images: the federation's class names in class-id order, comma-separated (a node's
+    /// `data.class_names`) [default: the folder's class sub-folders, sorted]
+    #[arg(long, value_delimiter = ',')]
+    pub class_names: Option<Vec<String>>,
     /// Shards: predict on the training split instead of the test split.
     #[arg(long)]
     pub train_split: bool,
@@ -396,7 +400,10 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             _ => anyhow::bail!("--format idx takes two --data files: images, then labels"),
         },
         PredictFormat::Cifar10 => Input::Cifar10(files.clone()),
-        PredictFormat::Images => Input::Images(one("images")?),
+        PredictFormat::Images => Input::Images {
+            dir: one("images")?,
+            class_names: args.class_names.clone(),
+        },
     };
     let data = input.load(learner.outputs())?;
     let mixed = model.predict(&mut learner, &data)?;

@@ -229,8 +229,13 @@ pub enum Input {
     },
     /// CIFAR-10 binary batches.
     Cifar10(Vec<PathBuf>),
-    /// A folder of class sub-folders of PNG/JPEG images (classes numbered by sorted name).
-    Images(PathBuf),
+    /// A folder of class sub-folders of PNG/JPEG images.
+    Images {
+        /// The folder.
+        dir: PathBuf,
+        /// Class names in class-id order (default: the sub-folders, sorted by name).
+        class_names: Option<Vec<String>>,
+    },
 }
 
 impl Input {
@@ -245,9 +250,10 @@ impl Input {
             Input::Csv { path, label_column } => {
                 loaders::load_csv_column(path, label_column.as_ref(), classes)
             }
-            Input::Images(dir) => {
+            Input::Images { dir, class_names } => {
                 let set = loaders::read_image_folder(dir)?;
-                let (mut sets, _) = loaders::unify(&[&set], Some(classes))?;
+                let (mut sets, _) =
+                    loaders::unify_named(&[&set], Some(classes), class_names.as_deref())?;
                 Ok(sets.pop().expect("unify returns one set per part"))
             }
             Input::Idx { images, labels } => loaders::load_idx_files(images, labels),
