@@ -63,13 +63,22 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
         let (width, lc, sc) = match layout {
             Some(l) => l,
             None => {
-                let width = header.as_ref().map_or(cells.len(), Vec::len);
+                // The rows set the width; a header only names columns (it may be shorter,
+                // as a free-text first line is, unless a column is asked for by name).
+                let width = cells.len();
                 let find = |c: &Column, what: &str| -> Result<usize, DataError> {
                     match (c, &header) {
                         (Column::Index(k), _) if *k < width => Ok(*k),
                         (Column::Index(k), _) => Err(corrupt(
                             path,
                             format!("{what} {k} but the file has only {width} columns"),
+                        )),
+                        (Column::Name(n), Some(h)) if h.len() != width => Err(corrupt(
+                            path,
+                            format!(
+                                "{what} {n:?}: the header has {} columns but the rows have {width}",
+                                h.len()
+                            ),
                         )),
                         (Column::Name(n), Some(h)) => {
                             h.iter().position(|x| x == n).ok_or_else(|| {
@@ -113,16 +122,11 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
         };
         if cells.len() != width {
             return Err(at(format!(
-                "{} columns where the {} has {width}",
-                cells.len(),
-                if header.is_some() {
-                    "header"
-                } else {
-                    "first row"
-                }
+                "{} columns where the first row has {width}",
+                cells.len()
             )));
         }
-        let name_of = |c: usize| match &header {
+        let name_of = |c: usize| match header.as_ref().filter(|h| h.len() == width) {
             Some(h) => format!("column {c} ({:?})", h[c]),
             None => format!("column {c}"),
         };
@@ -259,6 +263,9 @@ mod tests {
                 num_classes: 3
             }
         );
+        // A first line that is not the columns' names is skipped as before.
+        std::fs::write(&p, "features...,label\n0.5,1,2\n").unwrap();
+        assert_eq!(load_csv(&p, None, 3).unwrap().features, vec![0.5, 1.0]);
         for (text, needle) in [
             ("1,2,5\n", "line 1: label 5 is out of range 0..=2"),
             (
