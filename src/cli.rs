@@ -146,9 +146,13 @@ pub struct PredictArgs {
     /// The data's format [default: from the file names].
     #[arg(long, value_enum)]
     pub format: Option<PredictFormat>,
-    /// CSV: the 0-based label column [default: the last].
+    /// CSV: the label column, a header name or a 0-based position [default: the last].
     #[arg(long)]
-    pub label_column: Option<usize>,
+    pub label_column: Option<crate::learn::loaders::Column>,
+    /// Images: the federation's class names in class-id order, comma-separated (a node's
+    /// `data.class_names`) [default: the folder's class sub-folders, sorted]
+    #[arg(long, value_delimiter = ',')]
+    pub class_names: Option<Vec<String>>,
     /// Shards: predict on the training split instead of the test split.
     #[arg(long)]
     pub train_split: bool,
@@ -168,6 +172,8 @@ pub enum PredictFormat {
     Idx,
     /// CIFAR-10 binary batches.
     Cifar10,
+    /// A folder of class sub-folders of PNG/JPEG images.
+    Images,
 }
 
 /// `federico partition`.
@@ -426,6 +432,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
                 "shard" => PredictFormat::Shard,
                 "csv" => PredictFormat::Csv,
                 "bin" => PredictFormat::Cifar10,
+                _ if files.len() == 1 && files[0].is_dir() => PredictFormat::Images,
                 _ if files.len() == 2 => PredictFormat::Idx,
                 _ => anyhow::bail!(
                     "cannot tell the format of {} from its name: give --format",
@@ -457,6 +464,10 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             _ => anyhow::bail!("--format idx takes two --data files: images, then labels"),
         },
         PredictFormat::Cifar10 => Input::Cifar10(files.clone()),
+        PredictFormat::Images => Input::Images {
+            dir: one("images")?,
+            class_names: args.class_names.clone(),
+        },
     };
     let data = input.load(learner.outputs())?;
     let mixed = model.predict(&mut learner, &data)?;

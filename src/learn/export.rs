@@ -217,8 +217,8 @@ pub enum Input {
     Csv {
         /// The CSV file.
         path: PathBuf,
-        /// The 0-based label column (default: the last).
-        label_column: Option<usize>,
+        /// The label column, by header name or 0-based position (default: the last).
+        label_column: Option<super::loaders::Column>,
     },
     /// IDX images and labels (MNIST-style, any image size, gzip or not).
     Idx {
@@ -229,6 +229,13 @@ pub enum Input {
     },
     /// CIFAR-10 binary batches.
     Cifar10(Vec<PathBuf>),
+    /// A folder of class sub-folders of PNG/JPEG images.
+    Images {
+        /// The folder.
+        dir: PathBuf,
+        /// Class names in class-id order (default: the sub-folders, sorted by name).
+        class_names: Option<Vec<String>>,
+    },
 }
 
 impl Input {
@@ -240,7 +247,15 @@ impl Input {
                 let data = super::Shard::read(path)?.data;
                 Ok(if *train { data.train } else { data.test })
             }
-            Input::Csv { path, label_column } => loaders::load_csv(path, *label_column, classes),
+            Input::Csv { path, label_column } => {
+                loaders::load_csv_column(path, label_column.as_ref(), classes)
+            }
+            Input::Images { dir, class_names } => {
+                let set = loaders::read_image_folder(dir)?;
+                let (mut sets, _) =
+                    loaders::unify_named(&[&set], Some(classes), class_names.as_deref())?;
+                Ok(sets.pop().expect("unify returns one set per part"))
+            }
             Input::Idx { images, labels } => loaders::load_idx_files(images, labels),
             Input::Cifar10(files) => loaders::load_cifar_files(files),
         }

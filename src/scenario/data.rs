@@ -1,14 +1,17 @@
 //! The `[data]` and `[split]` sections of a scenario, and turning them into a run's data: the
 //! data directory, the real data set loaded once, and each run's [`Federation`].
-//! Owns: [`DataConfig`], [`Source`], [`SplitConfig`], [`SplitKind`], [`CLUSTER4_ODD_SHARE`] and
-//! `Scenario::{data_dir, load_real, federation}`.
-//! Must not: validate the whole file (`validate.rs`) or implement a loader or a partitioner
-//! (`learn::loaders`, `learn::partition`).
+//! Owns: [`DataConfig`], [`Source`], [`SplitConfig`], [`SplitKind`], [`Loaded`],
+//! [`CLUSTER4_ODD_SHARE`] and `Scenario::{data_dir, load_real, federation}`: the pool's size
+//! and which partitioner cuts it.
+//! Must not: validate the whole file (`validate.rs`), find or read own files (`own.rs`), or
+//! implement a loader or a partitioner (`learn::loaders`, `learn::partition`).
 
+use super::own::{OwnData, Silos, attach_test};
 use super::{DATA_DIR_ENV, Scenario, ScenarioError};
-use crate::learn::loaders::{self, RealSource};
+use crate::learn::loaders::{self, Column, RealSource};
+use crate::learn::partition::Assign;
 use crate::learn::synthetic::{self, MixtureParams};
-use crate::learn::{DataError, Federation, partition};
+use crate::learn::{DataError, Dataset, Federation, partition};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -32,6 +35,38 @@ pub enum Source {
     Cifar10,
     /// UCI optdigits.
     Optdigits,
+    /// Own CSV files: numeric feature columns and a label column (`label_column`).
+    Csv,
+    /// Own IDX files: `[images, labels]`, images of any size.
+    Idx,
+    /// Own images: a folder of class sub-folders of PNG/JPEG images.
+    Images,
+}
+
+impl Source {
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Mixture => "mixture",
+            Source::Sine => "sine",
+            Source::Mnist => "mnist",
+            Source::FashionMnist => "fashion_mnist",
+            Source::Cifar10 => "cifar10",
+            Source::Optdigits => "optdigits",
+            Source::Csv => "csv",
+            Source::Idx => "idx",
+            Source::Images => "images",
+        }
+    }
+}
+
+/// A scenario's data, loaded once and shared by every run and seed.
+#[derive(Clone, Debug)]
+pub enum Loaded {
+    /// A built-in data set's official training and test parts.
+    Builtin(loaders::RealData),
+    /// The scenario's own files.
+    Own(OwnData),
 }
 
 /// `[data]`: the samples.
@@ -42,8 +77,26 @@ pub struct DataConfig {
     pub source: Source,
     /// Data directory for real data (overridden by `--data-dir` and `FEDERICO_DATA_DIR`).
     pub dir: Option<PathBuf>,
-    /// Real data: fraction of the official training set used as the pool (paper: 0.1).
-    pub fraction: f64,
+    /// Pool size as a fraction of the training set (built-in data: default 0.1, the paper's;
+    /// own files: default all). Prefer `samples`: a fraction depends on the copy at hand.
+    pub fraction: Option<f64>,
+    /// Pool size in samples, drawn from the training set (exactly what the equivalent
+    /// `fraction` drew); an error when the copy at hand holds fewer.
+    pub samples: Option<usize>,
+    /// Own data: the pool's files, relative to the scenario file's folder (csv: one or more
+    /// files; idx: `[images, labels]`; images: `[folder]`).
+    pub files: Vec<PathBuf>,
+    /// Own data: a separate test set, in the form of `files`; each silo is then scored on its
+    /// samples of the classes the silo trains on.
+    pub test_files: Vec<PathBuf>,
+    /// Own data, natural partitions: one entry per silo, or a folder or pattern of them.
+    pub silos: Option<Silos>,
+    /// CSV: the label column, by header name or 0-based position (default: the last).
+    pub label_column: Option<Column>,
+    /// CSV, natural partitions: the column naming each row's silo.
+    pub silo_column: Option<Column>,
+    /// Own data: the number of classes (default: as found, see `learn::loaders::unify`).
+    pub classes: Option<usize>,
     /// Mixture: input clusters per group.
     pub classes_per_group: usize,
     /// Mixture: feature dimension.
@@ -63,7 +116,14 @@ impl Default for DataConfig {
         Self {
             source: Source::Mixture,
             dir: None,
-            fraction: 0.1,
+            fraction: None,
+            samples: None,
+            files: Vec::new(),
+            test_files: Vec::new(),
+            silos: None,
+            label_column: None,
+            silo_column: None,
+            classes: None,
             classes_per_group: 4,
             dim: 40,
             train: 40,
@@ -100,6 +160,8 @@ pub enum SplitKind {
     /// FedDisco's NIID-2: biased clients of `shards_per_client` whole classes each, then
     /// `uniform_clients` clients holding every class equally (FedDisco spec §5.2).
     BiasedUniform,
+    /// Own data as it came: one silo per `data.silos` entry or `data.silo_column` value.
+    Natural,
 }
 
 /// `[split]`: silos and how data is divided.
@@ -120,6 +182,8 @@ pub struct SplitConfig {
     pub shards_per_client: usize,
     /// `biased_uniform`: clients holding every class equally (the last ones).
     pub uniform_clients: usize,
+    /// `label_groups`: silos assigned to groups at random (default) or evenly.
+    pub assign: Assign,
     /// Fraction of each client's samples used for training (the rest is its test set).
     pub train_fraction: f64,
     /// Cluster4: the second half of the clients keep `exp(-quantity_decay)` of their training
@@ -137,6 +201,7 @@ impl Default for SplitConfig {
             clusters: 4,
             shards_per_client: 2,
             uniform_clients: 1,
+            assign: Assign::Random,
             train_fraction: 0.8,
             quantity_decay: 0.0,
         }
@@ -151,13 +216,14 @@ impl Scenario {
             .or_else(|| self.data.dir.clone())
     }
 
-    /// Loads the real data set once (synthetic sources return `None`).
-    pub fn load_real(
-        &self,
-        data_dir: Option<&Path>,
-    ) -> Result<Option<loaders::RealData>, ScenarioError> {
+    /// Loads the data once for every run: a built-in data set from the data directory, or the
+    /// scenario's own files (synthetic sources return `None`).
+    pub fn load_real(&self, data_dir: Option<&Path>) -> Result<Option<Loaded>, ScenarioError> {
         let source = match self.data.source {
             Source::Mixture | Source::Sine => return Ok(None),
+            Source::Csv | Source::Idx | Source::Images => {
+                return Ok(Some(Loaded::Own(self.load_own()?)));
+            }
             Source::Mnist => RealSource::Mnist,
             Source::FashionMnist => RealSource::FashionMnist,
             Source::Cifar10 => RealSource::Cifar10,
@@ -165,19 +231,91 @@ impl Scenario {
         };
         let dir = data_dir.ok_or_else(|| {
             DataError::Missing(format!(
-                "source {:?} needs real data: pass --data-dir DIR, set {DATA_DIR_ENV}, or set data.dir in the scenario \
-                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/)",
-                self.data.source
+                "source \"{}\" needs real data: pass --data-dir DIR, set {DATA_DIR_ENV}, or set data.dir in the scenario \
+                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/; see docs/data.md)",
+                self.data.source.name()
             ))
         })?;
-        Ok(Some(loaders::load(source, dir)?))
+        Ok(Some(Loaded::Builtin(loaders::load(source, dir)?)))
+    }
+
+    /// The training pool a partitioner cuts: `data.samples` of `train`, else `data.fraction`
+    /// (default 0.1 for built-in sets, all of own files), drawn from the run's data stream.
+    fn pool(&self, train: &Dataset, rng: &mut StdRng) -> Result<Dataset, ScenarioError> {
+        let d = &self.data;
+        let default = if d.source.is_own() { 1.0 } else { 0.1 };
+        Ok(match (d.samples, d.fraction.unwrap_or(default)) {
+            (Some(n), _) => partition::subsample_count(train, n, rng)
+                .map_err(|e| ScenarioError::Invalid(format!("data.{e}")))?,
+            (None, f) if f < 1.0 => partition::subsample(train, f, rng)?,
+            (None, _) => train.clone(),
+        })
+    }
+
+    /// Cuts `pool` between silos with `split.kind`'s partitioner.
+    fn split_pool(&self, pool: &Dataset, rng: &mut StdRng) -> Result<Federation, ScenarioError> {
+        let sp = &self.split;
+        Ok(match sp.kind {
+            SplitKind::LabelGroups => partition::label_groups_assigned(
+                pool,
+                sp.clients,
+                sp.groups,
+                sp.assign,
+                sp.train_fraction,
+                rng,
+            )?,
+            SplitKind::Dirichlet => partition::dirichlet(
+                pool,
+                sp.clients,
+                sp.clusters,
+                sp.alpha,
+                sp.train_fraction,
+                rng,
+            )?,
+            SplitKind::Shards => partition::shards(
+                pool,
+                sp.clients,
+                sp.shards_per_client,
+                sp.train_fraction,
+                rng,
+            )?,
+            SplitKind::Iid => partition::iid(pool, sp.clients, sp.train_fraction, rng)?,
+            SplitKind::Cluster4 => partition::cluster4(
+                pool,
+                sp.clients,
+                CLUSTER4_ODD_SHARE,
+                sp.train_fraction,
+                sp.quantity_decay,
+                rng,
+            )?,
+            SplitKind::Concept4 => {
+                partition::concept4(pool, sp.clients, sp.train_fraction, sp.quantity_decay, rng)?
+            }
+            SplitKind::Rotate4 => {
+                partition::rotate4(pool, sp.clients, sp.train_fraction, sp.quantity_decay, rng)?
+            }
+            SplitKind::BiasedUniform => partition::biased_uniform(
+                pool,
+                sp.clients,
+                sp.uniform_clients,
+                sp.shards_per_client,
+                sp.train_fraction,
+                rng,
+            )?,
+            SplitKind::Natural => {
+                return Err(ScenarioError::Invalid(
+                    "split.kind \"natural\" needs own data with data.silos or data.silo_column"
+                        .into(),
+                ));
+            }
+        })
     }
 
     /// The federation of one run: generated (synthetic) or subsampled and split (real), from the
     /// run's data stream.
     pub fn federation(
         &self,
-        real: Option<&loaders::RealData>,
+        real: Option<&Loaded>,
         rng: &mut StdRng,
     ) -> Result<Federation, ScenarioError> {
         let d = &self.data;
@@ -199,67 +337,26 @@ impl Scenario {
                 synthetic::sine(sp.clients, sp.groups, d.train, d.test, d.noise, rng)?
             }
             (_, None) => return Err(ScenarioError::Invalid("real data was not loaded".into())),
-            (_, Some(real)) => {
-                let pool = if d.fraction < 1.0 {
-                    partition::subsample(&real.train, d.fraction, rng)?
-                } else {
-                    real.train.clone()
+            (_, Some(Loaded::Builtin(real))) => {
+                let pool = self.pool(&real.train, rng)?;
+                self.split_pool(&pool, rng)?
+            }
+            (_, Some(Loaded::Own(own))) => {
+                let mut fed = match &own.pool {
+                    Some(train) => {
+                        let pool = self.pool(train, rng)?;
+                        self.split_pool(&pool, rng)?
+                    }
+                    None => {
+                        let (names, sets): (Vec<String>, Vec<Dataset>) =
+                            own.silos.iter().cloned().unzip();
+                        partition::natural(&sets, &names, sp.train_fraction, rng)?
+                    }
                 };
-                match sp.kind {
-                    SplitKind::LabelGroups => partition::label_groups(
-                        &pool,
-                        sp.clients,
-                        sp.groups,
-                        sp.train_fraction,
-                        rng,
-                    )?,
-                    SplitKind::Dirichlet => partition::dirichlet(
-                        &pool,
-                        sp.clients,
-                        sp.clusters,
-                        sp.alpha,
-                        sp.train_fraction,
-                        rng,
-                    )?,
-                    SplitKind::Shards => partition::shards(
-                        &pool,
-                        sp.clients,
-                        sp.shards_per_client,
-                        sp.train_fraction,
-                        rng,
-                    )?,
-                    SplitKind::Iid => partition::iid(&pool, sp.clients, sp.train_fraction, rng)?,
-                    SplitKind::Cluster4 => partition::cluster4(
-                        &pool,
-                        sp.clients,
-                        CLUSTER4_ODD_SHARE,
-                        sp.train_fraction,
-                        sp.quantity_decay,
-                        rng,
-                    )?,
-                    SplitKind::Concept4 => partition::concept4(
-                        &pool,
-                        sp.clients,
-                        sp.train_fraction,
-                        sp.quantity_decay,
-                        rng,
-                    )?,
-                    SplitKind::Rotate4 => partition::rotate4(
-                        &pool,
-                        sp.clients,
-                        sp.train_fraction,
-                        sp.quantity_decay,
-                        rng,
-                    )?,
-                    SplitKind::BiasedUniform => partition::biased_uniform(
-                        &pool,
-                        sp.clients,
-                        sp.uniform_clients,
-                        sp.shards_per_client,
-                        sp.train_fraction,
-                        rng,
-                    )?,
+                if let Some(test) = &own.test {
+                    attach_test(&mut fed, test)?;
                 }
+                fed
             }
         };
         Ok(fed)

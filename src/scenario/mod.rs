@@ -6,20 +6,25 @@
 //! values fail at load with a message naming the field and the allowed values.
 //! Must not: run anything.
 //!
-//! Layout: `data.rs` (`[data]`, `[split]` and building the federation), `model.rs` (`[model]`,
+//! Layout: `data.rs` (`[data]`, `[split]` and building the federation), `own.rs` (a scenario's
+//! own files: paths, natural partitions, a separate test set), `model.rs` (`[model]`,
 //! `[train]`), `algorithms.rs` (`[feddisco]`, `[fedsac]`), `validate.rs` (the whole-file
 //! checks); the file itself, [`Algorithm`], loading and parsing are here.
 
 mod algorithms;
 mod data;
 mod model;
+mod own;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_own;
 mod validate;
 
 pub use algorithms::{FeddiscoConfig, FedsacConfig, FedsacScore};
-pub use data::{CLUSTER4_ODD_SHARE, DataConfig, Source, SplitConfig, SplitKind};
+pub use data::{CLUSTER4_ODD_SHARE, DataConfig, Loaded, Source, SplitConfig, SplitKind};
 pub use model::{ModelConfig, ModelKind, TrainConfig};
+pub use own::{OwnData, SiloFiles, Silos};
 
 use crate::coord::fedcollab::FedCollabConfig;
 use crate::coord::hcct::HcctConfig;
@@ -182,7 +187,8 @@ impl Scenario {
             path: path.to_owned(),
             error,
         })?;
-        let mut s = Self::parse_with(&text, overrides).map_err(|e| match e {
+        let base = path.parent().unwrap_or(Path::new(""));
+        let mut s = Self::parse_in(&text, overrides, base).map_err(|e| match e {
             ScenarioError::Parse { message, .. } => ScenarioError::Parse {
                 path: path.to_owned(),
                 message,
@@ -205,8 +211,16 @@ impl Scenario {
     /// Parses scenario text with `key=value` overrides applied first (`--set`): `key` is a dotted
     /// path such as `federico.loss_scale`, `value` a TOML value (`10`, `"sum"`, `[1, 2]`); a bare
     /// word that is not valid TOML is taken as a string. The result is validated as a whole.
+    ///
+    /// Own-data paths are taken relative to the working directory here; [`Self::load_with`]
+    /// takes them relative to the scenario file.
     pub fn parse_with(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
-        let s = Self::build(text, overrides).map_err(|e| match e {
+        Self::parse_in(text, overrides, Path::new(""))
+    }
+
+    /// [`Self::parse_with`], own-data paths relative to `base`.
+    fn parse_in(text: &str, overrides: &[String], base: &Path) -> Result<Self, ScenarioError> {
+        let (mut s, clients_given) = Self::build(text, overrides).map_err(|e| match e {
             ScenarioError::Parse { path, message } if !overrides.is_empty() => {
                 ScenarioError::Parse {
                     path,
@@ -215,12 +229,14 @@ impl Scenario {
             }
             other => other,
         })?;
+        s.settle_own(base, clients_given)?;
         s.validate()?;
         Ok(s)
     }
 
-    /// The text with its overrides, deserialized but not validated.
-    fn build(text: &str, overrides: &[String]) -> Result<Self, ScenarioError> {
+    /// The text with its overrides, deserialized but neither settled nor validated; and
+    /// whether `split.clients` was given.
+    fn build(text: &str, overrides: &[String]) -> Result<(Self, bool), ScenarioError> {
         let parse_err = |message: String| ScenarioError::Parse {
             path: PathBuf::from("<scenario>"),
             message,
@@ -250,8 +266,15 @@ impl Scenario {
                         ScenarioError::Invalid(format!("--set {o:?}: {part} is not a table"))
                     })?;
             }
+            // The pool's size is one setting given two ways: overriding one drops the other.
+            if key.trim() == "data.fraction" {
+                table.remove("samples");
+            } else if key.trim() == "data.samples" {
+                table.remove("fraction");
+            }
             table.insert(last.to_string(), value);
         }
+        let clients_given = doc.get("split").and_then(|t| t.get("clients")).is_some();
         let s: Scenario = if overrides.is_empty() {
             // From the text itself, so the message shows the line and a caret.
             toml::from_str(text).map_err(|e| parse_err(plain(e.to_string())))?
@@ -259,7 +282,7 @@ impl Scenario {
             doc.try_into()
                 .map_err(|e: toml::de::Error| parse_err(plain(e.to_string())))?
         };
-        Ok(s)
+        Ok((s, clients_given))
     }
 
     /// The validated fault schedule (empty when the scenario has no `[faults]` events).

@@ -4,6 +4,11 @@
 //! Must not: parse (`mod.rs`) or build anything from the scenario (`data.rs`, `model.rs`).
 
 use super::{Algorithm, ModelKind, Scenario, ScenarioError, Source, SplitKind};
+use crate::learn::partition::Assign;
+
+fn synthetic_source(s: Source) -> bool {
+    matches!(s, Source::Mixture | Source::Sine)
+}
 
 /// `Ok` when `ok`, else [`ScenarioError::Invalid`] with `msg()`.
 pub(super) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
@@ -89,9 +94,27 @@ impl Scenario {
                 )
             },
         )?;
-        check(d.fraction > 0.0 && d.fraction <= 1.0, || {
-            format!("data.fraction must be in (0, 1], got {}", d.fraction)
+        if let Some(f) = d.fraction {
+            check(f > 0.0 && f <= 1.0, || {
+                format!("data.fraction must be in (0, 1], got {f}")
+            })?;
+        }
+        if let Some(n) = d.samples {
+            check(n >= 1, || "data.samples must be at least 1, got 0".into())?;
+        }
+        check(d.fraction.is_none() || d.samples.is_none(), || {
+            "give data.samples or data.fraction, not both (samples is the pool's size in samples)"
+                .into()
         })?;
+        self.validate_own()?;
+        check(
+            sp.kind != SplitKind::LabelGroups
+                || sp.assign == Assign::Random
+                || !synthetic_source(d.source),
+            || {
+                "split.assign = \"balanced\" is for label_groups on real or own data (synthetic sources draw their own groups)".into()
+            },
+        )?;
         let synthetic = matches!(d.source, Source::Mixture | Source::Sine);
         if synthetic {
             check(sp.kind == SplitKind::LabelGroups, || {
@@ -146,10 +169,15 @@ impl Scenario {
             check(
                 matches!(
                     d.source,
-                    Source::Mnist | Source::FashionMnist | Source::Cifar10 | Source::Optdigits
+                    Source::Mnist
+                        | Source::FashionMnist
+                        | Source::Cifar10
+                        | Source::Optdigits
+                        | Source::Idx
+                        | Source::Images
                 ),
                 || {
-                    "model.kind \"cnn\" needs image data (mnist, fashion_mnist, cifar10, optdigits)"
+                    "model.kind \"cnn\" needs image data (mnist, fashion_mnist, cifar10, optdigits, idx, images)"
                         .into()
                 },
             )?;
@@ -198,5 +226,91 @@ impl Scenario {
         }
         self.fault_schedule()?;
         Ok(())
+    }
+
+    /// The own-data fields: present exactly where the source and the split use them.
+    pub(super) fn validate_own(&self) -> Result<(), ScenarioError> {
+        let d = &self.data;
+        let natural = self.natural();
+        if !d.source.is_own() {
+            let stray = [
+                (!d.files.is_empty(), "files"),
+                (!d.test_files.is_empty(), "test_files"),
+                (d.silos.is_some(), "silos"),
+                (d.label_column.is_some(), "label_column"),
+                (d.silo_column.is_some(), "silo_column"),
+                (d.classes.is_some(), "classes"),
+            ];
+            if let Some((_, f)) = stray.iter().find(|(on, _)| *on) {
+                return Err(ScenarioError::Invalid(format!(
+                    "data.{f} is for own data (source = \"csv\", \"idx\" or \"images\"), not source \"{}\"",
+                    d.source.name()
+                )));
+            }
+            return check(self.split.kind != SplitKind::Natural, || {
+                "split.kind \"natural\" needs own data (source = \"csv\", \"idx\" or \"images\") with data.silos or data.silo_column".into()
+            });
+        }
+        let name = d.source.name();
+        check(
+            d.source == Source::Csv || (d.label_column.is_none() && d.silo_column.is_none()),
+            || {
+                format!(
+                    "data.label_column and data.silo_column are for source \"csv\", not \"{name}\""
+                )
+            },
+        )?;
+        check(!(d.silos.is_some() && d.silo_column.is_some()), || {
+            "give data.silos or data.silo_column, not both".into()
+        })?;
+        check(d.silos.is_none() || d.files.is_empty(), || {
+            "give data.files (one pool, or with data.silo_column) or data.silos (one entry per silo), not both".into()
+        })?;
+        check(d.silos.is_some() || !d.files.is_empty(), || {
+            format!(
+                "source \"{name}\" needs data.files (the pool; with data.silo_column, its silos) or data.silos (one entry per silo)"
+            )
+        })?;
+        check(natural == (self.split.kind == SplitKind::Natural), || {
+            if natural {
+                "data.silos / data.silo_column give natural partitions: set split.kind = \"natural\"".into()
+            } else {
+                "split.kind \"natural\" needs data.silos or data.silo_column (the silos as the data has them)".into()
+            }
+        })?;
+        check(
+            !natural || (d.samples.is_none() && d.fraction.is_none()),
+            || {
+                "data.samples and data.fraction size a pool; with natural partitions every silo keeps all its samples".into()
+            },
+        )?;
+        if let Some(c) = d.classes {
+            check(c >= 2, || {
+                format!("data.classes must be at least 2, got {c}")
+            })?;
+        }
+        let shape = |files: &[std::path::PathBuf], field: &str| -> Result<(), ScenarioError> {
+            if files.is_empty() {
+                return Ok(());
+            }
+            let ok = match d.source {
+                Source::Idx => files.len() == 2,
+                Source::Images => files.len() == 1,
+                _ => true,
+            };
+            check(ok, || {
+                format!(
+                    "data.{field} for source \"{name}\": {}, got {} path(s)",
+                    if d.source == Source::Idx {
+                        "[images, labels]"
+                    } else {
+                        "[folder] (one folder of class sub-folders)"
+                    },
+                    files.len()
+                )
+            })
+        };
+        shape(&d.files, "files")?;
+        shape(&d.test_files, "test_files")
     }
 }

@@ -198,9 +198,13 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
         .fault_schedule()?
         .rounds_only()
         .map_err(ScenarioError::Invalid)?;
-    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
+    // Data first: a missing or bad file stops the run before anything is written.
     let data_dir = scenario.data_dir(opts.data_dir.as_deref());
     let real = scenario.load_real(data_dir.as_deref())?;
+    // The first seed's split too (cheap next to training): sizes that cannot be met
+    // (data.samples, too few samples for a silo) also stop the run with nothing written.
+    scenario.federation(real.as_ref(), &mut Scenario::data_rng(scenario.seeds[0]))?;
+    std::fs::create_dir_all(&opts.out).map_err(io_err(&opts.out))?;
 
     let algorithms = ordered(&scenario.algorithms);
     let bar = if opts.progress {
@@ -260,7 +264,7 @@ struct Setup {
 fn setup(
     scenario: &Scenario,
     seed: u64,
-    real: Option<&crate::learn::loaders::RealData>,
+    real: Option<&crate::scenario::Loaded>,
 ) -> Result<Setup, SimError> {
     let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
     let first = &fed.clients[0].train;

@@ -67,7 +67,7 @@ pub(super) struct SeedRun {
 pub(super) fn run_seed(
     scenario: &Scenario,
     seed: u64,
-    real: Option<&crate::learn::loaders::RealData>,
+    real: Option<&crate::scenario::Loaded>,
     pool: &rayon::ThreadPool,
     dir: &Path,
     bar: &ProgressBar,

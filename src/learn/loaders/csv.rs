@@ -1,89 +1,237 @@
-//! One silo's own data as CSV: numeric features and an integer class id per line.
+//! CSV files of numeric features and a label column: one silo's own data (`federico node`,
+//! `predict`) and a scenario's own data (`[data] source = "csv"`), read by one function.
 //!
-//! Owns: [`load_csv`], its header detection and its per-cell error messages.
-//! Must not: guess the number of classes (the federation says it) or look for folders.
+//! Owns: [`read_csv`] (header detection, the label and silo columns by name or position,
+//! per-cell error messages naming the file, line and column) and [`load_csv`], its form for a
+//! node, whose labels are class ids.
+//! Must not: number classes across files (`own.rs`) or look for folders.
 
+use super::own::{Column, Labelled};
 use super::{corrupt, io_err};
 use crate::learn::data::{DataError, Dataset, Labels};
+use std::collections::HashMap;
 use std::path::Path;
 
-/// One silo's own data as CSV: one sample per line, numeric features and an integer class id in
-/// `label_column` (0-based; `None` = the last column), `classes` classes in the federation. A
-/// first line that is not numeric is taken as a header. Errors name the file, line and column.
-pub fn load_csv(
-    path: &Path,
-    label_column: Option<usize>,
-    classes: usize,
-) -> Result<Dataset, DataError> {
+/// Which columns of a CSV file are not features.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CsvColumns<'a> {
+    /// The label column (default: the last).
+    pub label: Option<&'a Column>,
+    /// The column naming each row's silo (natural partitions), if any.
+    pub silo: Option<&'a Column>,
+    /// Labels must be integer class ids below this (a node's `data.classes`), checked per line.
+    pub ids_below: Option<usize>,
+}
+
+/// A CSV file read: its samples, and each row's silo when a silo column was asked for.
+#[derive(Clone, Debug)]
+pub struct CsvTable {
+    /// The samples, labelled by the label column's text.
+    pub set: Labelled,
+    /// Per row, the silo column's text.
+    pub silos: Option<Vec<String>>,
+}
+
+/// Reads `path`: one sample per line, comma-separated; every column other than the label (and
+/// silo) column is a numeric feature. A first line that is not all numbers is a header (needed
+/// to name columns). Cells may be quoted with `"`. Errors name the file, the line and the
+/// column: a missing column, a cell that is not a finite number, a row of another width, a file
+/// with no rows.
+pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError> {
     let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
-    let (mut features, mut ids) = (Vec::new(), Vec::new());
-    let mut width = None;
+    let mut features = Vec::new();
+    let (mut labels, mut names, mut index) = (Vec::new(), Vec::new(), HashMap::new());
+    let mut silos = cols.silo.map(|_| Vec::new());
+    let mut header: Option<Vec<String>> = None;
+    // (width, label column, silo column), fixed by the first row.
+    let mut layout: Option<(usize, usize, Option<usize>)> = None;
+    let mut first = true;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let numeric = cells.iter().all(|c| c.parse::<f64>().is_ok());
-        if !numeric && i == 0 {
-            continue; // header
-        }
+        let cells: Vec<&str> = line
+            .split(',')
+            .map(|c| c.trim().trim_matches('"'))
+            .collect();
         let at = |what: String| corrupt(path, format!("line {}: {what}", i + 1));
-        if cells.len() < 2 {
-            return Err(at(format!(
-                "{} column(s); need features and a label",
-                cells.len()
-            )));
+        if std::mem::take(&mut first) && !cells.iter().all(|c| c.parse::<f64>().is_ok()) {
+            header = Some(cells.iter().map(|c| c.to_string()).collect());
+            continue;
         }
-        if *width.get_or_insert(cells.len()) != cells.len() {
-            return Err(at(format!(
-                "{} columns where the first row has {}",
-                cells.len(),
-                width.unwrap_or(0)
-            )));
-        }
-        let lc = label_column.unwrap_or(cells.len() - 1);
-        if lc >= cells.len() {
-            return Err(at(format!(
-                "label_column {lc} but only {} columns",
-                cells.len()
-            )));
-        }
-        for (c, cell) in cells.iter().enumerate() {
-            if c == lc {
-                let y: u32 = cell
-                    .parse()
-                    .map_err(|_| at(format!("label {cell:?} (column {c}) is not a class id")))?;
-                if y as usize >= classes {
+        let (width, lc, sc) = match layout {
+            Some(l) => l,
+            None => {
+                // The rows set the width; a header only names columns (it may be shorter,
+                // as a free-text first line is, unless a column is asked for by name).
+                let width = cells.len();
+                let find = |c: &Column, what: &str| -> Result<usize, DataError> {
+                    match (c, &header) {
+                        (Column::Index(k), _) if *k < width => Ok(*k),
+                        (Column::Index(k), _) => Err(corrupt(
+                            path,
+                            format!("{what} {k} but the file has only {width} columns"),
+                        )),
+                        (Column::Name(n), Some(h)) if h.len() != width => Err(corrupt(
+                            path,
+                            format!(
+                                "{what} {n:?}: the header has {} columns but the rows have {width}",
+                                h.len()
+                            ),
+                        )),
+                        (Column::Name(n), Some(h)) => {
+                            h.iter().position(|x| x == n).ok_or_else(|| {
+                                corrupt(
+                                    path,
+                                    format!(
+                                        "{what} {n:?} is not a column; the header has {}",
+                                        h.join(", ")
+                                    ),
+                                )
+                            })
+                        }
+                        (Column::Name(n), None) => Err(corrupt(
+                            path,
+                            format!(
+                                "{what} {n:?} names a column, but the file has no header row (its first line is all numbers)"
+                            ),
+                        )),
+                    }
+                };
+                let lc = match cols.label {
+                    Some(c) => find(c, "label_column")?,
+                    None => width - 1,
+                };
+                let sc = cols.silo.map(|c| find(c, "silo_column")).transpose()?;
+                if sc == Some(lc) {
+                    return Err(corrupt(
+                        path,
+                        "silo_column and label_column are the same column",
+                    ));
+                }
+                let need = 2 + usize::from(sc.is_some());
+                if width < need {
                     return Err(at(format!(
-                        "label {y} is out of range 0..={} (data.classes = {classes})",
-                        classes - 1
+                        "{width} column(s); need features and a label{}",
+                        if sc.is_some() { " and a silo" } else { "" }
                     )));
                 }
-                ids.push(y);
+                *layout.insert((width, lc, sc))
+            }
+        };
+        if cells.len() != width {
+            return Err(at(format!(
+                "{} columns where the first row has {width}",
+                cells.len()
+            )));
+        }
+        let name_of = |c: usize| match header.as_ref().filter(|h| h.len() == width) {
+            Some(h) => format!("column {c} ({:?})", h[c]),
+            None => format!("column {c}"),
+        };
+        for (c, cell) in cells.iter().enumerate() {
+            if c == lc {
+                if let Some(classes) = cols.ids_below {
+                    let y: u32 = cell.parse().map_err(|_| {
+                        at(format!("label {cell:?} ({}) is not a class id", name_of(c)))
+                    })?;
+                    if y as usize >= classes {
+                        return Err(at(format!(
+                            "label {y} is out of range 0..={} (data.classes = {classes})",
+                            classes.saturating_sub(1)
+                        )));
+                    }
+                }
+                if cell.is_empty() {
+                    return Err(at(format!("the label ({}) is empty", name_of(c))));
+                }
+                let next = names.len() as u32;
+                let id = *index.entry(cell.to_string()).or_insert_with(|| {
+                    names.push(cell.to_string());
+                    next
+                });
+                labels.push(id);
+            } else if Some(c) == sc {
+                if cell.is_empty() {
+                    return Err(at(format!("the silo ({}) is empty", name_of(c))));
+                }
+                if let Some(s) = silos.as_mut() {
+                    s.push(cell.to_string());
+                }
             } else {
                 let v: f32 = cell
                     .parse()
-                    .map_err(|_| at(format!("column {c}: {cell:?} is not a number")))?;
+                    .map_err(|_| at(format!("{}: {cell:?} is not a number", name_of(c))))?;
                 if !v.is_finite() {
-                    return Err(at(format!("column {c}: {cell:?} is not finite")));
+                    return Err(at(format!("{}: {cell:?} is not finite", name_of(c))));
                 }
                 features.push(v);
             }
         }
     }
-    let d = width.ok_or_else(|| corrupt(path, "no samples"))? - 1;
+    let Some((width, _, sc)) = layout else {
+        return Err(corrupt(path, "no samples (no data rows)"));
+    };
+    let numbered = names.iter().all(|n| n.parse::<u32>().is_ok());
+    Ok(CsvTable {
+        set: Labelled {
+            features,
+            sample_shape: vec![width - 1 - usize::from(sc.is_some())],
+            labels,
+            names,
+            numbered,
+            path: path.to_path_buf(),
+        },
+        silos,
+    })
+}
+
+/// One silo's own data as CSV: one sample per line, numeric features and an integer class id in
+/// `label_column` (a header name or a 0-based position; `None` = the last column), `classes`
+/// classes in the federation. A first line that is not numeric is taken as a header. Errors name
+/// the file, line and column. The same reader as a scenario's CSV data ([`read_csv`]).
+pub fn load_csv(
+    path: &Path,
+    label_column: Option<usize>,
+    classes: usize,
+) -> Result<Dataset, DataError> {
+    load_csv_column(path, label_column.map(Column::Index).as_ref(), classes)
+}
+
+/// [`load_csv`] with the label column given by header name or position.
+pub fn load_csv_column(
+    path: &Path,
+    label_column: Option<&Column>,
+    classes: usize,
+) -> Result<Dataset, DataError> {
+    let table = read_csv(
+        path,
+        CsvColumns {
+            label: label_column,
+            silo: None,
+            ids_below: Some(classes),
+        },
+    )?;
+    let set = table.set;
+    let map: Vec<u32> = set
+        .names
+        .iter()
+        .map(|n| {
+            n.parse()
+                .expect("read_csv checked every label is a class id")
+        })
+        .collect();
     Dataset::new(
-        features,
-        vec![d],
+        set.features,
+        set.sample_shape,
         Labels::Class {
-            ids,
+            ids: set.labels.iter().map(|&l| map[l as usize]).collect(),
             num_classes: classes,
         },
     )
     .map_err(|e| corrupt(path, e.to_string()))
 }
-
 #[cfg(test)]
 mod tests {
 
@@ -115,6 +263,9 @@ mod tests {
                 num_classes: 3
             }
         );
+        // A first line that is not the columns' names is skipped as before.
+        std::fs::write(&p, "features...,label\n0.5,1,2\n").unwrap();
+        assert_eq!(load_csv(&p, None, 3).unwrap().features, vec![0.5, 1.0]);
         for (text, needle) in [
             ("1,2,5\n", "line 1: label 5 is out of range 0..=2"),
             (

@@ -1,10 +1,11 @@
 //! The IDX format of MNIST and Fashion-MNIST: unsigned-byte images and labels, gzipped or not.
 //!
 //! Owns: IDX headers and payload checks, transparent gunzip, the MNIST-style file pairs, and
-//! [`load_idx_files`] for one silo's own IDX files.
+//! [`load_idx_files`] for one silo's own IDX files and [`read_idx_labelled`] for a scenario's.
 //! Must not: allocate what a header claims before the file proves it, or look for folders
 //! (that is `mod.rs`).
 
+use super::own::Labelled;
 use super::{CLASSES, RealSource, corrupt, dataset, io_err, require_file};
 use crate::learn::data::{DataError, Dataset};
 use std::fs::File;
@@ -260,6 +261,38 @@ pub fn load_idx_files(images: &Path, labels: &Path) -> Result<Dataset, DataError
     let ids = class_ids(labels, &lbl.data)?;
     let features = img.data.iter().map(|&b| f32::from(b) / 255.0).collect();
     dataset(images, features, vec![1, img.dims[1], img.dims[2]], ids)
+}
+
+/// A scenario's own IDX data: an images file (IDX3 unsigned bytes, any height × width) and a
+/// labels file (IDX1 unsigned bytes, any value 0..=255, numbered by [`unify`](super::unify)),
+/// each possibly gzipped. The same reader as [`load_idx_files`]; pixels scaled to [0, 1],
+/// samples `[1, height, width]`.
+pub fn read_idx_labelled(images: &Path, labels: &Path) -> Result<Labelled, DataError> {
+    let img = read_idx(images, IDX_IMAGES_MAGIC, 3, "IDX3 unsigned-byte images")?;
+    let lbl = read_idx(labels, IDX_LABELS_MAGIC, 1, "IDX1 unsigned-byte labels")?;
+    if img.dims[0] == 0 {
+        return Err(corrupt(images, "the header declares 0 images"));
+    }
+    if img.dims[0] != lbl.dims[0] {
+        return Err(corrupt(
+            labels,
+            format!(
+                "{} labels but {} holds {} images",
+                lbl.dims[0],
+                images.display(),
+                img.dims[0]
+            ),
+        ));
+    }
+    let top = lbl.data.iter().copied().max().unwrap_or(0);
+    Ok(Labelled {
+        features: img.data.iter().map(|&b| f32::from(b) / 255.0).collect(),
+        sample_shape: vec![1, img.dims[1], img.dims[2]],
+        labels: lbl.data.iter().map(|&b| u32::from(b)).collect(),
+        names: (0..=top).map(|b| b.to_string()).collect(),
+        numbered: true,
+        path: images.to_path_buf(),
+    })
 }
 
 #[cfg(test)]

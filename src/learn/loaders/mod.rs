@@ -2,18 +2,26 @@
 //!
 //! Owns: which real data sets exist ([`RealSource`]), where their files are looked for under a
 //! data directory, the `Missing` help text, and the error helpers every format shares.
-//! Must not: parse a file format itself (that is `idx.rs`, `cifar.rs`, `optdigits.rs` and
-//! `csv.rs`), split data between silos (that is `partition`), or panic on a bad file: every
+//! A researcher's own files (CSV, IDX of any image size, folders of PNG/JPEG images) are read
+//! into [`Labelled`] samples whose classes [`unify`] numbers once for every file of a scenario.
+//! Must not: parse a file format itself (that is `idx.rs`, `cifar.rs`, `optdigits.rs`,
+//! `csv.rs` and `images.rs`), split data between silos (that is `partition`), or panic on a bad file: every
 //! problem is a [`DataError`] naming the file and what is wrong.
 
 mod cifar;
 mod csv;
 mod idx;
+mod images;
 mod optdigits;
+mod own;
 
 pub use cifar::load_cifar_files;
-pub use csv::load_csv;
-pub use idx::load_idx_files;
+pub use csv::{CsvColumns, CsvTable, load_csv, load_csv_column, read_csv};
+pub use idx::{load_idx_files, read_idx_labelled};
+#[cfg(test)]
+pub(crate) use images::tests::write_folder as write_image_folder;
+pub use images::{IMAGE_EXTENSIONS, read_image_folder};
+pub use own::{Column, Labelled, unify, unify_named};
 
 use super::data::{DataError, Dataset, Labels};
 use cifar::{CIFAR_SIDE, load_cifar};

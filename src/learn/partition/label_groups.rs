@@ -1,6 +1,7 @@
 //! Label groups (FedeRiCo spec §7.1): disjoint label sets, each client in one group.
 //!
-//! Owns: [`label_groups`] and the random group assignment with every group non-empty.
+//! Owns: [`label_groups`] and the group assignment: random with every group non-empty, or
+//! balanced ([`Assign`]).
 //! Must not: read files or generate data.
 
 use super::{
@@ -42,6 +43,33 @@ pub fn label_groups(
     train_fraction: f64,
     rng: &mut StdRng,
 ) -> Result<Federation, DataError> {
+    label_groups_assigned(pool, clients, groups, Assign::Random, train_fraction, rng)
+}
+
+/// How silos are assigned to label groups (`split.assign`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Assign {
+    /// Each silo's group uniform at random, re-drawn until every group has one (spec §7.1; the
+    /// default, so existing results stay as they were).
+    #[default]
+    Random,
+    /// Groups as even as they can be (sizes differ by at most one): silo `c` gets group
+    /// `c mod groups`, then the assignment is shuffled by the run's data stream.
+    Balanced,
+}
+
+/// [`label_groups`] with the group assignment chosen: [`Assign::Random`] is exactly
+/// [`label_groups`]; [`Assign::Balanced`] replaces only the assignment step (one shuffle of
+/// `c mod groups`), the rest of the split consumes the stream as before.
+pub fn label_groups_assigned(
+    pool: &Dataset,
+    clients: usize,
+    groups: usize,
+    assign: Assign,
+    train_fraction: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
     let (ids, num_classes) = class_labels(pool, "label_groups")?;
     check_clients(clients)?;
     check_fraction(train_fraction)?;
@@ -54,7 +82,10 @@ pub fn label_groups(
     }
     let group_labels = shuffled_label_sets(num_classes, groups, rng);
     let group_of_label = label_to_set(&group_labels, num_classes);
-    let assignment = assign_groups(clients, groups, rng);
+    let assignment = match assign {
+        Assign::Random => assign_groups(clients, groups, rng),
+        Assign::Balanced => balanced_groups(clients, groups, rng),
+    };
 
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); groups];
     for (i, &y) in ids.iter().enumerate() {
@@ -93,6 +124,11 @@ fn assign_groups(clients: usize, groups: usize, rng: &mut StdRng) -> Vec<usize> 
             return a;
         }
     }
+    balanced_groups(clients, groups, rng)
+}
+
+/// Silo `c` in group `c mod groups`, shuffled: group sizes differ by at most one.
+fn balanced_groups(clients: usize, groups: usize, rng: &mut StdRng) -> Vec<usize> {
     let mut a: Vec<usize> = (0..clients).map(|c| c % groups).collect();
     a.shuffle(rng);
     a
@@ -106,6 +142,49 @@ mod tests {
         assert_disjoint, assert_invalid, labels, pool, rng, same,
     };
     use std::collections::{BTreeSet, HashSet};
+
+    #[test]
+    fn balanced_assignment_evens_the_groups_and_follows_the_seed() {
+        let p = pool(1000, 10);
+        let mut seen = BTreeSet::new();
+        for seed in 0..20 {
+            for (clients, groups) in [(8, 3), (10, 4), (5, 5), (9, 2)] {
+                let f = label_groups_assigned(
+                    &p,
+                    clients,
+                    groups,
+                    Assign::Balanced,
+                    0.8,
+                    &mut rng(seed),
+                )
+                .unwrap();
+                let mut sizes = vec![0; groups];
+                for c in &f.clients {
+                    sizes[c.group.unwrap()] += 1;
+                }
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(hi - lo <= 1, "group sizes {sizes:?}");
+                let again = label_groups_assigned(
+                    &p,
+                    clients,
+                    groups,
+                    Assign::Balanced,
+                    0.8,
+                    &mut rng(seed),
+                )
+                .unwrap();
+                assert!(same(&f, &again), "same seed, same split");
+                if (clients, groups) == (8, 3) {
+                    seen.insert(f.groups().unwrap());
+                }
+            }
+        }
+        assert!(seen.len() > 5, "the assignment follows the seed");
+        // Random stays the default and stays what it was.
+        let a = label_groups(&p, 8, 3, 0.8, &mut rng(4)).unwrap();
+        let b = label_groups_assigned(&p, 8, 3, Assign::Random, 0.8, &mut rng(4)).unwrap();
+        assert!(same(&a, &b));
+    }
 
     #[test]
     fn label_groups_structure() {

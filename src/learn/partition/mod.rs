@@ -1,6 +1,7 @@
 //! Partitioners: who gets which sample. All are seeded and deterministic for a given RNG.
 //!
-//! Owns: the unstructured splits (IID, pathological shards, subsampling a pool), and what every
+//! Owns: the unstructured splits (IID, pathological shards, natural partitions as the data
+//! came, subsampling a pool by fraction or count), and what every
 //! split shares: argument checks, label sets, the per-client train/test split. The structured
 //! designs each have a file: label groups (FedeRiCo spec §7.1) in `label_groups.rs`, Dirichlet
 //! over label clusters (Table 4) in `dirichlet.rs`, FedCollab's four-type shifts in
@@ -17,7 +18,7 @@ pub use fedcollab::{
     CONCEPT4_PERMUTATIONS, ROTATE4_DEGREES, cluster4, concept4, rotate_image, rotate4,
 };
 pub use feddisco::biased_uniform;
-pub use label_groups::label_groups;
+pub use label_groups::{Assign, label_groups, label_groups_assigned};
 
 use super::data::{ClientData, DataError, Dataset, Federation, Labels};
 use rand::rngs::StdRng;
@@ -40,11 +41,94 @@ pub fn subsample(pool: &Dataset, fraction: f64, rng: &mut StdRng) -> Result<Data
             "subsample fraction = {fraction} of {n} samples keeps none; it must keep at least 1"
         )));
     }
-    let mut idx: Vec<usize> = (0..n).collect();
+    Ok(draw(pool, keep, rng))
+}
+
+/// `samples` samples of `pool` drawn without replacement, in their original order: exactly
+/// the draw [`subsample`] makes for a `fraction` with `round(fraction · len) == samples`, so a
+/// scenario sized in samples reproduces one sized by that fraction bit for bit. `samples`
+/// equal to the pool's size keeps it whole and draws nothing (as `fraction = 1` does).
+///
+/// Errors ([`DataError::Invalid`]): `samples` is 0 or more than the pool holds.
+pub fn subsample_count(
+    pool: &Dataset,
+    samples: usize,
+    rng: &mut StdRng,
+) -> Result<Dataset, DataError> {
+    let n = pool.len();
+    if samples == 0 || samples > n {
+        return Err(DataError::Invalid(format!(
+            "samples = {samples} is outside the allowed range 1..={n} (the training set holds {n})"
+        )));
+    }
+    if samples == n {
+        return Ok(pool.clone());
+    }
+    Ok(draw(pool, samples, rng))
+}
+
+/// `keep` rows of `pool` chosen by one shuffle of all row indices, in their original order.
+fn draw(pool: &Dataset, keep: usize, rng: &mut StdRng) -> Dataset {
+    let mut idx: Vec<usize> = (0..pool.len()).collect();
     idx.shuffle(rng);
     idx.truncate(keep);
     idx.sort_unstable();
-    Ok(pool.subset(&idx))
+    pool.subset(&idx)
+}
+
+/// Natural partitions: silo *i* is `silos[i]`, as the data came (one file or folder per silo,
+/// or the rows of one silo-column value); each shuffled and cut `round(train_fraction · n)` /
+/// rest into train / test. No groups are known. `names` name the silos in messages.
+///
+/// Errors ([`DataError::Invalid`]): no silo, silos of different sample shapes or class counts,
+/// `train_fraction` outside (0, 1), or a silo left with no training or no test sample.
+pub fn natural(
+    silos: &[Dataset],
+    names: &[String],
+    train_fraction: f64,
+    rng: &mut StdRng,
+) -> Result<Federation, DataError> {
+    check_clients(silos.len())?;
+    check_fraction(train_fraction)?;
+    for (s, name) in silos.iter().zip(names) {
+        if !usable(s.len(), train_fraction) {
+            return Err(DataError::Invalid(format!(
+                "natural partitions: silo {name} has {} samples, which with train_fraction = \
+                 {train_fraction} leaves {} for training and {} for test; each silo needs at \
+                 least 1 of each",
+                s.len(),
+                train_count(s.len(), train_fraction),
+                s.len() - train_count(s.len(), train_fraction).min(s.len()),
+            )));
+        }
+        if s.sample_shape != silos[0].sample_shape || s.num_classes() != silos[0].num_classes() {
+            return Err(DataError::Invalid(format!(
+                "natural partitions: silo {name} has samples {:?} of {:?} classes, silo {} has {:?} of {:?}",
+                s.sample_shape,
+                s.num_classes(),
+                names[0],
+                silos[0].sample_shape,
+                silos[0].num_classes()
+            )));
+        }
+    }
+    let clients = silos
+        .iter()
+        .map(|s| {
+            let mut rows: Vec<usize> = (0..s.len()).collect();
+            rows.shuffle(rng);
+            let t = train_count(rows.len(), train_fraction);
+            ClientData {
+                train: s.subset(&rows[..t]),
+                test: s.subset(&rows[t..]),
+                group: None,
+            }
+        })
+        .collect();
+    Ok(Federation {
+        clients,
+        group_labels: None,
+    })
 }
 
 /// Pathological shards (McMahan et al.): sort by label, cut into `clients * shards_per_client`
@@ -351,6 +435,47 @@ mod tests {
         assert_eq!(f.clients[0].train.len(), 4);
         assert_invalid(iid(&p, 0, 0.8, &mut rng(0)), &["clients = 0"]);
         assert_invalid(iid(&p, 600, 0.8, &mut rng(0)), &["client 0 gets 1 samples"]);
+    }
+
+    #[test]
+    fn subsample_by_count_draws_what_the_fraction_drew() {
+        let p = pool(5000, 10);
+        for (fraction, samples, seed) in [(0.1, 500, 9), (0.25, 1250, 1), (0.05, 250, 3)] {
+            assert_eq!(
+                subsample_count(&p, samples, &mut rng(seed)).unwrap(),
+                subsample(&p, fraction, &mut rng(seed)).unwrap()
+            );
+        }
+        assert_eq!(subsample_count(&p, 5000, &mut rng(0)).unwrap(), p);
+        assert_invalid(
+            subsample_count(&p, 5001, &mut rng(0)),
+            &["samples = 5001", "holds 5000"],
+        );
+        assert_invalid(subsample_count(&p, 0, &mut rng(0)), &["samples = 0"]);
+    }
+
+    #[test]
+    fn natural_keeps_each_silo_whole_and_names_a_silo_too_small() {
+        let silos = vec![pool(10, 3), pool(20, 3), pool(5, 3)];
+        let names: Vec<String> = ["a.csv", "b.csv", "c.csv"].map(String::from).to_vec();
+        let f = natural(&silos, &names, 0.8, &mut rng(1)).unwrap();
+        assert_eq!(f.clients.len(), 3);
+        for (c, s) in f.clients.iter().zip(&silos) {
+            assert_eq!(c.train.len() + c.test.len(), s.len());
+            assert_eq!(c.train.len(), train_count(s.len(), 0.8));
+            let mut all: Vec<usize> = rows(&c.train).into_iter().chain(rows(&c.test)).collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..s.len()).collect::<Vec<_>>());
+        }
+        assert!(same(
+            &f,
+            &natural(&silos, &names, 0.8, &mut rng(1)).unwrap()
+        ));
+        let tiny = vec![pool(10, 3), pool(1, 3)];
+        assert_invalid(
+            natural(&tiny, &names[..2], 0.8, &mut rng(1)),
+            &["silo b.csv has 1 samples"],
+        );
     }
 
     #[test]

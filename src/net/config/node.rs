@@ -71,6 +71,9 @@ pub enum DataFormat {
     Cifar10,
     /// CSV of numeric features and an integer label column: `train = [file]`, `test = [file]`.
     Csv,
+    /// A folder of class sub-folders of PNG/JPEG images: `train = [folder]`, `test = [folder]`
+    /// (classes numbered by sorted folder name over both).
+    Images,
 }
 
 /// Where the silo's data comes from: a shard, or its own files in a standard format.
@@ -89,12 +92,18 @@ pub struct DataSource {
     /// Test files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test: Vec<PathBuf>,
-    /// CSV: the 0-based label column (default: the last).
+    /// CSV: the label column, by header name or 0-based position (default: the last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_column: Option<usize>,
-    /// CSV: the number of classes in the federation (every silo must agree).
+    pub label_column: Option<crate::learn::loaders::Column>,
+    /// CSV: the number of classes in the federation (every silo must agree); images: optional,
+    /// at least the number of class folders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
+    /// Images: the federation's class names in class-id order (every silo must list the same),
+    /// so that silos holding different classes number them alike (default: the sorted names of
+    /// this silo's class folders).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_names: Option<Vec<String>>,
 }
 
 impl DataSource {
@@ -112,7 +121,7 @@ impl DataSource {
                 let ok = match f {
                     DataFormat::Idx => train == 2 && test == 2,
                     DataFormat::Cifar10 => train >= 1 && test >= 1,
-                    DataFormat::Csv => train == 1 && test == 1,
+                    DataFormat::Csv | DataFormat::Images => train == 1 && test == 1,
                 };
                 if !ok {
                     return Err(format!(
@@ -121,6 +130,7 @@ impl DataSource {
                             DataFormat::Idx => "two files each, [images, labels]",
                             DataFormat::Cifar10 => "at least one batch file each",
                             DataFormat::Csv => "one file each",
+                            DataFormat::Images => "one folder each",
                         }
                     ));
                 }
@@ -131,7 +141,7 @@ impl DataSource {
             }
             (Some(_), Some(_)) => Err("data: give either shard or format, not both".into()),
             (None, None) => Err(
-                "data needs shard = \"<file from federico partition>\" or format = \"idx\" | \"cifar10\" | \"csv\" with train and test files"
+                "data needs shard = \"<file from federico partition>\" or format = \"idx\" | \"cifar10\" | \"csv\" | \"images\" with train and test files"
                     .into(),
             ),
         }
@@ -143,13 +153,31 @@ impl DataSource {
         if let Some(shard) = &self.shard {
             return Ok(crate::learn::Shard::read(shard)?.data);
         }
+        if self.format == Some(DataFormat::Images) {
+            // One numbering of the classes for both folders (sorted names over both).
+            let train = loaders::read_image_folder(&self.train[0])?;
+            let test = loaders::read_image_folder(&self.test[0])?;
+            let (mut sets, _) =
+                loaders::unify_named(&[&train, &test], self.classes, self.class_names.as_deref())?;
+            let test = sets.pop().expect("unify returns one set per part");
+            let train = sets.pop().expect("unify returns one set per part");
+            return Ok(crate::learn::ClientData {
+                train,
+                test,
+                group: None,
+            });
+        }
         let part = |files: &[PathBuf]| match self.format {
             Some(DataFormat::Idx) => loaders::load_idx_files(&files[0], &files[1]),
             Some(DataFormat::Cifar10) => loaders::load_cifar_files(files),
-            Some(DataFormat::Csv) => {
-                loaders::load_csv(&files[0], self.label_column, self.classes.unwrap_or(0))
+            Some(DataFormat::Csv) => loaders::load_csv_column(
+                &files[0],
+                self.label_column.as_ref(),
+                self.classes.unwrap_or(0),
+            ),
+            Some(DataFormat::Images) | None => {
+                Err(crate::learn::DataError::Invalid("data: no source".into()))
             }
-            None => Err(crate::learn::DataError::Invalid("data: no source".into())),
         };
         let (train, test) = (part(&self.train)?, part(&self.test)?);
         if train.sample_shape != test.sample_shape {
@@ -400,6 +428,31 @@ shard = "a.shard"
             toml::from_str(&format!("{GOOD}{extra}")).map_err(|e| e.to_string())?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    #[test]
+    fn image_folders_number_classes_by_the_federations_names() {
+        use crate::learn::loaders::write_image_folder;
+        let tmp = tempfile::tempdir().unwrap();
+        write_image_folder(&tmp.path().join("train"), &["dog", "emu"], 3, 4, 4, false);
+        write_image_folder(&tmp.path().join("test"), &["emu"], 2, 4, 4, false);
+        let mut d = DataSource {
+            format: Some(DataFormat::Images),
+            train: vec![tmp.path().join("train")],
+            test: vec![tmp.path().join("test")],
+            ..Default::default()
+        };
+        d.validate().unwrap();
+        let own = d.load().unwrap();
+        assert_eq!(own.train.num_classes(), Some(2), "dog 0, emu 1");
+        assert_eq!(own.test.class_counts(), [0, 2]);
+        d.class_names = Some(["cat", "dog", "emu"].map(String::from).to_vec());
+        let named = d.load().unwrap();
+        assert_eq!(named.train.class_counts(), [0, 3, 3]);
+        assert_eq!(named.test.class_counts(), [0, 0, 2]);
+        d.class_names = Some(vec!["dog".into(), "cat".into()]);
+        let e = d.load().unwrap_err().to_string();
+        assert!(e.contains("\"emu\" is not in data.class_names"), "{e}");
     }
 
     #[test]

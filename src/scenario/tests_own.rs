@@ -1,0 +1,325 @@
+//! Unit tests of a scenario's own data: sources, paths, natural partitions, pool sizes.
+//! Owns: those tests and their small generated fixtures (written into temp folders).
+//! Must not: hold code the module itself uses.
+
+use super::*;
+use crate::learn::{Federation, Labels};
+use std::path::Path;
+
+/// A CSV with a header `x0,x1,site,label`: `n` rows, class names `cat`/`dog`/`emu` by row,
+/// site `a`/`b` by row parity.
+fn write_csv(path: &Path, n: usize) {
+    let mut text = String::from("x0,x1,site,label\n");
+    for i in 0..n {
+        let class = ["cat", "dog", "emu"][i % 3];
+        let site = if i % 2 == 0 { "a" } else { "b" };
+        text += &format!("{},{},{site},{class}\n", i % 3, (i * 7 % 5) as f32 / 5.0);
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Writes `text` as `dir/scenario.toml` and loads it.
+fn load(dir: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    let p = dir.join("scenario.toml");
+    std::fs::write(&p, text).unwrap();
+    Scenario::load(&p)
+}
+
+fn federation(s: &Scenario, seed: u64) -> Federation {
+    let data = s.load_real(None).unwrap();
+    s.federation(data.as_ref(), &mut Scenario::data_rng(seed))
+        .unwrap()
+}
+
+fn ids(d: &crate::learn::Dataset) -> Vec<u32> {
+    match &d.labels {
+        Labels::Class { ids, .. } => ids.clone(),
+        Labels::Real(_) => unreachable!(),
+    }
+}
+
+#[test]
+fn csv_pool_by_header_name_relative_to_the_scenario_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("data")).unwrap();
+    write_csv(&tmp.path().join("data/pool.csv"), 300);
+    let text = "[data]\nsource = \"csv\"\nfiles = [\"data/pool.csv\"]\nlabel_column = \"label\"\n\
+                silo_column = \"site\"\n[split]\nkind = \"natural\"\n";
+    // From another working directory: the path is the scenario file's.
+    let s = load(tmp.path(), text).unwrap();
+    assert_eq!(s.split.clients, 2, "two sites");
+    let f = federation(&s, 1);
+    assert_eq!(f.clients.len(), 2);
+    for c in &f.clients {
+        assert_eq!(c.train.len() + c.test.len(), 150);
+        assert_eq!(
+            c.train.sample_shape,
+            [2],
+            "the site column is not a feature"
+        );
+        assert_eq!(c.train.num_classes(), Some(3));
+    }
+    // Class names sorted: cat 0, dog 1, emu 2; feature x0 is the class index.
+    let c = &f.clients[0].train;
+    for (i, y) in ids(c).iter().enumerate() {
+        assert_eq!(c.row(i)[0], *y as f32);
+    }
+    // One pool cut by a partitioner instead, sized in samples.
+    let text = "[data]\nsource = \"csv\"\nfiles = [\"data/pool.csv\"]\nlabel_column = \"label\"\n\
+                samples = 240\n[split]\nkind = \"iid\"\nclients = 4\n";
+    let e = federation_err(tmp.path(), text);
+    assert!(e.contains("\"site\"") && e.contains("not a number"), "{e}");
+    std::fs::write(
+        tmp.path().join("data/pool.csv"),
+        std::fs::read_to_string(tmp.path().join("data/pool.csv"))
+            .unwrap()
+            .replace(",a,", ",")
+            .replace(",b,", ",")
+            .replace(",site,", ","),
+    )
+    .unwrap();
+    let s = load(tmp.path(), text).unwrap();
+    let f = federation(&s, 1);
+    assert_eq!(f.clients.len(), 4);
+    assert!(f.clients.iter().all(|c| c.train.len() + c.test.len() == 60));
+    // Same seed, same split.
+    let g = federation(&s, 1);
+    assert!(
+        f.clients
+            .iter()
+            .zip(&g.clients)
+            .all(|(a, b)| a.train == b.train)
+    );
+}
+
+#[test]
+fn natural_silos_from_files_a_pattern_and_mismatches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sites = tmp.path().join("sites");
+    std::fs::create_dir(&sites).unwrap();
+    for (k, n) in [30, 45, 60].iter().enumerate() {
+        write_csv(&sites.join(format!("site-{k}.csv")), *n);
+    }
+    let base = "[data]\nsource = \"csv\"\nlabel_column = \"label\"\n[split]\nkind = \"natural\"\n";
+    let listed = base.replace(
+        "label_column = \"label\"\n",
+        "label_column = \"label\"\nsilos = [\"sites/site-2.csv\", \"sites/site-0.csv\"]\n",
+    );
+    // The site column is text, and here not named as the silo column: the error names it.
+    let e = federation_err(tmp.path(), &listed);
+    assert!(e.contains("site-2.csv") && e.contains("\"site\""), "{e}");
+    for k in 0..3 {
+        let p = sites.join(format!("site-{k}.csv"));
+        let t = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(
+            &p,
+            t.replace(",a,", ",")
+                .replace(",b,", ",")
+                .replace(",site,", ","),
+        )
+        .unwrap();
+    }
+    let s = load(tmp.path(), &listed).unwrap();
+    assert_eq!(s.split.clients, 2);
+    let f = federation(&s, 3);
+    assert_eq!(
+        f.clients[0].train.len() + f.clients[0].test.len(),
+        60,
+        "list order"
+    );
+    let pattern = base.replace(
+        "label_column = \"label\"\n",
+        "label_column = \"label\"\nsilos = \"sites/site-*.csv\"\n",
+    );
+    let s = load(tmp.path(), &pattern).unwrap();
+    assert_eq!(s.split.clients, 3);
+    let sizes: Vec<usize> = federation(&s, 3)
+        .clients
+        .iter()
+        .map(|c| c.train.len() + c.test.len())
+        .collect();
+    assert_eq!(sizes, [30, 45, 60], "sorted by name");
+    // A folder works as the pattern of its entries.
+    let folder = pattern.replace("sites/site-*.csv", "sites");
+    assert_eq!(load(tmp.path(), &folder).unwrap().split.clients, 3);
+    // split.clients given and different: a clear error.
+    let e = load(
+        tmp.path(),
+        &pattern.replace("[split]\n", "[split]\nclients = 4\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("split.clients = 4") && e.contains("3 silos"),
+        "{e}"
+    );
+    assert!(
+        load(
+            tmp.path(),
+            &pattern.replace("[split]\n", "[split]\nclients = 3\n")
+        )
+        .is_ok()
+    );
+    // kind must say natural.
+    let e = load(tmp.path(), &pattern.replace("natural", "iid"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("split.kind = \"natural\""), "{e}");
+    // A silo file with no rows names the file.
+    std::fs::write(sites.join("site-1.csv"), "x0,x1,label\n").unwrap();
+    let e = federation_err(tmp.path(), &pattern);
+    assert!(e.contains("site-1.csv") && e.contains("no samples"), "{e}");
+}
+
+fn federation_err(dir: &Path, text: &str) -> String {
+    let s = match load(dir, text) {
+        Ok(s) => s,
+        Err(e) => return e.to_string(),
+    };
+    match s.load_real(None) {
+        Err(e) => e.to_string(),
+        Ok(d) => s
+            .federation(d.as_ref(), &mut Scenario::data_rng(1))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string(),
+    }
+}
+
+#[test]
+fn bad_csv_input_names_file_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("d.csv");
+    let text = "[data]\nsource = \"csv\"\nfiles = [\"d.csv\"]\nlabel_column = \"label\"\n\
+                [split]\nkind = \"iid\"\nclients = 2\n";
+    let e = federation_err(tmp.path(), text);
+    assert!(e.contains("d.csv") && e.contains("No such file"), "{e}");
+    std::fs::write(&p, "a,b,label\n1,2,x\n1,oops,y\n").unwrap();
+    let e = federation_err(tmp.path(), text);
+    assert!(
+        e.contains("d.csv: line 3: column 1 (\"b\"): \"oops\" is not a number"),
+        "{e}"
+    );
+    std::fs::write(&p, "a,b,y\n1,2,x\n").unwrap();
+    let e = federation_err(tmp.path(), text);
+    assert!(
+        e.contains("d.csv") && e.contains("\"label\" is not a column") && e.contains("a, b, y"),
+        "{e}"
+    );
+    std::fs::write(&p, "1,2,3\n").unwrap();
+    let e = federation_err(tmp.path(), text);
+    assert!(e.contains("no header row"), "{e}");
+}
+
+#[test]
+fn samples_and_fraction_size_the_pool_one_way_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut text = String::from("a,label\n");
+    for i in 0..100 {
+        text += &format!("{i},{}\n", i % 2);
+    }
+    std::fs::write(tmp.path().join("d.csv"), text).unwrap();
+    let base =
+        "[data]\nsource = \"csv\"\nfiles = [\"d.csv\"]\n[split]\nkind = \"iid\"\nclients = 2\n";
+    let both = base.replace("[split]", "samples = 50\nfraction = 0.5\n[split]");
+    let e = load(tmp.path(), &both).unwrap_err().to_string();
+    assert!(e.contains("not both"), "{e}");
+    // --set of one drops the other.
+    let p = tmp.path().join("s.toml");
+    std::fs::write(&p, base.replace("[split]", "samples = 50\n[split]")).unwrap();
+    let s = Scenario::load_with(&p, &["data.fraction=0.5".to_string()]).unwrap();
+    assert_eq!((s.data.samples, s.data.fraction), (None, Some(0.5)));
+    let by_fraction = federation(&s, 2);
+    let s = Scenario::load(&p).unwrap();
+    let by_samples = federation(&s, 2);
+    assert!(
+        by_fraction
+            .clients
+            .iter()
+            .zip(&by_samples.clients)
+            .all(|(a, b)| a.train == b.train && a.test == b.test)
+    );
+    let s = load(
+        tmp.path(),
+        &base.replace("[split]", "samples = 101\n[split]"),
+    )
+    .unwrap();
+    let e = s
+        .federation(
+            s.load_real(None).unwrap().as_ref(),
+            &mut Scenario::data_rng(1),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("data.samples = 101") && e.contains("holds 100"),
+        "{e}"
+    );
+    // Own files default to the whole pool.
+    let s = load(tmp.path(), base).unwrap();
+    let f = federation(&s, 1);
+    assert_eq!(
+        f.clients
+            .iter()
+            .map(|c| c.train.len() + c.test.len())
+            .sum::<usize>(),
+        100
+    );
+}
+
+#[test]
+fn idx_of_any_size_and_image_folders_with_a_test_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 8x8 IDX: 40 images, labels 0..4.
+    let n = 40u32;
+    let mut img = Vec::new();
+    for v in [0x803u32, n, 8, 8] {
+        img.extend_from_slice(&v.to_be_bytes());
+    }
+    img.extend((0..n as usize * 64).map(|i| (i / 64 % 4 * 60) as u8));
+    let mut lbl = Vec::new();
+    for v in [0x801u32, n] {
+        lbl.extend_from_slice(&v.to_be_bytes());
+    }
+    lbl.extend((0..n).map(|i| (i % 4) as u8));
+    std::fs::write(tmp.path().join("img"), img).unwrap();
+    std::fs::write(tmp.path().join("lbl"), lbl).unwrap();
+    let text = "[data]\nsource = \"idx\"\nfiles = [\"img\", \"lbl\"]\n[split]\nkind = \"label_groups\"\n\
+                clients = 4\ngroups = 2\nassign = \"balanced\"\n[model]\nkind = \"cnn\"\nconv = [4]\n";
+    let s = load(tmp.path(), text).unwrap();
+    let f = federation(&s, 1);
+    assert_eq!(f.clients[0].train.sample_shape, [1, 8, 8]);
+    let mut per_group = [0, 0];
+    for c in &f.clients {
+        per_group[c.group.unwrap()] += 1;
+    }
+    assert_eq!(per_group, [2, 2], "balanced");
+    // Images: a folder per silo, a shared test folder scored per silo on its classes.
+    use crate::learn::loaders::write_image_folder as write_folder;
+    write_folder(&tmp.path().join("s0"), &["cat", "dog"], 6, 8, 8, false);
+    write_folder(&tmp.path().join("s1"), &["dog", "emu"], 6, 8, 8, true);
+    write_folder(
+        &tmp.path().join("test"),
+        &["cat", "dog", "emu"],
+        3,
+        8,
+        8,
+        false,
+    );
+    let text = "[data]\nsource = \"images\"\nsilos = [\"s0\", \"s1\"]\ntest_files = [\"test\"]\n\
+                [split]\nkind = \"natural\"\n";
+    let s = load(tmp.path(), text).unwrap();
+    let f = federation(&s, 1);
+    assert_eq!(f.clients.len(), 2);
+    let c0 = &f.clients[0];
+    assert_eq!(c0.train.sample_shape, [3, 8, 8], "grey widened: s1 is RGB");
+    assert_eq!(c0.train.len(), 12, "all its samples train");
+    assert_eq!(
+        ids(&c0.test),
+        [0, 0, 0, 1, 1, 1],
+        "cat and dog of the test set"
+    );
+    assert_eq!(ids(&f.clients[1].test), [1, 1, 1, 2, 2, 2]);
+    let e = federation_err(tmp.path(), &text.replace("\"s1\"", "\"s9\""));
+    assert!(e.contains("s9") && e.contains("no such folder"), "{e}");
+}
