@@ -232,6 +232,10 @@ pub struct SimulateArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also write every silo's final model of every algorithm, to take home or predict with
+    /// (`<out>/seed-<s>/models/<algorithm>/silo-<i>/model.json`, as a node writes).
+    #[arg(long)]
+    pub export: bool,
 }
 
 /// Runs a parsed command line.
@@ -689,6 +693,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             out: out.clone(),
             data_dir: args.data_dir,
             progress: !args.quiet,
+            export: args.export,
         },
     )
     .with_context(|| format!("simulating {}", scenario.name))?;
@@ -708,6 +713,12 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         "results in {}/ (summary.json, table.txt, seed-*/rounds.jsonl, plots *.svg)\n",
         out.display()
     );
+    if args.export {
+        text += &format!(
+            "models in {}/seed-*/models/<algorithm>/silo-*/model.json (federico predict --model …)\n",
+            out.display()
+        );
+    }
     // A reader that went away (`| head`) is not an error: the results are on disk.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())

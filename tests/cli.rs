@@ -362,3 +362,50 @@ fn a_node_writes_its_model_when_sent_sigusr1() {
     );
     assert_eq!(card["test_accuracy"].as_f64(), Some(correct / count));
 }
+
+/// `simulate --export` writes every silo's final predictor of every algorithm; `predict` on
+/// it, with the shard `partition` cuts for the same seed, gives the accuracy the run reported
+/// for that silo, for all eight algorithms.
+#[test]
+fn simulate_exports_models_that_predict_what_the_run_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/compare-all.toml");
+    let run = |args: &[&str]| {
+        let out = federico()
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    run(&[
+        "simulate", scenario, "--seed", "1", "--rounds", "3", "--export", "--quiet", "--out", "run",
+    ]);
+    run(&["partition", scenario, "--seed", "1", "--out", "shards"]);
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/seed-1/summary.json")).unwrap(),
+    )
+    .unwrap();
+    let algorithms = summary["algorithms"].as_array().unwrap();
+    assert_eq!(algorithms.len(), 8);
+    for a in algorithms {
+        let name = a["algorithm"].as_str().unwrap();
+        for silo in [0, 5] {
+            let model = format!("run/seed-1/models/{name}/silo-{silo}/model.json");
+            let shard = format!("shards/silo-{silo}.shard");
+            let out = run(&["predict", "--model", &model, "--data", &shard]);
+            let rows = String::from_utf8_lossy(&out.stdout);
+            let (right, total) = rows.lines().skip(1).fold((0, 0), |(r, t), l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (r + usize::from(f[1] == f[2]), t + 1)
+            });
+            let reported = a["per_client"][silo].as_f64().unwrap();
+            assert_eq!(right as f64 / total as f64, reported, "{name} silo-{silo}");
+        }
+    }
+}

@@ -574,6 +574,7 @@ fn swarm_and_simulate(
             out: dir.join("sim"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();
@@ -753,6 +754,7 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
             out: tmp.path().join("sim"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();
@@ -849,6 +851,7 @@ fn fedcollab_silos_killed_while_their_pairs_run_end_with_the_undisturbed_distanc
             out: tmp.path().join("sim"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();
@@ -984,6 +987,7 @@ fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_wh
             out: sim.clone(),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();
@@ -1305,6 +1309,7 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
             out: tmp.path().join("sim"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();
@@ -1387,6 +1392,7 @@ fn kill_a_silo_mid_run(algorithm: Algorithm, extra: &[&str]) {
             out: tmp.path().join("sim"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap();

@@ -26,6 +26,7 @@ fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
             out: out.to_owned(),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .expect("simulation runs");
@@ -249,6 +250,7 @@ fn a_bad_schedule_fails_at_load_naming_the_event() {
             out: dir.path().join("out"),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .unwrap_err()

@@ -25,6 +25,7 @@ fn run(dir: &Path, overrides: &[&str], out: &Path) -> Vec<f64> {
         out: out.to_owned(),
         data_dir: Some(dir.to_owned()),
         progress: false,
+        export: false,
     };
     sim::run(&s, &opts).expect("simulation runs");
     let log = std::fs::read_to_string(out.join("seed-1/rounds.jsonl")).unwrap();

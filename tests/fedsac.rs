@@ -26,6 +26,7 @@ fn run(dir: &Path, overrides: &[&str], out: &Path) -> sim::Outcome {
         out: out.to_owned(),
         data_dir: Some(dir.to_owned()),
         progress: false,
+        export: false,
     };
     sim::run(&s, &opts).expect("simulation runs")
 }

@@ -61,6 +61,7 @@ fn fashion_mnist_label_groups_reproduce_the_papers_ordering() {
         out: out.path().to_owned(),
         data_dir: Some(dir),
         progress: false,
+        export: false,
     };
     assert_eq!(s.seeds, [1, 2, 3], "the shipped scenario's seeds");
     let o = sim::run(&s, &opts).expect("simulation runs");

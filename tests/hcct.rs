@@ -27,6 +27,7 @@ fn hcct(s: &Scenario, data_dir: Option<&Path>) -> (f64, Vec<u8>) {
             out: out.path().to_owned(),
             data_dir: data_dir.map(Path::to_owned),
             progress: false,
+            export: false,
         },
     )
     .expect("simulation runs");

@@ -18,6 +18,7 @@ fn run(s: &Scenario, out: &Path) -> Outcome {
             out: out.to_owned(),
             data_dir: None,
             progress: false,
+            export: false,
         },
     )
     .expect("simulation runs")

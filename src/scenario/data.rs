@@ -209,11 +209,14 @@ impl Default for SplitConfig {
 }
 
 impl Scenario {
-    /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`.
+    /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`, else
+    /// `data/` in the working directory when it exists (where `federico data download` puts
+    /// the data sets).
     pub fn data_dir(&self, cli: Option<&Path>) -> Option<PathBuf> {
         cli.map(Path::to_path_buf)
             .or_else(|| std::env::var_os(DATA_DIR_ENV).map(PathBuf::from))
             .or_else(|| self.data.dir.clone())
+            .or_else(|| Some(PathBuf::from("data")).filter(|d| d.is_dir()))
     }
 
     /// Loads the data once for every run: a built-in data set from the data directory, or the
@@ -232,8 +235,10 @@ impl Scenario {
         let dir = data_dir.ok_or_else(|| {
             DataError::Missing(format!(
                 "source \"{}\" needs real data: pass --data-dir DIR, set {DATA_DIR_ENV}, or set data.dir in the scenario \
-                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/; see docs/data.md)",
-                self.data.source.name()
+                 (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/; see docs/data.md), \
+                 or run `federico data download {}`, which puts it in data/",
+                self.data.source.name(),
+                source.folder().split('/').next().unwrap_or("all")
             ))
         })?;
         Ok(Some(Loaded::Builtin(loaders::load(source, dir)?)))

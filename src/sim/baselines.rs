@@ -4,7 +4,7 @@
 //! scores, so one FedAvg run serves both rows.
 //! Must not: touch FedeRiCo's state.
 
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
@@ -50,7 +50,7 @@ impl LocalRun {
 
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let params = &self.params;
-        score_each(ctx, |i| vec![(params[i].as_slice(), 1.0)])
+        score_each(ctx, |i| vec![(Owner::Silo(i), params[i].as_slice(), 1.0)])
     }
 }
 
@@ -106,7 +106,7 @@ impl FedAvgRun {
     /// FedAvg's score: the global model on each client's test split.
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let global = self.global.as_slice();
-        score_each(ctx, |_| vec![(global, 1.0)])
+        score_each(ctx, |_| vec![(Owner::Shared, global, 1.0)])
     }
 
     /// FedAvg+'s score: each client copies the global model, fine-tunes it for one epoch on its
@@ -120,6 +120,7 @@ impl FedAvgRun {
         let fed = ctx.fed;
         let global = &self.global;
         let (seed, lr) = (ctx.seed, ctx.lr());
+        let export = ctx.export.as_ref();
         ctx.pool.install(|| {
             ctx.learners
                 .par_iter_mut()
@@ -138,7 +139,11 @@ impl FedAvgRun {
                         &fed.clients[i].train,
                         &mut StdRng::seed_from_u64(s),
                     )?;
-                    Ok(ClientEval::from(l.evaluate(&p, &fed.clients[i].test)?))
+                    let eval = ClientEval::from(l.evaluate(&p, &fed.clients[i].test)?);
+                    if let Some(to) = export {
+                        to.write(l, i, &[(Owner::Silo(i), &p, 1.0)], eval)?;
+                    }
+                    Ok(eval)
                 })
                 .collect()
         })

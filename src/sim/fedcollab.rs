@@ -15,7 +15,7 @@
 //! the C sweep of spec §8 item 7) is written to `<seed dir>/fedcollab.json`.
 
 use super::coordinated::CoordinatedRun;
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::coord::fedcollab::{
     Distance, FedCollabConfig, Problem, Solution, coalition_average, disc_train_target,
@@ -212,11 +212,15 @@ impl CoordinatedRun for FedCollabRun {
     fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         match &self.plan {
             Some(plan) => score_each(ctx, |i| {
-                vec![(plan.models[plan.coalition_of[i]].as_slice(), 1.0)]
+                vec![(
+                    Owner::Shared,
+                    plan.models[plan.coalition_of[i]].as_slice(),
+                    1.0,
+                )]
             }),
             None => {
                 let init = self.init.as_slice();
-                score_each(ctx, |_| vec![(init, 1.0)])
+                score_each(ctx, |_| vec![(Owner::Shared, init, 1.0)])
             }
         }
     }

@@ -10,7 +10,7 @@
 //! [`feddisco::weights`].
 
 use super::coordinated::CoordinatedRun;
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -124,6 +124,6 @@ impl CoordinatedRun for FeddiscoRun {
     /// The global model on every silo's test split.
     fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let global = self.global.as_slice();
-        score_each(ctx, |_| vec![(global, 1.0)])
+        score_each(ctx, |_| vec![(Owner::Shared, global, 1.0)])
     }
 }

@@ -8,7 +8,7 @@
 
 use super::engines::Engines;
 use super::network::FaultNet;
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::core::{FedericoConfig, GradientInbox, MStep, Peer};
 use crate::faults::Schedule;
@@ -272,7 +272,10 @@ impl FedericoRun {
             None => params[j.index()].as_slice(),
         };
         score_each(ctx, |i| {
-            mixes[i].iter().map(|&(j, w)| (model(j), w)).collect()
+            mixes[i]
+                .iter()
+                .map(|&(j, w)| (Owner::Silo(j.index()), model(j), w))
+                .collect()
         })
     }
 
@@ -332,7 +335,7 @@ fn evaluate_faulty(ctx: &mut Ctx<'_>, f: &mut FaultNet) -> Result<Vec<ClientEval
     let evals = score_each(ctx, |i| {
         mixes[i]
             .iter()
-            .map(|&(j, w)| (net.params(j.index()), w))
+            .map(|&(j, w)| (Owner::Silo(j.index()), net.params(j.index()), w))
             .collect()
     })?;
     for (i, (t, e)) in f.traces.iter_mut().zip(&evals).enumerate() {

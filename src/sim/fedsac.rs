@@ -9,7 +9,7 @@
 //! differently from a coordinated node (the recipe is [`crate::silo`]'s).
 
 use super::coordinated::CoordinatedRun;
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::coord::fedsac::{self, FedsacError, GraphSettings, Subspace};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -195,7 +195,7 @@ impl CoordinatedRun for FedsacRun {
                 (FedsacScore::Trained, Some(t)) => t,
                 _ => &params[i],
             };
-            vec![(model.as_slice(), 1.0)]
+            vec![(Owner::Silo(i), model.as_slice(), 1.0)]
         })
     }
 }

@@ -13,7 +13,7 @@
 //! for calibrating α, §6.4) to stderr.
 
 use super::coordinated::CoordinatedRun;
-use super::pool::score_each;
+use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::coord::hcct::{
     Coordinator, HcctConfig, HcctError, Optimizer, group_average, pseudo_gradient, select_layer,
@@ -289,7 +289,7 @@ impl CoordinatedRun for HcctRun {
     /// Each silo's model (its group's) on its own test split.
     fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let models = &self.models;
-        score_each(ctx, |i| vec![(models[i].as_slice(), 1.0)])
+        score_each(ctx, |i| vec![(Owner::Shared, models[i].as_slice(), 1.0)])
     }
 }
 
@@ -326,6 +326,7 @@ mod tests {
             seed: 3,
             learners: setup.learners,
             pool: &pool,
+            export: None,
         };
         let mut run = HcctRun::new(&ctx, &setup.init);
         for _ in 0..rounds {

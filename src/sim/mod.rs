@@ -104,6 +104,9 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Show a progress bar on stderr (hidden anyway when stderr is not a terminal).
     pub progress: bool,
+    /// Write every silo's final predictor of every algorithm to take home
+    /// (`seed-<s>/models/<algorithm>/silo-<i>/model.json`, as a node's `model.json`).
+    pub export: bool,
 }
 
 /// A client's test score: summed loss and correct predictions over its test samples.
@@ -151,6 +154,9 @@ pub(crate) struct Ctx<'a> {
     seed: u64,
     learners: Vec<Learner>,
     pool: &'a rayon::ThreadPool,
+    /// Set while the last round is scored under `simulate --export`: the predictors scored
+    /// are written too.
+    export: Option<pool::ExportTo>,
 }
 
 impl Ctx<'_> {
@@ -226,7 +232,15 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     for &seed in &scenario.seeds {
         let dir = opts.out.join(format!("seed-{seed}"));
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        let r = run_seed(scenario, seed, real.as_ref(), &pool, &dir, &bar)?;
+        let r = run_seed(
+            scenario,
+            seed,
+            real.as_ref(),
+            &pool,
+            &dir,
+            &bar,
+            opts.export,
+        )?;
         meta.get_or_insert((r.spec.clone(), r.num_params, r.clients, r.regression));
         curves.push(r.curves);
         runs.push(r.summary);
@@ -317,6 +331,7 @@ pub fn fault_free_finals(
         seed,
         learners,
         pool: &pool,
+        export: None,
     };
     let mut run = FedericoRun::new(&ctx, &init);
     for _ in 0..scenario.rounds {
@@ -387,6 +402,7 @@ impl RoundBench {
             seed: self.seed,
             learners: std::mem::take(&mut self.learners),
             pool: &self.pool,
+            export: None,
         }
     }
 

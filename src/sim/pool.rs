@@ -8,20 +8,79 @@ use super::{ClientEval, Ctx, SimError};
 use crate::learn::{Dataset, Learner};
 use rayon::prelude::*;
 
+/// Whose model a part of a silo's predictor is: a silo's own (personal) model, or one shared by
+/// several silos (a global, group or coalition model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// Silo `i`'s model.
+    Silo(usize),
+    /// A model several silos share.
+    Shared,
+}
+
 /// Scores every silo on its own test split, in parallel: silo `i` predicts with the mixture
-/// `model(i)` (one `(parameters, weight)` part per model; a single part is the model itself).
+/// `model(i)` (one `(owner, parameters, weight)` part per model; a single part is the model
+/// itself). With `ctx.export` set, each silo's predictor is also written to take home.
 pub(crate) fn score_each<'p>(
     ctx: &mut Ctx<'_>,
-    model: impl Fn(usize) -> Vec<(&'p [f32], f64)> + Sync,
+    model: impl Fn(usize) -> Vec<(Owner, &'p [f32], f64)> + Sync,
 ) -> Result<Vec<ClientEval>, SimError> {
     let fed = ctx.fed;
+    let export = ctx.export.as_ref();
     ctx.pool.install(|| {
         ctx.learners
             .par_iter_mut()
             .enumerate()
-            .map(|(i, learner)| mix_eval(learner, &model(i), &fed.clients[i].test))
+            .map(|(i, learner)| {
+                let parts = model(i);
+                let mix: Vec<(&[f32], f64)> = parts.iter().map(|&(_, p, w)| (p, w)).collect();
+                let eval = mix_eval(learner, &mix, &fed.clients[i].test)?;
+                if let Some(to) = export {
+                    to.write(learner, i, &parts, eval)?;
+                }
+                Ok(eval)
+            })
             .collect()
     })
+}
+
+/// Where `simulate --export` writes an algorithm's final predictors:
+/// `<dir>/silo-<i>/model.{safetensors,json}`.
+#[derive(Clone, Debug)]
+pub(crate) struct ExportTo {
+    /// `<seed dir>/models/<algorithm>`.
+    pub(crate) dir: std::path::PathBuf,
+    /// The round the models are of.
+    pub(crate) round: u64,
+}
+
+impl ExportTo {
+    /// Writes silo `i`'s predictor (its parts named `silo-<j>` or `shared`).
+    pub(crate) fn write(
+        &self,
+        learner: &Learner,
+        i: usize,
+        parts: &[(Owner, &[f32], f64)],
+        eval: ClientEval,
+    ) -> Result<(), SimError> {
+        let name = |o: Owner| match o {
+            Owner::Silo(j) => format!("silo-{j}"),
+            Owner::Shared => "shared".to_string(),
+        };
+        let named: Vec<(String, &[f32], f64)> =
+            parts.iter().map(|&(o, p, w)| (name(o), p, w)).collect();
+        let accuracy = (eval.count > 0).then(|| eval.correct as f64 / eval.count as f64);
+        let dir = self.dir.join(format!("silo-{i}"));
+        crate::learn::export::write(
+            &dir,
+            learner,
+            &name(Owner::Silo(i)),
+            &named,
+            self.round,
+            accuracy,
+        )?;
+        Ok(())
+    }
 }
 
 /// Runs `f(i, learner_i)` for every silo on the worker pool, the largest silos first, each worker

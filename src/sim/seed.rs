@@ -13,6 +13,7 @@ use super::federico::FedericoRun;
 use super::fedsac::FedsacRun;
 use super::hcct::HcctRun;
 use super::network::FaultNet;
+use super::pool::ExportTo;
 use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
 use crate::faults::checks;
 use crate::learn::ModelSpec;
@@ -71,6 +72,7 @@ pub(super) fn run_seed(
     pool: &rayon::ThreadPool,
     dir: &Path,
     bar: &ProgressBar,
+    export: bool,
 ) -> Result<SeedRun, SimError> {
     let Setup {
         fed,
@@ -87,6 +89,7 @@ pub(super) fn run_seed(
         seed,
         learners,
         pool,
+        export: None,
     };
     let groups = fed.groups();
     let wants = |a| scenario.algorithms.contains(&a);
@@ -174,6 +177,11 @@ pub(super) fn run_seed(
         let mut scored = Vec::new();
         if round % scenario.eval_every == 0 || round == scenario.rounds {
             for &a in &algorithms {
+                // `--export`: the last round's predictors are written as they are scored.
+                ctx.export = (export && round == scenario.rounds).then(|| ExportTo {
+                    dir: dir.join("models").join(a.name()),
+                    round: round as u64,
+                });
                 let t = Instant::now();
                 let clients = match a {
                     Algorithm::Local => local.as_mut().map(|r| r.evaluate(&mut ctx)),
@@ -195,6 +203,7 @@ pub(super) fn run_seed(
                     clients,
                 });
             }
+            ctx.export = None;
         }
         let rounds_scored: Vec<AlgorithmRound> =
             scored.iter().map(|s| to_round(s, regression)).collect();

@@ -238,10 +238,8 @@ fn class_ids(path: &Path, bytes: &[u8]) -> Result<Vec<u32>, DataError> {
     Ok(bytes.iter().map(|&b| u32::from(b)).collect())
 }
 
-/// One silo's own data in the MNIST IDX format: an images file (IDX3 unsigned bytes, any
-/// height × width) and a labels file (IDX1, class ids 0..=9), each possibly gzipped. Pixels are
-/// scaled to [0, 1]; samples are `[1, height, width]`.
-pub fn load_idx_files(images: &Path, labels: &Path) -> Result<Dataset, DataError> {
+/// An images file and its labels file, checked to agree in count (and hold at least one).
+fn read_pair(images: &Path, labels: &Path) -> Result<(Idx, Idx), DataError> {
     let img = read_idx(images, IDX_IMAGES_MAGIC, 3, "IDX3 unsigned-byte images")?;
     let lbl = read_idx(labels, IDX_LABELS_MAGIC, 1, "IDX1 unsigned-byte labels")?;
     if img.dims[0] == 0 {
@@ -258,6 +256,14 @@ pub fn load_idx_files(images: &Path, labels: &Path) -> Result<Dataset, DataError
             ),
         ));
     }
+    Ok((img, lbl))
+}
+
+/// One silo's own data in the MNIST IDX format: an images file (IDX3 unsigned bytes, any
+/// height × width) and a labels file (IDX1, class ids 0..=9), each possibly gzipped. Pixels are
+/// scaled to [0, 1]; samples are `[1, height, width]`.
+pub fn load_idx_files(images: &Path, labels: &Path) -> Result<Dataset, DataError> {
+    let (img, lbl) = read_pair(images, labels)?;
     let ids = class_ids(labels, &lbl.data)?;
     let features = img.data.iter().map(|&b| f32::from(b) / 255.0).collect();
     dataset(images, features, vec![1, img.dims[1], img.dims[2]], ids)
@@ -268,22 +274,7 @@ pub fn load_idx_files(images: &Path, labels: &Path) -> Result<Dataset, DataError
 /// each possibly gzipped. The same reader as [`load_idx_files`]; pixels scaled to [0, 1],
 /// samples `[1, height, width]`.
 pub fn read_idx_labelled(images: &Path, labels: &Path) -> Result<Labelled, DataError> {
-    let img = read_idx(images, IDX_IMAGES_MAGIC, 3, "IDX3 unsigned-byte images")?;
-    let lbl = read_idx(labels, IDX_LABELS_MAGIC, 1, "IDX1 unsigned-byte labels")?;
-    if img.dims[0] == 0 {
-        return Err(corrupt(images, "the header declares 0 images"));
-    }
-    if img.dims[0] != lbl.dims[0] {
-        return Err(corrupt(
-            labels,
-            format!(
-                "{} labels but {} holds {} images",
-                lbl.dims[0],
-                images.display(),
-                img.dims[0]
-            ),
-        ));
-    }
+    let (img, lbl) = read_pair(images, labels)?;
     let top = lbl.data.iter().copied().max().unwrap_or(0);
     Ok(Labelled {
         features: img.data.iter().map(|&b| f32::from(b) / 255.0).collect(),

@@ -139,11 +139,13 @@ fn help(source: RealSource, folder: &Path) -> String {
         _ => "",
     };
     format!(
-        "{} needs {files} in {}{note}. Put the files there, or point federico at the data directory \
-         that holds the `{}/` folder with the FEDERICO_DATA_DIR environment variable, the \
-         --data-dir flag or the scenario's `data.dir` field.",
+        "{} needs {files} in {}{note}. `federico data download {}` fetches them (into data/, or \
+         --data-dir DIR); or point federico at the data directory that holds the `{}/` folder \
+         with the FEDERICO_DATA_DIR environment variable, the --data-dir flag or the scenario's \
+         `data.dir` field.",
         source.name(),
         folder.display(),
+        source.folder().split('/').next().unwrap_or("all"),
         source.folder(),
     )
 }
