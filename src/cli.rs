@@ -198,7 +198,9 @@ pub struct PartitionArgs {
 /// `federico node`.
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
-    /// The node config (TOML), e.g. node-config/hospital-a.toml.
+    /// The config (TOML): a node's (e.g. federation/silo-0.toml from `federico init`), or for
+    /// `coordinator` the coordinator's (e.g. node-config/coordinator.toml). Relative paths in
+    /// it are relative to the file.
     #[arg(long)]
     pub config: PathBuf,
     /// Log as JSON lines instead of human-readable text.

@@ -1,5 +1,5 @@
 //! The coordinator algorithms of FedeRiCo's family, as pure, transport-free code: FedDisco,
-//! FedCollab, HCCT and FedSaC (specs under `../shared/specs/`).
+//! FedCollab, HCCT and FedSaC (specs under `docs/specs/`).
 //! Owns: each algorithm's decisions (aggregation weights, coalitions, merges, personalised
 //! mixing matrices) from the summaries silos send (sample counts, label discrepancies,
 //! pseudo-gradients, model deltas, feature subspaces), all as plain `f32`/`f64` slices.

@@ -79,7 +79,7 @@ pub enum Algorithm {
     /// FedeRiCo (Algorithm 1).
     Federico,
     /// FedCollab: pairwise discriminator distances, coalitions from Algorithm 2, FedAvg inside
-    /// each coalition (`../shared/specs/fedcollab.md`).
+    /// each coalition (`docs/specs/fedcollab.md`).
     Fedcollab,
     /// HCCT: per-round hierarchical merging of silos into groups (`[hcct]`).
     Hcct,

@@ -1,5 +1,5 @@
 //! A FedCollab silo's side of the pairwise discriminator protocol (spec
-//! `../shared/specs/fedcollab.md` §3.2), the same in `simulate` and in a coordinated node.
+//! `docs/specs/fedcollab.md` §3.2), the same in `simulate` and in a coordinated node.
 //! Owns: the discriminator of a federation ([`DiscModel`]: its network, the one initialisation
 //! every pair starts from, each silo's inputs `[x, 2ν·onehot(y)]`), one silo's half of a pair's
 //! run ([`PairHalf`]: plain-SGD steps, the pair average, validation accuracy, the early stop),

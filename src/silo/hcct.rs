@@ -1,4 +1,4 @@
-//! An HCCT silo's local epoch (spec `../shared/specs/hcct.md` §3 step 3), the same in
+//! An HCCT silo's local epoch (spec `docs/specs/hcct.md` §3 step 3), the same in
 //! `simulate` and in a coordinated node.
 //! Owns: one epoch of plain mini-batch SGD (momentum 0, no weight decay) over a fresh shuffle,
 //! the batch-stream tag, and skipping an epoch's draws for a resumed silo.

@@ -1,4 +1,4 @@
-//! FedCollab in the simulator (`../shared/specs/fedcollab.md`): distances, structure, then
+//! FedCollab in the simulator (`docs/specs/fedcollab.md`): distances, structure, then
 //! FedAvg inside each coalition, every silo in this process.
 //!
 //! Owns: the pairwise discriminator protocol (spec §3.2) on every pair of silos, both halves

@@ -1,4 +1,4 @@
-//! HCCT as a simulator run (spec `../shared/specs/hcct.md` §3, Algorithm 1).
+//! HCCT as a simulator run (spec `docs/specs/hcct.md` §3, Algorithm 1).
 //!
 //! Owns: the driver's side of a round — each group's start model (the size-weighted average of
 //! its members' models), E local epochs per silo in parallel (plain SGD at η_t by default,

@@ -1,4 +1,4 @@
-//! FedCollab's hyperparameters (spec `../shared/specs/fedcollab.md` §3.2, §4, §8 items 7-9):
+//! FedCollab's hyperparameters (spec `docs/specs/fedcollab.md` §3.2, §4, §8 items 7-9):
 //! the `[fedcollab]` section of a scenario with the official scripts' defaults, its
 //! validation, and the distance measure it picks.
 //! Owns: [`FedCollabConfig`] and [`Distance`].

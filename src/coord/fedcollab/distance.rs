@@ -1,5 +1,5 @@
 //! The transport-free parts of FedCollab's pairwise discriminator protocol (spec
-//! `../shared/specs/fedcollab.md` §3.2): the discriminator-train split, the label-branch
+//! `docs/specs/fedcollab.md` §3.2): the discriminator-train split, the label-branch
 //! scale, equal pair averaging, the evaluate/early-stop schedule ([`EarlyStop`]), turning the
 //! best balanced accuracy into a distance, the label-TV debug distance, and assembling the
 //! distance matrix.

@@ -1,4 +1,4 @@
-//! FedCollab (Bao et al., ICML 2023; `../shared/specs/fedcollab.md`): choosing who trains with
+//! FedCollab (Bao et al., ICML 2023; `docs/specs/fedcollab.md`): choosing who trains with
 //! whom from the silos' sample counts and pairwise distribution distances.
 //!
 //! Owns: the collaboration-structure objective (spec §2), Algorithm 2 with random restarts and

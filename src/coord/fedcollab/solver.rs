@@ -1,4 +1,4 @@
-//! FedCollab's collaboration-structure objective (spec `../shared/specs/fedcollab.md` §2) and
+//! FedCollab's collaboration-structure objective (spec `docs/specs/fedcollab.md` §2) and
 //! Algorithm 2 with random restarts and its tie-breaking (§4), plus placing a newcomer (§5).
 //! Owns: [`Problem`], [`Solution`], [`Structure`], [`SolverConfig`], the improvement tolerance
 //! [`REL_TOL`], and the conversions between coalitions and label vectors.

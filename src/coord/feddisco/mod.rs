@@ -1,5 +1,5 @@
 //! FedDisco: discrepancy-aware aggregation weights (Ye et al., ICML 2023; spec
-//! `../shared/specs/feddisco.md`).
+//! `docs/specs/feddisco.md`).
 //!
 //! Owns: the two halves of the method as pure functions on numbers.
 //! * Silo side: [`report`] turns a silo's label counts into the only thing it sends, a

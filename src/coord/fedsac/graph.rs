@@ -1,4 +1,4 @@
-//! FedSaC's collaboration graph (spec `../shared/specs/fedsac.md` §2.2, §3, §4 steps 2-3):
+//! FedSaC's collaboration graph (spec `docs/specs/fedsac.md` §2.2, §3, §4 steps 2-3):
 //! model similarity, exact projection onto the simplex, the per-client weights
 //! `W_i = Π_Δ(p + (β S_i − α C_i)/2)`, the size prior, the α schedule, and the one
 //! composition of a round's graph both drivers use.

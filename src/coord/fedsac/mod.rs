@@ -1,5 +1,5 @@
 //! FedSaC: personalised collaboration graphs that balance model similarity and feature
-//! complementarity (Yan et al., ICML 2024; spec `../shared/specs/fedsac.md`).
+//! complementarity (Yan et al., ICML 2024; spec `docs/specs/fedsac.md`).
 //!
 //! Owns, as pure functions on numbers:
 //! * silo side: [`feature_subspace`], the top-k principal directions of a silo's own centred

@@ -1,4 +1,4 @@
-//! FedSaC's personalised aggregation and local regulariser (spec `../shared/specs/fedsac.md`
+//! FedSaC's personalised aggregation and local regulariser (spec `docs/specs/fedsac.md`
 //! §4 steps 1 and 4, §4.3, §7.4): each sender's mixed model and regulariser direction from its
 //! row of the graph, and the regulariser's gradient.
 //! Owns: [`personalise`], [`mix`], [`direction`], [`add_regulariser_grad`] and [`RegSign`].

@@ -1,4 +1,4 @@
-//! FedSaC's feature subspaces and their complementarity (spec `../shared/specs/fedsac.md`
+//! FedSaC's feature subspaces and their complementarity (spec `docs/specs/fedsac.md`
 //! §2.1, §2.3, §7.1, §7.2): the silo side's top-k principal directions of its own centred
 //! features, and the coordinator side's complementarity of two subspaces and of a cohort.
 //! Owns: [`Subspace`], [`feature_subspace`] (with its deterministic eigen-solvers),

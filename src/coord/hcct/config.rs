@@ -1,4 +1,4 @@
-//! HCCT's hyperparameters (spec `../shared/specs/hcct.md` §1.3, §2.3, §3, §6): the trade-off
+//! HCCT's hyperparameters (spec `docs/specs/hcct.md` §1.3, §2.3, §3, §6): the trade-off
 //! constant α, the stopping rule of ClientPartition, the local optimizer, the `[hcct]` section
 //! of a scenario with the spec's defaults and its validation, and the learning-rate schedule.
 //! Owns: [`HcctConfig`], [`Alpha`], [`Stop`], [`Optimizer`] and [`learning_rate`].

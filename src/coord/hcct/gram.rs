@@ -1,4 +1,4 @@
-//! The Gram matrix of the clients' pseudo-gradients (spec `../shared/specs/hcct.md` §2.4),
+//! The Gram matrix of the clients' pseudo-gradients (spec `docs/specs/hcct.md` §2.4),
 //! the client utility (§1.4, eq. 9) and the merge benefit (§2.2, eqs. 13–16) computed on it.
 //! Owns: [`Gram`], [`client_utilities`], [`merge_benefit`], and the f64 dot products and
 //! cosines they are built from.

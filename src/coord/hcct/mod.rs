@@ -1,5 +1,5 @@
 //! HCCT, hierarchical clustering-based collaborative training (Sun, Kountouris & Zhang, "How to
-//! Collaborate", IEEE TMC 2024; spec `../shared/specs/hcct.md`), as pure, transport-free code.
+//! Collaborate", IEEE TMC 2024; spec `docs/specs/hcct.md`), as pure, transport-free code.
 //!
 //! Owns: the client utility (spec §1.4, eq. 9) and the merge benefit (§2.2, eqs. 13–16) on the
 //! Gram matrix of the pseudo-gradients (§2.4, accumulated in f64); ClientPartition (Algorithm 2,

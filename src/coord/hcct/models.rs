@@ -1,5 +1,5 @@
 //! What an HCCT coordinator computes from models and gradients (spec
-//! `../shared/specs/hcct.md` §1.3, §2.5, §3): the size-weighted group average, the
+//! `docs/specs/hcct.md` §1.3, §2.5, §3): the size-weighted group average, the
 //! pseudo-gradient, and HCCT-E's layer choice.
 //! Owns: [`group_average`], [`pseudo_gradient`], [`layer_scores`] and [`select_layer`].
 //! Must not: choose groups (`partition.rs`, `schedule.rs`) or train (the driver's work).

@@ -1,4 +1,4 @@
-//! ClientPartition (spec `../shared/specs/hcct.md` Algorithm 2, §2.3): greedy agglomerative
+//! ClientPartition (spec `docs/specs/hcct.md` Algorithm 2, §2.3): greedy agglomerative
 //! merging from singletons with deterministic tie-breaking.
 //! Owns: [`partition`], [`partition_gradients`], [`Partition`], [`Merge`] and
 //! [`PartitionConfig`].

@@ -1,5 +1,5 @@
 //! The per-round schedule of partitions an HCCT coordinator hands out (spec
-//! `../shared/specs/hcct.md` §3, §5): round 0, every round from scratch or one-shot, stale
+//! `docs/specs/hcct.md` §3, §5): round 0, every round from scratch or one-shot, stale
 //! reports, checkpoints.
 //! Owns: [`Coordinator`], [`CoordinatorConfig`] and [`CoordinatorSnapshot`].
 //! Must not: touch models, sockets or clocks: the server (`server.rs`) and the
