@@ -279,6 +279,8 @@ impl<H> Round<H> {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
+            // Restarted after its last round: due at once.
+            Phase::Starting { .. } if self.is_last_round() => Some(self.round_started),
             Phase::Starting { until } | Phase::Lingering { until } => Some(*until),
             Phase::Pulling { deadline, .. }
             | Phase::Owning { deadline }
@@ -548,10 +550,12 @@ impl<H> Round<H> {
                     // peer to talk to is enough (the others are sampled once connected),
                     // never a wait for a member that may be down.
                     let rejoining = self.round > 0 && ready > 0;
-                    if !(all || rejoining || now >= *until) {
+                    // Restarted after its last round: nothing to wait for.
+                    let done = self.is_last_round();
+                    if !(all || rejoining || done || now >= *until) {
                         return;
                     }
-                    if !all {
+                    if !all && !done {
                         self.log(Event::StartingWithout {
                             connected: self.connected.len(),
                             running: ready,

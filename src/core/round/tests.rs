@@ -1022,3 +1022,22 @@ fn an_evaluation_asked_for_comes_at_the_end_of_the_round_in_progress() {
     }
     assert_eq!(net.deadline_steps(0), 0);
 }
+
+#[test]
+fn a_peer_restarted_after_its_last_round_finishes_without_waiting_for_members() {
+    let t0 = Instant::now();
+    let ids: Vec<NodeId> = (0..4).map(NodeId).collect();
+    let peer = Peer::new(ids[0], ids.iter().copied(), FedericoConfig::default(), 7);
+    let mut r: Round<()> = Round::new(config(0, 4, 6), peer, 6, 6, Arc::new(vec![0.0; LEN]), t0);
+    assert_eq!(
+        r.poll_timeout(),
+        Some(t0),
+        "due at once, not after the start deadline"
+    );
+    r.handle_timeout(t0);
+    assert!(
+        r.is_finished(),
+        "no member is connected: nothing to serve, done at once"
+    );
+    assert_eq!(r.poll_timeout(), None);
+}

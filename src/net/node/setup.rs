@@ -103,6 +103,14 @@ pub(super) fn resume(
             version = c.version,
             "resuming from checkpoint"
         );
+        if cfg.rounds > 0 && c.round >= cfg.rounds {
+            info!(
+                "this node already finished its {} rounds: nothing to do. To start a new run, \
+                 remove {} or point state_dir elsewhere",
+                cfg.rounds,
+                cfg.state_dir.display()
+            );
+        }
         return Ok(Start {
             peer: c.peer,
             silo: FedericoSilo::new(c.params, c.adam, c.version),
