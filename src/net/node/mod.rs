@@ -8,8 +8,9 @@
 //! compare a deadline with the clock, or run tensor work (the training thread does).
 //!
 //! `setup.rs` builds what a node runs with; `translate.rs` turns swarm events into the
-//! engine's inputs.
+//! engine's inputs; `log.rs` words the engine's events for the log and listens for `SIGUSR1`.
 
+mod log;
 mod setup;
 mod translate;
 
@@ -24,7 +25,7 @@ use super::progress;
 use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::Peer;
-use crate::core::round::{Action, Done, Event, Job, ReqId, Round, RoundConfig, RoundReport};
+use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig, RoundReport};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Evaluation, Learner};
 use crate::protocol::{GradientRequest, ModelPayload, ModelRequest, ModelResponse};
@@ -390,7 +391,7 @@ impl Driver {
     ) -> Result<Ending, NodeError> {
         tokio::pin!(shutdown);
         let mut redial = tokio::time::interval(Duration::from_secs(5));
-        let mut usr1 = export_signal();
+        let mut usr1 = log::export_signal();
         loop {
             self.apply_actions()?;
             self.show_progress();
@@ -428,7 +429,7 @@ impl Driver {
                 Some((cmd, reply)) = control_rx.recv() => {
                     let _ = reply.send(self.handle_control(cmd));
                 }
-                Some(()) = next_signal(&mut usr1) => self.ask_export("SIGUSR1"),
+                Some(()) = log::next_signal(&mut usr1) => self.ask_export("SIGUSR1"),
                 _ = redial.tick() => {
                     if self.round.connected() + 1 < self.manifest.members.len() {
                         self.dial_members();
@@ -615,7 +616,7 @@ impl Driver {
                     }
                 }
                 Action::Report(rep) => self.append_log(rep)?,
-                Action::Log(e) => log_event(&e),
+                Action::Log(e) => log::event(&e),
             }
         }
         Ok(())
@@ -733,87 +734,5 @@ impl Driver {
         for (id, e, w) in peer.table().iter() {
             self.metrics.set_peer(&id.to_string(), w, e.tracked_loss);
         }
-    }
-}
-
-/// The engine's events, as log lines.
-/// `SIGUSR1` asks for the model now (`kill -USR1 <pid>`); `None` where signals cannot be had.
-#[cfg(unix)]
-fn export_signal() -> Option<tokio::signal::unix::Signal> {
-    use tokio::signal::unix::{SignalKind, signal};
-    signal(SignalKind::user_defined1())
-        .inspect_err(|e| warn!("SIGUSR1 cannot ask for an export: {e}"))
-        .ok()
-}
-
-#[cfg(not(unix))]
-fn export_signal() -> Option<()> {
-    None
-}
-
-/// The next `SIGUSR1`; never, without a handler.
-#[cfg(unix)]
-async fn next_signal(sig: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
-    match sig {
-        Some(s) => s.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-#[cfg(not(unix))]
-async fn next_signal(_: &mut Option<()>) -> Option<()> {
-    std::future::pending().await
-}
-
-fn log_event(e: &Event) {
-    match e {
-        Event::StartingWithout {
-            connected,
-            running,
-            members,
-        } => warn!(
-            connected,
-            running_federico = running,
-            members,
-            "starting without every member"
-        ),
-        Event::RoundStarts { round, sampled } => debug!(round, ?sampled, "round starts"),
-        Event::ModelLate { peer, round } => {
-            warn!(peer = %peer, round, "model did not arrive in time")
-        }
-        Event::SteppingAtDeadline {
-            round,
-            missing,
-            unannounced,
-        } => {
-            let missing: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
-            let unannounced: Vec<String> = unannounced.iter().map(|m| m.to_string()).collect();
-            warn!(
-                round,
-                ?missing,
-                ?unannounced,
-                "stepping at the gradient deadline (missing: awaited gradients; unannounced: \
-                 peers that did not say whether they pull this round)"
-            );
-        }
-        Event::Straggler { peer, round } => info!(
-            peer = %peer,
-            round,
-            "a sampler keeps missing the step: its gradients are taken but no longer waited for"
-        ),
-        Event::FetchLate { peer } => {
-            warn!(peer = %peer, "final model did not arrive; dropped from the mixture")
-        }
-        // On a terminal the progress line shows the rounds; the log then keeps them at debug.
-        Event::RoundDone { round, duration } if progress::shown() => {
-            debug!(round, seconds = duration.as_secs_f64(), "round done")
-        }
-        Event::RoundDone { round, duration } => {
-            info!(round, seconds = duration.as_secs_f64(), "round done")
-        }
-        Event::Lingering { round } => info!(
-            round,
-            "last round done; serving the final model until peers are done"
-        ),
     }
 }

@@ -1,0 +1,91 @@
+//! What a person sees of the node's rounds and asks of it: each round-engine event as a log
+//! line, and `SIGUSR1`, which asks for the model now.
+//! Owns: the wording and level of every event's log line (per-round lines at debug while the
+//! progress line shows the rounds), and the signal stream.
+//! Must not: decide anything (the round engine does) or touch the swarm.
+
+use crate::core::round::Event;
+use crate::net::progress;
+use tracing::{debug, info, warn};
+
+/// `SIGUSR1` asks for the model now (`kill -USR1 <pid>`); `None` where signals cannot be had.
+#[cfg(unix)]
+pub(super) fn export_signal() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::user_defined1())
+        .inspect_err(|e| warn!("SIGUSR1 cannot ask for an export: {e}"))
+        .ok()
+}
+
+#[cfg(not(unix))]
+pub(super) fn export_signal() -> Option<()> {
+    None
+}
+
+/// The next `SIGUSR1`; never, without a handler.
+#[cfg(unix)]
+pub(super) async fn next_signal(sig: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match sig {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(not(unix))]
+pub(super) async fn next_signal(_: &mut Option<()>) -> Option<()> {
+    std::future::pending().await
+}
+
+/// The engine's events, as log lines.
+pub(super) fn event(e: &Event) {
+    match e {
+        Event::StartingWithout {
+            connected,
+            running,
+            members,
+        } => warn!(
+            connected,
+            running_federico = running,
+            members,
+            "starting without every member"
+        ),
+        Event::RoundStarts { round, sampled } => debug!(round, ?sampled, "round starts"),
+        Event::ModelLate { peer, round } => {
+            warn!(peer = %peer, round, "model did not arrive in time")
+        }
+        Event::SteppingAtDeadline {
+            round,
+            missing,
+            unannounced,
+        } => {
+            let missing: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+            let unannounced: Vec<String> = unannounced.iter().map(|m| m.to_string()).collect();
+            warn!(
+                round,
+                ?missing,
+                ?unannounced,
+                "stepping at the gradient deadline (missing: awaited gradients; unannounced: \
+                 peers that did not say whether they pull this round)"
+            );
+        }
+        Event::Straggler { peer, round } => info!(
+            peer = %peer,
+            round,
+            "a sampler keeps missing the step: its gradients are taken but no longer waited for"
+        ),
+        Event::FetchLate { peer } => {
+            warn!(peer = %peer, "final model did not arrive; dropped from the mixture")
+        }
+        // On a terminal the progress line shows the rounds; the log then keeps them at debug.
+        Event::RoundDone { round, duration } if progress::shown() => {
+            debug!(round, seconds = duration.as_secs_f64(), "round done")
+        }
+        Event::RoundDone { round, duration } => {
+            info!(round, seconds = duration.as_secs_f64(), "round done")
+        }
+        Event::Lingering { round } => info!(
+            round,
+            "last round done; serving the final model until peers are done"
+        ),
+    }
+}
