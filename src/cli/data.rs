@@ -62,7 +62,7 @@ pub struct DataVerifyArgs {
 /// `--data-dir`, else `FEDERICO_DATA_DIR`, else `data` (relative to the working directory).
 fn data_dir_or_default(flag: Option<PathBuf>) -> PathBuf {
     flag.or_else(|| std::env::var_os(crate::scenario::DATA_DIR_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("data"))
+        .unwrap_or_else(|| PathBuf::from(crate::scenario::DEFAULT_DATA_DIR))
 }
 
 /// The data sets `names` stand for, each once, in table order (`all` is every one).

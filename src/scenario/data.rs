@@ -216,7 +216,7 @@ impl Scenario {
         cli.map(Path::to_path_buf)
             .or_else(|| std::env::var_os(DATA_DIR_ENV).map(PathBuf::from))
             .or_else(|| self.data.dir.clone())
-            .or_else(|| Some(PathBuf::from("data")).filter(|d| d.is_dir()))
+            .or_else(|| Some(PathBuf::from(super::DEFAULT_DATA_DIR)).filter(|d| d.is_dir()))
     }
 
     /// Loads the data once for every run: a built-in data set from the data directory, or the
@@ -238,7 +238,7 @@ impl Scenario {
                  (DIR holds mnist/, fashion-mnist/, cifar-10/cifar-10-batches-bin/, optdigits/; see docs/data.md), \
                  or run `federico data download {}`, which puts it in data/",
                 self.data.source.name(),
-                source.folder().split('/').next().unwrap_or("all")
+                source.download_name()
             ))
         })?;
         Ok(Some(Loaded::Builtin(loaders::load(source, dir)?)))

@@ -39,6 +39,10 @@ use std::path::{Path, PathBuf};
 /// Environment variable naming the data directory (after `--data-dir`, before `data.dir`).
 pub const DATA_DIR_ENV: &str = "FEDERICO_DATA_DIR";
 
+/// The data directory when nothing names one: `data/` in the working directory, where
+/// `federico data download` puts the data sets (and, when it exists, where every command looks).
+pub const DEFAULT_DATA_DIR: &str = "data";
+
 /// Errors loading or validating a scenario.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {

@@ -192,8 +192,12 @@ impl<H> Round<H> {
             inbox,
             stragglers: Stragglers::new(cfg.suspect_after),
             held: Vec::new(),
+            // Restarted after its last round: nothing to wait for, due at once.
             phase: Phase::Starting {
-                until: now + cfg.start_deadline,
+                until: match cfg.rounds {
+                    Some(t) if round >= t => now,
+                    _ => now + cfg.start_deadline,
+                },
             },
             round_started: now,
             sampled: Vec::new(),
@@ -279,8 +283,6 @@ impl<H> Round<H> {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
-            // Restarted after its last round: due at once.
-            Phase::Starting { .. } if self.is_last_round() => Some(self.round_started),
             Phase::Starting { until } | Phase::Lingering { until } => Some(*until),
             Phase::Pulling { deadline, .. }
             | Phase::Owning { deadline }
@@ -550,12 +552,10 @@ impl<H> Round<H> {
                     // peer to talk to is enough (the others are sampled once connected),
                     // never a wait for a member that may be down.
                     let rejoining = self.round > 0 && ready > 0;
-                    // Restarted after its last round: nothing to wait for.
-                    let done = self.is_last_round();
-                    if !(all || rejoining || done || now >= *until) {
+                    if !(all || rejoining || now >= *until) {
                         return;
                     }
-                    if !all && !done {
+                    if !all && !self.is_last_round() {
                         self.log(Event::StartingWithout {
                             connected: self.connected.len(),
                             running: ready,

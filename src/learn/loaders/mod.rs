@@ -66,6 +66,16 @@ impl RealSource {
         }
     }
 
+    /// The name `federico data download` takes for it (the top folder of [`Self::folder`]).
+    pub fn download_name(self) -> &'static str {
+        match self {
+            RealSource::Mnist => "mnist",
+            RealSource::FashionMnist => "fashion-mnist",
+            RealSource::Cifar10 => "cifar-10",
+            RealSource::Optdigits => "optdigits",
+        }
+    }
+
     /// Shape of one sample as loaded: `[channels, height, width]`.
     pub fn sample_shape(self) -> [usize; 3] {
         match self {
@@ -145,7 +155,7 @@ fn help(source: RealSource, folder: &Path) -> String {
          `data.dir` field.",
         source.name(),
         folder.display(),
-        source.folder().split('/').next().unwrap_or("all"),
+        source.download_name(),
         source.folder(),
     )
 }

@@ -508,12 +508,15 @@ impl Driver {
 
     /// The progress line on a terminal, when something on it changed.
     fn show_progress(&mut self) {
+        if !progress::shown() {
+            return;
+        }
         let now = (
             self.round.rounds_done(),
             self.round.connected(),
             self.last_eval.map(|e| e.0),
         );
-        if now != self.on_screen && progress::shown() {
+        if now != self.on_screen {
             self.on_screen = now;
             let peers = self.manifest.members.len().saturating_sub(1);
             let total = (self.cfg.rounds > 0).then_some(self.cfg.rounds);
