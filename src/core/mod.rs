@@ -176,7 +176,31 @@ pub struct FedericoConfig {
     /// malicious sampler cannot move a model by more than this per round. `None` (the default)
     /// is the paper's algorithm.
     pub clip_norm: Option<f64>,
+    /// `"federico"` (the default: the paper's algorithm with this crate's remedies, each at its
+    /// default) or `"paper"` (Algorithm 1 exactly: every remedy off; the reproduction
+    /// scenarios use it).
+    pub variant: Variant,
+    /// Beyond the paper: a sampler sends its gradient to a sampled model only when its weight
+    /// is at least `push_cut` times its largest weight; below, it sends a `Skip`, so a silo's
+    /// data stops training models it does not rely on. Its own model always gets its gradient.
+    /// Absent: [`DEFAULT_PUSH_CUT`] for `variant = "federico"`, 0 (every measured model gets
+    /// one) for `"paper"`.
+    pub push_cut: Option<f64>,
 }
+
+/// Which FedeRiCo runs: the paper's Algorithm 1, or it with this crate's remedies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// The remedies on at their defaults (`push_cut` = [`DEFAULT_PUSH_CUT`]).
+    #[default]
+    Federico,
+    /// Algorithm 1 as the paper writes it.
+    Paper,
+}
+
+/// `push_cut` of `variant = "federico"`, chosen on the quality suite (`docs/quality.md`).
+pub const DEFAULT_PUSH_CUT: f64 = 0.5;
 
 impl Default for FedericoConfig {
     fn default() -> Self {
@@ -191,11 +215,21 @@ impl Default for FedericoConfig {
             suspect_after: 3,
             mstep: MStep::Full,
             clip_norm: None,
+            variant: Variant::Federico,
+            push_cut: None,
         }
     }
 }
 
 impl FedericoConfig {
+    /// The `push_cut` in force: the one given, else the variant's.
+    pub fn push_cut(&self) -> f64 {
+        self.push_cut.unwrap_or(match self.variant {
+            Variant::Federico => DEFAULT_PUSH_CUT,
+            Variant::Paper => 0.0,
+        })
+    }
+
     /// Checks every field; the error names the field, the allowed range and the value.
     pub fn validate(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.epsilon) {
@@ -219,6 +253,17 @@ impl FedericoConfig {
         }
         if self.mstep == MStep::Minibatch(0) {
             return Err("mstep minibatch count must be at least 1, got 0".into());
+        }
+        if let Some(c) = self.push_cut {
+            if !(0.0..=1.0).contains(&c) {
+                return Err(format!("push_cut must be in [0, 1], got {c}"));
+            }
+            if self.variant == Variant::Paper && c > 0.0 {
+                return Err(format!(
+                    "push_cut = {c} is not the paper's algorithm: variant = \"paper\" runs \
+                     without it (drop one of the two)"
+                ));
+            }
         }
         if self.suspect_after == 0 {
             return Err("suspect_after must be at least 1, got 0".into());
@@ -377,10 +422,26 @@ impl Peer {
         self.rounds += 1;
     }
 
-    /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`): the factor of
-    /// the gradient this silo sends to `peer` for its model.
+    /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`).
     pub fn weight(&self, peer: NodeId) -> f64 {
         self.table.weight(peer)
+    }
+
+    /// The factor of the gradient this silo sends to `peer`'s model this round: w_ij (spec
+    /// §3.2 step 5), or `None` when `push_cut` holds it back (the weight is below `push_cut`
+    /// times the row's largest) and a `Skip` goes instead. Its own model always gets one.
+    pub fn push_weight(&self, peer: NodeId) -> Option<f64> {
+        let w = self.weight(peer);
+        let cut = self.cfg.push_cut();
+        if peer == self.me || cut <= 0.0 {
+            return Some(w);
+        }
+        let top = self
+            .weights()
+            .iter()
+            .map(|&(_, x)| x)
+            .fold(0.0f64, f64::max);
+        (w >= cut * top).then_some(w)
     }
 
     /// The whole row `(peer, weight)`, by id, self included.

@@ -301,3 +301,46 @@ fn config_validation_names_the_field() {
     assert!(clipped.validate().is_ok());
     assert!(FedericoConfig::default().validate().is_ok());
 }
+
+#[test]
+fn push_cut_holds_gradients_back_from_models_below_the_cut_but_never_from_self() {
+    let losses = [(NodeId(0), 2.0), (NodeId(1), 0.5), (NodeId(2), 3.0)];
+    // The paper: every measured model gets its weighted gradient.
+    let paper_cfg = FedericoConfig {
+        variant: Variant::Paper,
+        ..Default::default()
+    };
+    let mut paper = peer(0, 3, paper_cfg);
+    paper.handle_losses(10, &losses);
+    for j in 0..3 {
+        assert_eq!(paper.push_weight(NodeId(j)), Some(paper.weight(NodeId(j))));
+    }
+    // The default variant holds back below half the top weight.
+    assert_eq!(FedericoConfig::default().push_cut(), 0.5);
+    let mut p = peer(0, 3, FedericoConfig::default());
+    p.handle_losses(10, &losses);
+    // Peer 1 holds the top weight; peer 2's is e^-1.5 ≈ 0.22 of it, below the cut.
+    let top = p.weight(NodeId(1));
+    assert_eq!(p.push_weight(NodeId(1)), Some(top));
+    assert_eq!(p.push_weight(NodeId(2)), None);
+    // Self is e^-0.9 ≈ 0.41 of the top: below the cut, yet it always trains its own model.
+    assert!(p.weight(NodeId(0)) < 0.5 * top);
+    assert_eq!(p.push_weight(NodeId(0)), Some(p.weight(NodeId(0))));
+    // The cut is checked like every other field.
+    let bad = FedericoConfig {
+        push_cut: Some(1.5),
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("push_cut"));
+    let mixed = FedericoConfig {
+        variant: Variant::Paper,
+        push_cut: Some(0.5),
+        ..Default::default()
+    };
+    assert!(
+        mixed
+            .validate()
+            .unwrap_err()
+            .contains("variant = \"paper\"")
+    );
+}

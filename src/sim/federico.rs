@@ -155,12 +155,13 @@ impl FedericoRun {
                         .max()
                         .unwrap_or(1),
                 };
-                // Weights stay fixed within the round (spec §5.5).
-                let weights: Vec<Vec<f32>> = (0..self.peers.len())
+                // Weights stay fixed within the round (spec §5.5); `None`: the silo holds its
+                // gradient back from that model (`push_cut`) and sends a skip.
+                let weights: Vec<Vec<Option<f32>>> = (0..self.peers.len())
                     .map(|i| {
                         evaluated[i]
                             .iter()
-                            .map(|&b| self.peers[i].weight(b) as f32)
+                            .map(|&b| self.peers[i].push_weight(b).map(|w| w as f32))
                             .collect()
                     })
                     .collect();
@@ -168,7 +169,8 @@ impl FedericoRun {
                     let rows: Vec<Vec<usize>> =
                         self.cursors.iter_mut().map(|c| c.next(batch)).collect();
                     let params = &self.params;
-                    let out: Vec<Result<Vec<Vec<f32>>, SimError>> = ctx.pool.install(|| {
+                    type Grads = Vec<Option<Vec<f32>>>;
+                    let out: Vec<Result<Grads, SimError>> = ctx.pool.install(|| {
                         ctx.learners
                             .par_iter_mut()
                             .enumerate()
@@ -180,13 +182,14 @@ impl FedericoRun {
                                     .iter()
                                     .zip(&weights[i])
                                     .map(|(&b, &w)| {
+                                        let Some(w) = w else { return Ok(None) };
                                         let (_, mut g) = learner.loss_and_grad(
                                             &params[b.index()],
                                             train,
                                             Some(&rows[i]),
                                         )?;
                                         scale(&mut g, (w * rescale) as f64);
-                                        Ok(g)
+                                        Ok(Some(g))
                                     })
                                     .collect()
                             })
@@ -237,7 +240,11 @@ impl FedericoRun {
                         inbox.expect(from);
                     }
                     for (from, grad) in letters {
-                        inbox.handle_gradient(from, *version, grad).map_err(|r| {
+                        let taken = match grad {
+                            Some(grad) => inbox.handle_gradient(from, *version, grad),
+                            None => inbox.handle_skip(from, *version),
+                        };
+                        taken.map_err(|r| {
                             SimError::Invariant(format!(
                                 "silo-{b} rejected the gradient of {from}: {r}"
                             ))
@@ -293,8 +300,9 @@ impl FedericoRun {
 }
 
 /// Weighted gradients on their way to the owners, moved, never copied.
+/// Each owner's letters of one sub-step: `(sender, gradient)`, `None` for a skip.
 struct Mail {
-    boxes: Vec<Vec<(NodeId, Vec<f32>)>>,
+    boxes: Vec<Vec<(NodeId, Option<Vec<f32>>)>>,
 }
 
 impl Mail {
@@ -303,7 +311,7 @@ impl Mail {
             boxes: (0..owners).map(|_| Vec::new()).collect(),
         }
     }
-    fn post(&mut self, from: NodeId, to: NodeId, grad: Vec<f32>) {
+    fn post(&mut self, from: NodeId, to: NodeId, grad: Option<Vec<f32>>) {
         self.boxes[to.index()].push((from, grad));
     }
 }

@@ -433,9 +433,11 @@ impl<H> Round<H> {
         match done {
             Done::Measured { losses } => {
                 self.peer.handle_losses(self.cfg.n_train, &losses);
+                // A model the silo holds its gradient back from is scaled by 0 and gets a
+                // `Skip` (see `handle_scaled`).
                 let weights = losses
                     .iter()
-                    .map(|(b, _)| (*b, self.peer.weight(*b)))
+                    .map(|(b, _)| (*b, self.peer.push_weight(*b).unwrap_or(0.0)))
                     .collect();
                 self.phase = Phase::Scaling;
                 self.actions.push_back(Action::Run(Job::Scale { weights }));
@@ -476,12 +478,15 @@ impl<H> Round<H> {
             let Some(&(_, version, _)) = self.received.iter().find(|x| x.0 == b) else {
                 continue;
             };
-            self.actions.push_back(Action::Gradient {
-                to: b,
-                version,
-                weight: self.peer.weight(b),
-                grad,
-            });
+            match self.peer.push_weight(b) {
+                Some(weight) => self.actions.push_back(Action::Gradient {
+                    to: b,
+                    version,
+                    weight,
+                    grad,
+                }),
+                None => self.actions.push_back(Action::Skip { to: b, version }),
+            }
         }
         let table = self.peer.table();
         self.pending = Some(RoundReport {

@@ -165,11 +165,17 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
 }
 
 impl Net {
+    /// The paper's algorithm (every measured model gets a gradient), M = 2.
     fn new(k: usize, rounds: u64) -> Self {
+        Self::with_variant(k, rounds, crate::core::Variant::Paper)
+    }
+
+    fn with_variant(k: usize, rounds: u64, variant: crate::core::Variant) -> Self {
         let t0 = Instant::now();
         let cfg = FedericoConfig {
             neighbours: 2,
             epsilon: 0.3,
+            variant,
             ..FedericoConfig::default()
         };
         let ids: Vec<NodeId> = (0..k as u32).map(NodeId).collect();
@@ -578,6 +584,32 @@ fn a_fault_free_round_ends_on_the_last_gradient_never_on_a_deadline() {
     let summed: usize = net.nodes.iter().map(|n| n.reports[0].gradients).sum();
     assert_eq!(summed, pulls + 4);
     // Six rounds of jobs and latencies, no deadline anywhere near.
+    assert!(net.elapsed() < TAU_MODEL, "{:?}", net.elapsed());
+}
+
+#[test]
+fn gradients_held_back_by_the_push_cut_go_as_skips_and_no_owner_waits_for_them() {
+    let mut net = Net::with_variant(4, 6, crate::core::Variant::Federico);
+    assert!(
+        net.drive(10_000, |n| n.all_finished()),
+        "a fault-free run stalls"
+    );
+    let (mut pulls, mut summed) = (0, 0);
+    for (i, n) in net.nodes.iter().enumerate() {
+        assert_eq!(n.reports.len(), 6, "silo {i}");
+        assert_eq!(net.deadline_steps(i), 0, "silo {i}: {:?}", n.events);
+        for rep in &n.reports {
+            assert_eq!(rep.answered, rep.sampled, "silo {i} round {}", rep.round);
+            pulls += rep.sampled.len() + 1;
+            summed += rep.gradients;
+        }
+    }
+    // The two groups' models soon fall below half of a silo's top weight: their samplers
+    // send skips, which release the owners as gradients would.
+    assert!(
+        summed < pulls,
+        "no gradient was held back ({summed} of {pulls})"
+    );
     assert!(net.elapsed() < TAU_MODEL, "{:?}", net.elapsed());
 }
 
