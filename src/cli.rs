@@ -3,8 +3,10 @@
 //! Must not: hold algorithm or simulation logic.
 
 mod data;
+mod suite;
 
 pub use data::{DataArgs, DataCommand, DataDownloadArgs, DataVerifyArgs};
+pub use suite::SuiteArgs;
 
 use crate::scenario::Scenario;
 use crate::sim;
@@ -50,6 +52,9 @@ pub enum Command {
     /// (their state directories, or the federation folder `init` wrote), or again from a
     /// simulate or swarm run directory.
     Report(ReportArgs),
+    /// Run a quality suite: a grid of simulate runs (data sets × splits × training samples per
+    /// silo, FedeRiCo variants beside them) and one table over it (`<out>/table.md`).
+    Suite(SuiteArgs),
 }
 
 /// `federico report`.
@@ -256,6 +261,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             DataCommand::Verify(args) => data::verify(args),
         },
         Command::Report(args) => report(args),
+        Command::Suite(args) => suite::suite(args),
     }
 }
 

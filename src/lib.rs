@@ -46,4 +46,5 @@ pub mod scenario;
 pub mod silo;
 pub mod sim;
 pub mod store;
+pub mod suite;
 pub mod trace;

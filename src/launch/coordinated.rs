@@ -333,6 +333,7 @@ fn report_seed(
             mse: last.mse,
             per_client: last.per_client.clone(),
             same_group_mass: None,
+            trained_group_mass: None,
         }],
         faults: None,
     };

@@ -126,6 +126,8 @@ pub fn merge(
                 weights,
                 sampled: rows.iter().map(|r| r.sampled.clone()).collect(),
                 same_group_mass: mass,
+                // The logs do not carry every silo's training-set size.
+                trained_group_mass: None,
             }),
         });
     }
@@ -163,6 +165,7 @@ pub fn seed_summary(
             mse: fed_round.mse,
             per_client: fed_round.per_client.clone(),
             same_group_mass: mass,
+            trained_group_mass: None,
         }],
         faults: None,
     })

@@ -34,6 +34,10 @@ pub struct FedericoRound {
     /// Mean over silos of the weight on same-group peers, self included (known groups only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_group_mass: Option<f64>,
+    /// Mean over silos of the weight on models trained with its own group's data
+    /// (`report::summary::Provenance`; known groups only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_group_mass: Option<f64>,
 }
 
 /// One line of `rounds.jsonl`.
@@ -66,6 +70,9 @@ pub struct AlgorithmResult {
     /// FedeRiCo only: final mean weight mass on same-group peers, self included.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_group_mass: Option<f64>,
+    /// FedeRiCo only: final mean weight on models trained with the silo's own group's data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_group_mass: Option<f64>,
 }
 
 /// `seed-N/summary.json`.
@@ -106,6 +113,9 @@ pub struct AlgorithmSummary {
     /// FedeRiCo only: mean over seeds of `same_group_mass`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_group_mass: Option<f64>,
+    /// FedeRiCo only: mean over seeds of `trained_group_mass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_group_mass: Option<f64>,
 }
 
 /// The scenario's `summary.json`.

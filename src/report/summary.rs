@@ -111,6 +111,72 @@ pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
     total / weights.len().max(1) as f64
 }
 
+/// Whose data trained each model (the trained-by measure of same-group mass): for every model,
+/// the share of its incoming gradient weight that came from each group, averaged over the rounds
+/// seen. A round's share of silo i in model j is `w_ij · n_i` over the sum of that over every
+/// silo that sent j a gradient (its owner and the peers that sampled it), the weight and the
+/// sample count being what scale a FedeRiCo gradient (spec §5.4).
+#[derive(Clone, Debug, Default)]
+pub struct Provenance {
+    /// `share[j][g]`: summed per-round share of group g in model j.
+    share: Vec<Vec<f64>>,
+    rounds: usize,
+}
+
+impl Provenance {
+    /// Adds one round: `weights[i][j]` as used for the round's M-step, `sampled[i]` the peers
+    /// silo i pulled (it always trains its own model too), `n_train[i]` its training samples.
+    pub fn add_round(
+        &mut self,
+        weights: &[Vec<f64>],
+        sampled: &[Vec<u32>],
+        n_train: &[usize],
+        groups: &[usize],
+    ) {
+        let k = weights.len();
+        let g_count = groups.iter().max().map_or(0, |g| g + 1);
+        if self.share.len() != k {
+            self.share = vec![vec![0.0; g_count]; k];
+        }
+        let mut round = vec![vec![0.0; g_count]; k];
+        for i in 0..k {
+            let own = std::iter::once(i).chain(sampled[i].iter().map(|&j| j as usize));
+            for j in own.filter(|&j| j < k) {
+                round[j][groups[i]] += weights[i][j] * n_train[i] as f64;
+            }
+        }
+        for (acc, row) in self.share.iter_mut().zip(round) {
+            let total: f64 = row.iter().sum();
+            if total > 0.0 {
+                for (a, r) in acc.iter_mut().zip(row) {
+                    *a += r / total;
+                }
+            }
+        }
+        self.rounds += 1;
+    }
+
+    /// Mean over silos of `Σ_j w_ij · share_j(group of i)`: the weight each silo puts on models
+    /// trained with its own group's data. `None` before any round.
+    pub fn trained_group_mass(&self, weights: &[Vec<f64>], groups: &[usize]) -> Option<f64> {
+        if self.rounds == 0 || self.share.len() != weights.len() {
+            return None;
+        }
+        let n = self.rounds as f64;
+        let total: f64 = weights
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                row.iter()
+                    .enumerate()
+                    .map(|(j, w)| w * self.share[j][groups[i]] / n)
+                    .sum::<f64>()
+            })
+            .sum();
+        Some(total / weights.len().max(1) as f64)
+    }
+}
+
 /// Writes `value` as pretty-printed JSON and a final newline to `path`.
 pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), ReportError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| ReportError::Io {
@@ -188,6 +254,10 @@ pub(crate) fn write_summary(
                 })
                 .collect();
             let masses: Vec<f64> = results.iter().filter_map(|a| a.same_group_mass).collect();
+            let trained: Vec<f64> = results
+                .iter()
+                .filter_map(|a| a.trained_group_mass)
+                .collect();
             AlgorithmSummary {
                 algorithm: alg.name().into(),
                 accuracy: (!regression).then_some(mean),
@@ -198,6 +268,8 @@ pub(crate) fn write_summary(
                 per_client,
                 same_group_mass: (!masses.is_empty())
                     .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
+                trained_group_mass: (!trained.is_empty())
+                    .then(|| trained.iter().sum::<f64>() / trained.len() as f64),
             }
         })
         .collect();
@@ -306,6 +378,28 @@ pub(crate) fn write_seed_plots(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trained_group_mass_follows_whose_gradients_trained_a_model() {
+        // Silos 0 and 1 (group 0) rely wholly on model 2, which only they train; silo 2
+        // (group 1) relies on itself but never trains model 2 beyond its own weight 0 on it.
+        let w = vec![
+            vec![0.0, 0.0, 1.0],
+            vec![0.0, 0.0, 1.0],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let mut p = Provenance::default();
+        assert_eq!(p.trained_group_mass(&w, &[0, 0, 1]), None);
+        p.add_round(&w, &[vec![2], vec![2], vec![]], &[10, 10, 10], &[0, 0, 1]);
+        // Model 2 received 10 + 10 from group 0 and 10 from group 1 (its owner): 2/3 group 0.
+        let m = p.trained_group_mass(&w, &[0, 0, 1]).unwrap();
+        assert!(
+            (m - (2.0 / 3.0 + 2.0 / 3.0 + 1.0 / 3.0) / 3.0).abs() < 1e-12,
+            "{m}"
+        );
+        // By owner, silos 0 and 1 put everything on another group's model.
+        assert!((same_group_mass(&w, &[0, 0, 1]) - 1.0 / 3.0).abs() < 1e-12);
+    }
 
     #[test]
     fn same_group_mass_counts_self_and_group_peers() {

@@ -21,7 +21,9 @@ use crate::report::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmTiming, FedericoRound, RoundRecord, RunSummary,
     Timing,
 };
-use crate::report::summary::{algorithm_round, same_group_mass, write_json, write_seed_plots};
+use crate::report::summary::{
+    Provenance, algorithm_round, same_group_mass, write_json, write_seed_plots,
+};
 use crate::scenario::{Algorithm, Scenario};
 use crate::trace::EvalRecord;
 use indicatif::ProgressBar;
@@ -135,6 +137,9 @@ pub(super) fn run_seed(
         .collect();
     let mut last: Vec<AlgorithmRound> = Vec::new();
     let mut last_mass = None;
+    let mut last_trained = None;
+    let mut provenance = Provenance::default();
+    let n_train: Vec<usize> = fed.clients.iter().map(|c| c.train.len()).collect();
 
     let log_path = dir.join("rounds.jsonl");
     let mut log =
@@ -213,14 +218,21 @@ pub(super) fn run_seed(
         let federico = fedrc.as_ref().map(|run| {
             let weights = run.weight_matrix();
             let mass = groups.as_deref().map(|g| same_group_mass(&weights, g));
+            let sampled: Vec<Vec<u32>> = run
+                .last_sampled
+                .iter()
+                .map(|s| s.iter().map(|n| n.0).collect())
+                .collect();
+            let trained = groups.as_deref().and_then(|g| {
+                provenance.add_round(&weights, &sampled, &n_train, g);
+                provenance.trained_group_mass(&weights, g)
+            });
             last_mass = mass;
+            last_trained = trained;
             FedericoRound {
-                sampled: run
-                    .last_sampled
-                    .iter()
-                    .map(|s| s.iter().map(|n| n.0).collect())
-                    .collect(),
+                sampled,
                 same_group_mass: mass,
+                trained_group_mass: trained,
                 weights,
             }
         });
@@ -264,6 +276,7 @@ pub(super) fn run_seed(
                 mse: r.mse,
                 per_client: r.per_client.clone(),
                 same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
+                trained_group_mass: (a == Algorithm::Federico).then_some(last_trained).flatten(),
             })
             .collect(),
         faults: None,

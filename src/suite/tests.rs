@@ -1,0 +1,253 @@
+use super::table::{ColumnResult, rank, render, silo_record};
+use super::*;
+use crate::report::records::{AlgorithmResult, AlgorithmSummary, RunSummary};
+
+const BASE: &str = r#"
+name = "base"
+rounds = 5
+algorithms = ["local", "federico"]
+[data]
+source = "mixture"
+[split]
+clients = 4
+groups = 2
+[train]
+batch_size = 20
+"#;
+
+fn suite_text(extra: &str) -> String {
+    format!(
+        r#"
+name = "t"
+seeds = [1, 2]
+rounds = 3
+algorithms = ["local", "federico", "fedsac", "feddisco"]
+sizes = [30, 50]
+test_per_silo = 10
+equal_steps = true
+[[data]]
+label = "Mix"
+scenario = "base.toml"
+[[split]]
+label = "G=2"
+set = ["split.groups=2"]
+[[split]]
+label = "G=4 (x.5)"
+set = ["split.groups=4"]
+{extra}
+"#
+    )
+}
+
+fn write(dir: &Path, suite: &str) -> PathBuf {
+    std::fs::write(dir.join("base.toml"), BASE).unwrap();
+    let path = dir.join("suite.toml");
+    std::fs::write(&path, suite).unwrap();
+    path
+}
+
+#[test]
+fn columns_are_data_by_split_by_size_with_sizes_and_equal_steps_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &suite_text(""));
+    let suite = SuiteFile::load(&path).unwrap();
+    let cols = suite.columns(&path, &[], &[]).unwrap();
+    let ids: Vec<&str> = cols.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "mix-g2-n30",
+            "mix-g2-n50",
+            "mix-g4-xp5-n30",
+            "mix-g4-xp5-n50"
+        ]
+    );
+    let c = &cols[1];
+    assert_eq!(c.scenario.name, "mix-g2-n50");
+    assert_eq!(c.scenario.seeds, vec![1, 2]);
+    assert_eq!(c.scenario.rounds, 3);
+    assert_eq!(c.scenario.data.samples, Some(4 * 60));
+    assert!((c.scenario.split.train_fraction - 50.0 / 60.0).abs() < 1e-12);
+    assert_eq!(c.scenario.feddisco.local_epochs, 1);
+    assert_eq!(c.scenario.fedsac.local_steps, 3); // ⌈50 / 20⌉
+    assert_eq!(cols[2].scenario.split.groups, 4);
+    // The printed command is the same scenario.
+    assert!(
+        c.command().contains("--set 'data.samples=240'"),
+        "{}",
+        c.command()
+    );
+    // --only keeps matching columns; --set comes last.
+    let only = suite
+        .columns(&path, &["rounds=7".into()], &["g4".into()])
+        .unwrap();
+    assert_eq!(only.len(), 2);
+    assert!(only.iter().all(|c| c.scenario.rounds == 7));
+    // A variant runs FedeRiCo alone with its overrides.
+    let v = cols[0]
+        .variant(&Entry {
+            label: "cut 0.5".into(),
+            scenario: None,
+            set: vec!["federico.push_cut=0.5".into()],
+        })
+        .unwrap();
+    assert_eq!(v.algorithms, vec![Algorithm::Federico]);
+    assert_eq!(v.federico.push_cut, Some(0.5));
+    assert_eq!(v.name, "mix-g2-n30-cut-0p5");
+}
+
+#[test]
+fn a_bad_suite_names_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_local = suite_text("").replace("\"local\", ", "");
+    let path = write(dir.path(), &no_local);
+    let e = SuiteFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("\"local\""), "{e}");
+    let path = write(
+        dir.path(),
+        &suite_text("").replace("sizes = [30, 50]", "sizes = [0]"),
+    );
+    let e = SuiteFile::load(&path).unwrap_err().to_string();
+    assert!(e.contains("sizes"), "{e}");
+    let path = write(
+        dir.path(),
+        &suite_text("[[variant]]\nlabel = \"x\"\nset = [\"federico.push_cut=2\"]"),
+    );
+    let suite = SuiteFile::load(&path).unwrap();
+    let cols = suite.columns(&path, &[], &[]).unwrap();
+    let e = cols[0].variant(&suite.variant[0]).unwrap_err().to_string();
+    assert!(
+        e.contains("push_cut") && e.contains("mix-g2-n30 (x)"),
+        "{e}"
+    );
+    let path = write(
+        dir.path(),
+        &suite_text("").replace("base.toml", "nowhere.toml"),
+    );
+    let suite = SuiteFile::load(&path).unwrap();
+    let e = suite.columns(&path, &[], &[]).unwrap_err().to_string();
+    assert!(e.contains("nowhere.toml"), "{e}");
+}
+
+/// `(algorithm, accuracy per seed, per-client accuracy per seed)`.
+type Alg<'a> = (&'a str, &'a [f64], &'a [&'a [f64]]);
+
+fn summary(accs: &[Alg<'_>]) -> Summary {
+    let seeds = accs[0].2.len();
+    let runs = (0..seeds)
+        .map(|s| RunSummary {
+            seed: s as u64 + 1,
+            rounds: 10,
+            algorithms: accs
+                .iter()
+                .map(|(name, _, per_seed_clients)| AlgorithmResult {
+                    algorithm: name.to_string(),
+                    accuracy: Some(0.0),
+                    mse: None,
+                    per_client: per_seed_clients[s].to_vec(),
+                    same_group_mass: None,
+                    trained_group_mass: None,
+                })
+                .collect(),
+            faults: None,
+        })
+        .collect();
+    Summary {
+        scenario: "s".into(),
+        metric: "accuracy".into(),
+        model: serde_json::Value::Null,
+        num_params: 1,
+        clients: 2,
+        rounds: 10,
+        seeds: (1..=seeds as u64).collect(),
+        algorithms: accs
+            .iter()
+            .map(|(name, per_seed, _)| AlgorithmSummary {
+                algorithm: name.to_string(),
+                accuracy: Some(per_seed.iter().sum::<f64>() / per_seed.len() as f64),
+                accuracy_std: Some(0.0),
+                mse: None,
+                mse_std: None,
+                per_seed: per_seed.to_vec(),
+                per_client: Vec::new(),
+                same_group_mass: (*name == "federico").then_some(0.95),
+                trained_group_mass: (*name == "federico").then_some(0.5),
+            })
+            .collect(),
+        runs,
+    }
+}
+
+#[test]
+fn the_table_counts_silo_wins_ranks_and_targets() {
+    let s = summary(&[
+        ("local", &[0.80, 0.82], &[&[0.80, 0.90], &[0.70, 0.90]]),
+        ("federico", &[0.84, 0.86], &[&[0.85, 0.905], &[0.60, 0.95]]),
+        ("fedavg", &[0.90, 0.90], &[&[0.9, 0.9], &[0.9, 0.9]]),
+    ]);
+    // Silo by silo: +5 (win), +0.5 (tie), -10 (loss), +5 (win).
+    assert_eq!(silo_record(&s, &s), (2, 1, 1));
+    assert_eq!(rank(&s), Some(2));
+    let col = ColumnResult {
+        id: "x".into(),
+        data: "D".into(),
+        split: "G=2".into(),
+        size: 50,
+        summary: s,
+        variants: Vec::new(),
+    };
+    let text = render("T", "federico suite x", &[col]);
+    assert!(text.contains("| D G=2 | 50 | 81.0 ± 1.4 | 85.0 ± 1.4 | 90.0 ± 0.0 | +4.0 | 2/1/1 | 0.95 / 0.50 | 2nd |"), "{text}");
+    assert!(
+        text.contains("Never worse than alone (Δ ≥ −0.5): 1 of 1"),
+        "{text}"
+    );
+    assert!(text.contains("Local is below 85 %: 1 of 1"), "{text}");
+    assert!(
+        text.contains("1 of 1 by owner, 0 of 1 by whose data"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FedeRiCo first of the algorithms: 0 of 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_column_run_again_with_the_same_scenario_is_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &suite_text(""));
+    let suite = SuiteFile::load(&path).unwrap();
+    let cols = suite
+        .columns(
+            &path,
+            &["algorithms=[\"local\", \"federico\"]".into()],
+            &["g2-n30".into()],
+        )
+        .unwrap();
+    let opts = RunOptions {
+        out: dir.path().join("out"),
+        data_dir: None,
+        rerun: false,
+    };
+    let mut lines = Vec::new();
+    let text = run(&suite, &cols, "cmd", &opts, |l| lines.push(l.to_string())).unwrap();
+    assert!(text.contains("| Mix G=2 | 30 |"), "{text}");
+    assert!(dir.path().join("out/table.md").exists());
+    assert!(!lines[0].contains("reused"), "{lines:?}");
+    run(&suite, &cols, "cmd", &opts, |l| lines.push(l.to_string())).unwrap();
+    assert!(lines[1].ends_with("(reused)"), "{lines:?}");
+    // Another scenario in the same folder runs again.
+    let other = suite
+        .columns(
+            &path,
+            &[
+                "algorithms=[\"local\", \"federico\"]".into(),
+                "rounds=2".into(),
+            ],
+            &["g2-n30".into()],
+        )
+        .unwrap();
+    run(&suite, &other, "cmd", &opts, |l| lines.push(l.to_string())).unwrap();
+    assert!(!lines[2].contains("reused"), "{lines:?}");
+}
