@@ -125,7 +125,13 @@ fn a_fault_free_swarm_makes_the_simulators_decisions() {
     );
     assert_eq!(ra.len(), rb.len());
     for (x, y) in ra.iter().zip(&rb) {
-        assert_eq!(x["federico"], y["federico"], "round {}", x["round"]);
+        // The simulator also writes the trained-with mass, which needs every silo's training
+        // set size; the nodes' logs do not carry it.
+        let mut y_fed = y["federico"].clone();
+        if let Some(o) = y_fed.as_object_mut() {
+            o.remove("trained_group_mass");
+        }
+        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
         assert_eq!(x["algorithms"], y["algorithms"], "round {}", x["round"]);
     }
     assert!(
@@ -331,6 +337,8 @@ fn a_model_above_10_mib_crosses_the_wire() {
         "model.kind=\"mlp\"",
         "model.hidden=[70000]",
         "federico.neighbours=1",
+        // Every pulled model gets its gradient back (the push cut could send a skip).
+        "federico.variant=\"paper\"",
     ]);
     // What is tested is the size, not the speed: the deadlines leave room for a loaded
     // machine (CI on a CPU without AVX2 once missed the 3 s one, with the file's other tests

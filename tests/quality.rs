@@ -1,0 +1,70 @@
+//! The quality suite's CI subset (`simulations/quality/ci.toml`): on Fashion-MNIST label groups
+//! with 50 training samples per silo, the default FedeRiCo is never worse than a silo alone
+//! (mean over seeds 1-3, at most 0.5 points below Local) and puts at least 0.9 of its weight
+//! on its own group, by the models' owners and by whose data trained them. The whole suite
+//! and its table: `federico suite simulations/quality/suite.toml`, docs/quality.md.
+//!
+//! Needs `FEDERICO_DATA_DIR` (the data directory holding `fashion-mnist/`); `.ci/run` sets it.
+
+mod common;
+
+use federico::suite::{RunOptions, SuiteFile, run};
+use std::path::Path;
+
+#[test]
+fn the_ci_columns_of_the_quality_suite_meet_their_targets() {
+    let Some(dir) = common::data_dir(
+        "the_ci_columns_of_the_quality_suite_meet_their_targets",
+        &["fashion-mnist"],
+    ) else {
+        return;
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/quality/ci.toml");
+    let suite = SuiteFile::load(&path).expect("the shipped suite is valid");
+    let columns = suite
+        .columns(&path, &[], &[])
+        .expect("its columns are valid");
+    assert_eq!(columns.len(), 2);
+    let out = tempfile::tempdir().unwrap();
+    let opts = RunOptions {
+        out: out.path().to_owned(),
+        data_dir: Some(dir),
+        rerun: false,
+    };
+    let text = run(
+        &suite,
+        &columns,
+        "federico suite simulations/quality/ci.toml",
+        &opts,
+        |l| eprintln!("{l}"),
+    )
+    .expect("the suite runs");
+    eprintln!("{text}");
+    assert!(out.path().join("table.md").is_file());
+    for c in &columns {
+        let summary = federico::suite::read_summary(&out.path().join(&c.id).join("summary.json"))
+            .expect("the column's summary");
+        let get = |name: &str| {
+            summary
+                .algorithms
+                .iter()
+                .find(|a| a.algorithm == name)
+                .expect("algorithm was run")
+        };
+        let (fed, local) = (get("federico"), get("local"));
+        let (f, l) = (fed.accuracy.unwrap(), local.accuracy.unwrap());
+        assert!(
+            f >= l - 0.005,
+            "{}: FedeRiCo {f} below Local {l} by more than 0.5 points",
+            c.id
+        );
+        let owner = fed.same_group_mass.expect("label groups have a mass");
+        let trained = fed.trained_group_mass.expect("and a trained-with mass");
+        assert!(owner >= 0.9, "{}: same-group mass {owner} < 0.9", c.id);
+        assert!(
+            trained >= 0.9,
+            "{}: trained-with mass {trained} < 0.9",
+            c.id
+        );
+    }
+}
