@@ -15,7 +15,8 @@ pub struct SuiteArgs {
     /// scenario, is reused.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Run only the columns whose name contains this (repeatable), e.g. `--only fmnist-g4`.
+    /// Run only the columns this selects (repeatable): whole dash-separated parts of a column's
+    /// name, e.g. `--only mnist` (not fmnist), `--only g4`, `--only fmnist-g4`, `--only n50`.
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
     /// Override a field of every column's scenario, e.g. `--set rounds=20` (repeatable).

@@ -198,8 +198,8 @@ impl SuiteFile {
     }
 
     /// Every column, in the order data × split × size; `extra` overrides follow the suite's
-    /// own (the command line's `--set`), `only` keeps the columns whose id contains one of
-    /// its strings (all when empty).
+    /// own (the command line's `--set`), `only` keeps the columns one of its patterns
+    /// [`matches`] (all when empty).
     pub fn columns(
         &self,
         file: &Path,
@@ -213,7 +213,7 @@ impl SuiteFile {
             for s in &self.split {
                 for &size in &self.sizes {
                     let id = format!("{}-{}-n{size}", slug(&d.label), slug(&s.label));
-                    if !only.is_empty() && !only.iter().any(|o| id.contains(o.as_str())) {
+                    if !only.is_empty() && !only.iter().any(|o| matches(&id, o)) {
                         continue;
                     }
                     let (sets, scenario) = self.column_scenario(&path, d, s, size, extra, &id)?;
@@ -285,6 +285,15 @@ impl SuiteFile {
         let scenario = Scenario::load_with(path, &sets).map_err(bad)?;
         Ok((sets, scenario))
     }
+}
+
+/// Whether `--only pattern` selects column `id`: the pattern's dash-separated parts appear as
+/// a run of whole parts of the id, so `mnist` is MNIST's columns (not `fmnist`'s), `g4` every
+/// G = 4 column, `n50` the 50-sample ones (not `n500`), `fmnist-g4` both at once.
+pub fn matches(id: &str, pattern: &str) -> bool {
+    let parts: Vec<&str> = id.split('-').collect();
+    let want: Vec<&str> = pattern.split('-').filter(|p| !p.is_empty()).collect();
+    !want.is_empty() && parts.windows(want.len()).any(|w| w == want.as_slice())
 }
 
 /// A label as a folder name: lower case, `=`, spaces and punctuation as nothing or `-`.

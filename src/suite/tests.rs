@@ -97,6 +97,17 @@ fn columns_are_data_by_split_by_size_with_sizes_and_equal_steps_set() {
 }
 
 #[test]
+fn only_selects_by_whole_parts_of_a_column_name() {
+    assert!(matches("mnist-g2-n50", "mnist"));
+    assert!(!matches("fmnist-g2-n50", "mnist"));
+    assert!(matches("fmnist-g4-n150", "g4"));
+    assert!(matches("fmnist-g4-n150", "fmnist-g4"));
+    assert!(!matches("fmnist-g4-n500", "n50"));
+    assert!(!matches("fmnist-g4-n50", "g4-fmnist"));
+    assert!(!matches("fmnist-g4-n50", ""));
+}
+
+#[test]
 fn a_bad_suite_names_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let no_local = suite_text("").replace("\"local\", ", "");
