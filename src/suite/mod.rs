@@ -384,12 +384,13 @@ pub fn run(
     for (k, c) in columns.iter().enumerate() {
         let dir = opts.out.join(&c.id);
         let started = std::time::Instant::now();
-        let (summary, ran) = run_one(&c.scenario, &dir, opts)?;
+        let (summary, mut ran) = run_one(&c.scenario, &dir, opts)?;
         let mut variants = Vec::new();
         for v in &suite.variant {
             let scenario = c.variant(v)?;
             let vdir = dir.join(format!("variant-{}", slug(&v.label)));
-            let (s, _) = run_one(&scenario, &vdir, opts)?;
+            let (s, ran_now) = run_one(&scenario, &vdir, opts)?;
+            ran |= ran_now;
             variants.push((v.label.clone(), s));
         }
         let result = table::ColumnResult {
