@@ -381,8 +381,8 @@ mod tests {
 
     #[test]
     fn trained_group_mass_follows_whose_gradients_trained_a_model() {
-        // Silos 0 and 1 (group 0) rely wholly on model 2, which only they train; silo 2
-        // (group 1) relies on itself but never trains model 2 beyond its own weight 0 on it.
+        // Every silo relies wholly on model 2: silos 0 and 1 (group 0) sampled it, silo 2
+        // (group 1) owns it.
         let w = vec![
             vec![0.0, 0.0, 1.0],
             vec![0.0, 0.0, 1.0],
