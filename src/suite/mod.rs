@@ -95,9 +95,9 @@ impl Column {
             "name={:?}",
             format!("{}-{}", self.id, slug(&variant.label))
         ));
-        Scenario::load_with(&self.path, &sets).map_err(|source| SuiteError::Scenario {
+        Scenario::load_with(&self.path, &sets).map_err(|cause| SuiteError::Scenario {
             column: format!("{} ({})", self.id, variant.label),
-            source,
+            cause,
         })
     }
 
@@ -123,22 +123,22 @@ pub enum SuiteError {
         msg: String,
     },
     /// A column's scenario is invalid.
-    #[error("suite column {column}: {source}")]
+    // The cause is in the message and not chained as a source: the CLI prints a chain, and
+    // would print it twice.
+    #[error("suite column {column}: {cause}")]
     Scenario {
         /// The column (and variant).
         column: String,
         /// The scenario's error.
-        #[source]
-        source: ScenarioError,
+        cause: ScenarioError,
     },
     /// A column failed to run.
-    #[error("suite column {column}: {source}")]
+    #[error("suite column {column}: {cause}")]
     Run {
         /// The column's scenario name.
         column: String,
         /// The simulator's error.
-        #[source]
-        source: sim::SimError,
+        cause: sim::SimError,
     },
     /// A file of the output could not be read or written.
     #[error("{path}: {msg}")]
@@ -244,9 +244,9 @@ impl SuiteFile {
         extra: &[String],
         id: &str,
     ) -> Result<(Vec<String>, Scenario), SuiteError> {
-        let bad = |source| SuiteError::Scenario {
+        let bad = |cause| SuiteError::Scenario {
             column: id.into(),
-            source,
+            cause,
         };
         let mut sets: Vec<String> = data.set.iter().chain(&split.set).cloned().collect();
         // Silos and batch size as the column will have them, for its sizes.
@@ -352,9 +352,9 @@ pub fn run_one(
             export: false,
         },
     )
-    .map_err(|source| SuiteError::Run {
+    .map_err(|cause| SuiteError::Run {
         column: scenario.name.clone(),
-        source,
+        cause,
     })?;
     std::fs::write(&stamp, wanted).map_err(|e| io(&stamp, &e))?;
     Ok((outcome.summary, true))
