@@ -260,6 +260,68 @@ fn coordinator_and_four_nodes_run_feddisco_end_to_end() {
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
+/// Takes `path` with a directory holding a file, as a full disk or no file descriptors left
+/// would fail a write there (the process may write it meanwhile: try until it holds).
+fn block_writes_to(path: &Path) {
+    loop {
+        let _ = std::fs::remove_file(path);
+        if std::fs::create_dir(path).is_ok() {
+            break;
+        }
+    }
+    std::fs::write(path.join("in-the-way"), b"").unwrap();
+}
+
+/// A coordinator and a coordinated node whose checkpoints cannot be written (their paths taken
+/// by directories mid-run) warn and keep going (issue 18): every round closes, every node
+/// finishes attached, and both exit cleanly.
+#[test]
+fn a_coordinator_whose_checkpoint_cannot_be_written_keeps_going() {
+    let _one_at_a_time = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds = 30;
+    let sc = scenario(rounds);
+    let s = setup(tmp.path(), &sc, 10.0, 20.0, Algorithm::Feddisco);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let clog = s.coord_dir.join("coordinator.jsonl");
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&clog).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(Instant::now() < until, "no rounds");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    block_writes_to(&s.coord_dir.join("coordinator.bin"));
+    block_writes_to(&s.p.state_dirs[1].join("coordinated.bin"));
+    let blocked_at = lines(&clog).len();
+    let until = Instant::now() + Duration::from_secs(120);
+    for (n, c) in nodes.iter_mut().enumerate() {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    assert!(wait(&mut coord, until, "coordinator").success());
+    assert!(
+        blocked_at < rounds - 5,
+        "blocked only at round {blocked_at}"
+    );
+    let closed: Vec<u64> = lines(&clog)
+        .iter()
+        .map(|l| l["round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(closed, (0..rounds as u64).collect::<Vec<_>>());
+    for d in &s.p.state_dirs {
+        let (per_round, _) = node_log(d);
+        assert_eq!(per_round.len(), rounds);
+        assert!(per_round.iter().all(|l| l["attached"].as_bool().unwrap()));
+    }
+    for log in ["coordinator.log", "silo-1.log"] {
+        let text = std::fs::read_to_string(s.p.nodes_dir.join(log)).unwrap();
+        let warnings = text.matches("checkpoint not written").count();
+        assert!(
+            (1..10).contains(&warnings),
+            "{log}: {warnings} warnings\n{text}"
+        );
+    }
+}
+
 #[test]
 fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
     let _one_at_a_time = serial();

@@ -20,7 +20,7 @@
 use federico::coord::PairDistance;
 use federico::launch::{self, coordinated};
 use federico::net::config::Deadlines;
-use federico::net::{Manifest, NodeConfig, load_key};
+use federico::net::{Manifest, NodeConfig, intake, load_key};
 use federico::protocol::{
     self, COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest,
     CoordResponse, GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL,
@@ -825,6 +825,132 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     // Both processes were handled above.
     std::mem::forget(node);
     std::mem::forget(coordinator);
+}
+
+/// A member that keeps sending garbage to a coordinator is disconnected and blocked after
+/// `intake::BAD_FRAMES` bad frames, as a node blocks one (issue 18): its redial is refused,
+/// the coordinator logs the block once, states its receive budget at start, and stays up.
+#[tokio::test]
+async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = ["split.clients=2", "rounds=3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
+    let setup =
+        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 3.0, 5.0, Algorithm::Hcct)
+            .unwrap();
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let mut coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let coord = manifest.members.last().unwrap();
+    let addr = coord.addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+    let key = load_key(&NodeConfig::load(&p.configs[1]).unwrap().key).unwrap();
+    let hostile_id = key.public().to_peer_id().to_string();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr.clone()).await;
+    // In good standing: a join is acknowledged.
+    match h
+        .send(
+            Proto::Coord,
+            protocol::encode(&CoordRequest::Join { n_train: 40 }).unwrap(),
+        )
+        .await
+    {
+        Outcome::Answer(b) => assert!(matches!(decode(&b), CoordResponse::Ack)),
+        Outcome::Failed(e) => panic!("join failed: {e}"),
+    }
+    // The storm: well-framed garbage, one frame after the other, until the coordinator hangs up.
+    let garbage = frame(&[0xff; 64]);
+    let mut sent = 0;
+    let mut closed = false;
+    while !closed && sent < 3 * intake::BAD_FRAMES {
+        let id = h
+            .swarm
+            .behaviour_mut()
+            .coord
+            .send_request(&coord.peer_id, garbage.clone());
+        sent += 1;
+        loop {
+            match h.next().await {
+                SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == coord.peer_id => {
+                    closed = !h.swarm.is_connected(&coord.peer_id);
+                    break;
+                }
+                SwarmEvent::Behaviour(HostileEvent::Coord(rr::Event::OutboundFailure {
+                    request_id,
+                    ..
+                })) if request_id == id => break,
+                SwarmEvent::Behaviour(HostileEvent::Coord(rr::Event::Message {
+                    message:
+                        rr::Message::Response {
+                            request_id,
+                            response,
+                        },
+                    ..
+                })) if request_id == id => {
+                    assert!(response.is_empty(), "the coordinator answered garbage");
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        closed,
+        "the coordinator kept the connection after {sent} bad frames"
+    );
+    assert!(
+        sent >= intake::BAD_FRAMES,
+        "cut after {sent} frames, before the threshold {}",
+        intake::BAD_FRAMES
+    );
+    // Blocked: a redial is refused (the handshake completes, then the coordinator closes it).
+    h.swarm.dial(addr).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut refused = false;
+    while !refused && Instant::now() < until {
+        match tokio::time::timeout(Duration::from_millis(100), h.swarm.select_next_some()).await {
+            Ok(SwarmEvent::ConnectionClosed { peer_id, .. }) if peer_id == coord.peer_id => {
+                refused = true;
+            }
+            Ok(SwarmEvent::OutgoingConnectionError { .. }) => refused = true,
+            _ => {}
+        }
+    }
+    assert!(
+        refused && !h.swarm.is_connected(&coord.peer_id),
+        "the blocked member's redial was kept"
+    );
+    assert!(
+        coordinator.0.try_wait().unwrap().is_none(),
+        "the coordinator exited"
+    );
+    let log = std::fs::read_to_string(&coord_log).unwrap();
+    let blocked: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("disconnected and blocked a peer"))
+        .collect();
+    assert_eq!(blocked.len(), 1, "{log}");
+    assert!(blocked[0].contains(&hostile_id), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("message bounds") && l.contains("receive_budget_kib")),
+        "no receive budget stated:\n{log}"
+    );
+    eprintln!(
+        "coordinator bad-frame storm: connection cut after {sent} bad frames (threshold {})",
+        intake::BAD_FRAMES
+    );
 }
 
 /// A hostile third silo of a FedCollab federation (issue 5). It joins, then drives its pair

@@ -8,7 +8,7 @@
 //! behaviours over the same transports and allow list.
 //! Must not: interpret messages (that is the round driver) or train.
 
-use super::intake::{Blocks, Intake, Limits};
+use super::intake::{Blocks, Intake};
 use super::metrics::Metrics;
 use crate::protocol::{
     self, CoordRequest, CoordResponse, GradientRequest, GradientResponse, ModelRequest,
@@ -25,7 +25,7 @@ use libp2p::swarm::{
 };
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, allow_block_list, connection_limits, identify, identity,
-    kad, mdns, ping,
+    kad, mdns, memory_connection_limits, ping,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,10 +53,14 @@ pub(crate) fn members(allowed: Option<Vec<PeerId>>) -> Members {
         .into()
 }
 
-/// A coordinator-mode process's swarm: TCP (Noise, Yamux) and QUIC as the nodes use,
-/// connections kept while idle (rounds may be far apart), handshakes bounded by
+/// A coordinator-mode process's swarm: TCP (Noise, Yamux) and QUIC as the nodes use, with the
+/// nodes' bound on streams per connection, connections kept while idle (rounds may be far
+/// apart), handshakes bounded by
 /// [`limits::HANDSHAKE_TIMEOUT`](super::limits::HANDSHAKE_TIMEOUT), listening on `listen`.
-/// The behaviour carries its own connection caps ([`super::limits::behaviour`]).
+/// The behaviour carries its own connection caps ([`super::limits::behaviour`]) and, through
+/// [`Intake`] and [`Blocks`], the receive budget and bad-frame blocking of
+/// [`Limits::coordinator`](super::intake::Limits::coordinator) or
+/// [`Limits::node`](super::intake::Limits::node).
 pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
     key: identity::Keypair,
     listen: &[String],
@@ -67,7 +71,11 @@ pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
         .with_tcp(
             libp2p::tcp::Config::default().nodelay(true),
             libp2p::noise::Config::new,
-            libp2p::yamux::Config::default,
+            || {
+                let mut c = libp2p::yamux::Config::default();
+                c.set_max_num_streams(super::intake::YAMUX_STREAMS);
+                c
+            },
         )?
         .with_quic()
         .with_behaviour(|_| behaviour)?
@@ -138,13 +146,6 @@ impl<Req, Resp> Clone for Codec<Req, Resp> {
 }
 
 impl<Req, Resp> Codec<Req, Resp> {
-    /// A codec with the per-frame bound only (coordinator mode): no receive budget, no stream
-    /// bound, no blocking.
-    pub(crate) fn new(max: u64, metrics: Metrics) -> Self {
-        let intake = Intake::new(Limits::unbounded(), metrics.clone());
-        Self::with_intake(max, metrics, intake)
-    }
-
     /// A codec that reads through `intake`.
     pub(crate) fn with_intake(max: u64, metrics: Metrics, intake: Arc<Intake>) -> Self {
         Self {
@@ -418,6 +419,8 @@ pub(crate) struct Behaviour {
     /// Caps on pending and established connections (after the allow list, so an outsider is
     /// refused as one).
     pub(crate) limits: connection_limits::Behaviour,
+    /// No new connections while the process's memory is near the machine's.
+    pub(crate) memory: memory_connection_limits::Behaviour,
     /// Pulls, notices and fetches → models and acks.
     pub(crate) model: Exchange<ModelRequest, ModelResponse>,
     /// Weighted gradients and skips → acknowledgements.
@@ -492,6 +495,7 @@ impl Behaviour {
             members,
             blocked: Default::default(),
             limits: connection_limits::Behaviour::new(cfg.limits),
+            memory: super::limits::memory(),
             model,
             gradient,
             identify,

@@ -1,11 +1,13 @@
 //! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a libp2p
 //! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
 //! so the allow-list admits it). It never sees data and never trains.
-//! Owns: the coordinator's swarm (allow-list + `/federico/coord/2`), the round
+//! Owns: the coordinator's swarm (allow-list, connection caps, the receive budget and
+//! bad-frame blocking of [`Limits::coordinator`], `/federico/coord/2`), the round
 //! clock (close when every registered node sent, or at the update deadline τ), the join
 //! deadline of FedCollab, HCCT and FedSaC (`join_s`: when it passes, joining is closed on the
 //! silos that came), held fetches,
-//! the per-round JSONL log and the checkpoint after every round (resumed on restart).
+//! the per-round JSONL log and the checkpoint after every round (resumed on restart; a
+//! failed write is counted, logged and tried again at the next change, never fatal).
 //! Must not: decide weights, groups, coalitions or models itself
 //! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
 //! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; the driver only
@@ -25,7 +27,9 @@ use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, member
 use super::config::CoordinatedAlgorithm;
 pub use super::config::CoordinatorConfig;
 use super::identity::{self, Manifest};
+use super::intake::{Blocks, Intake, Limits};
 use super::metrics::Metrics;
+use super::trainer::SaveHealth;
 use crate::coord::fedcollab_server::FedCollabServer;
 use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::ServerState;
@@ -83,8 +87,12 @@ impl CoordinatorConfig {
 
 #[derive(NetworkBehaviour)]
 struct CoordBehaviour {
+    /// Members blocked for a while after repeated bad frames (first: refused before the rest
+    /// sees the connection).
+    blocks: Blocks,
     members: Members,
     limits: libp2p::connection_limits::Behaviour,
+    memory: libp2p::memory_connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
     ping: libp2p::ping::Behaviour,
 }
@@ -133,11 +141,28 @@ pub async fn run(
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message_mib << 20;
     let deadline = Duration::from_secs_f64(cfg.update_deadline_s);
+    let silos = if manifest.open {
+        manifest.members.len().max(super::limits::OPEN_FLOOR)
+    } else {
+        manifest.members.len()
+    };
+    let intake_limits = Limits::coordinator(silos, state.num_params());
+    info!(
+        max_message_kib = max.div_ceil(1024),
+        receive_budget_kib = intake_limits.budget.div_ceil(1024),
+        peer_share_kib = intake_limits.peer_budget.div_ceil(1024),
+        streams_per_peer = intake_limits.streams_per_peer,
+        "message bounds"
+    );
+    let intake = Intake::new(intake_limits, metrics.clone());
+    let saves = SaveHealth::new(metrics.checkpoint_failures.clone());
     let behaviour = CoordBehaviour {
+        blocks: Blocks::new(intake.clone()),
         members: members(allowed),
         limits: super::limits::behaviour(manifest.members.len(), manifest.open),
+        memory: super::limits::memory(),
         coord: Exchange::new(
-            CoordCodec::new(max, metrics),
+            CoordCodec::with_intake(max, metrics, intake),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
             // Fetches are held up to a whole round: bound the exchange by 3 τ.
             rr::Config::default()
@@ -170,6 +195,7 @@ pub async fn run(
         held: Vec::new(),
         log,
         ckpt,
+        saves,
         opened: Instant::now(),
         round_deadline: None,
     };
@@ -286,6 +312,8 @@ struct Driver<'a> {
     log: std::fs::File,
     /// `coordinator.bin`, written after every change a restart must not lose.
     ckpt: std::path::PathBuf,
+    /// How the checkpoint writes are going (a failed one is logged and tried again).
+    saves: SaveHealth,
     /// When the open round opened (its log line's `elapsed_s`).
     opened: Instant,
     /// When the open round closes with what arrived (τ after it opened); `None` while the
@@ -326,7 +354,7 @@ impl Driver<'_> {
                         join_s = j,
                         "join deadline passed: the run starts without these silos; they will train alone"
                     );
-                    self.save()?;
+                    self.save();
                     self.serve_held();
                     continue;
                 }
@@ -419,7 +447,7 @@ impl Driver<'_> {
                         if index.is_some_and(|i| self.state.left_out(i)) {
                             warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
                         }
-                        self.save()?;
+                        self.save();
                         // HCCT: the last registration opens round 0.
                         self.serve_held();
                         CoordResponse::Ack
@@ -440,7 +468,7 @@ impl Driver<'_> {
                 let answer = match self.state.update(&who, index, request) {
                     Ok(solved) => {
                         info!(peer = %who, ?index, "distances received");
-                        self.save()?;
+                        self.save();
                         if solved && let Some(s) = self.state.solved() {
                             let record = Some(serde_json::to_value(s)?);
                             crate::report::summary::write_json(
@@ -492,11 +520,19 @@ impl Driver<'_> {
             .send_response(channel, answer);
     }
 
-    /// Writes the checkpoint.
-    fn save(&self) -> anyhow::Result<()> {
-        let bytes = self.state.encode().map_err(|e| anyhow::anyhow!(e))?;
-        crate::store::save(&self.ckpt, &bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.ckpt.display()))
+    /// Writes the checkpoint. A write that fails (a full disk, no file descriptors left) is
+    /// counted and logged, never fatal: the previous checkpoint stays, and the next change
+    /// writes again.
+    fn save(&mut self) {
+        let round = self.state.round();
+        let written = self.state.encode().and_then(|bytes| {
+            crate::store::save(&self.ckpt, &bytes)
+                .map_err(|e| format!("{}: {e}", self.ckpt.display()))
+        });
+        match written {
+            Ok(()) => self.saves.saved(round),
+            Err(e) => self.saves.failed(round, &e, std::time::Instant::now()),
+        }
     }
 
     /// Closes the open round (at its deadline, or once every update is in): its log line, then
@@ -513,7 +549,7 @@ impl Driver<'_> {
         })?;
         writeln!(self.log, "{text}")?;
         self.log.flush()?;
-        self.save()?;
+        self.save();
         info!(round, senders, timed_out, "round closed");
         self.round_deadline = None;
         self.opened = Instant::now();

@@ -73,8 +73,8 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// No budget, no stream bound, no blocking; warnings still rate-limited. For the processes
-    /// of coordinator mode, which keep only the per-frame bound.
+    /// No budget, no stream bound, no blocking; warnings still rate-limited. The base the
+    /// others are built on.
     pub(crate) fn unbounded() -> Self {
         Self {
             budget: u64::MAX,
@@ -96,6 +96,21 @@ impl Limits {
             streams_per_peer: STREAMS_PER_PEER,
             bad_frames: BAD_FRAMES,
             ..Self::unbounded()
+        }
+    }
+
+    /// A coordinator's limits, for `members` silos and a model of `num_params` parameters. All
+    /// silos upload in the same round, so every member gets a share of its own: each peer may
+    /// hold [`message_bound`] bytes (two of its largest honest messages, and at least a
+    /// [`PEER_SHARE`] of [`MIN_RECEIVE_BUDGET`]), and the budget is that share for every member
+    /// (at least [`PEER_SHARE`] of them). Streams and bad frames are bounded as at a node.
+    pub(crate) fn coordinator(members: usize, num_params: usize) -> Self {
+        let share = message_bound(num_params).max(MIN_RECEIVE_BUDGET / PEER_SHARE);
+        let members = members.max(PEER_SHARE as usize) as u64;
+        let budget = share.saturating_mul(members).max(MIN_RECEIVE_BUDGET);
+        Self {
+            peer_budget: share,
+            ..Self::node(budget)
         }
     }
 }
@@ -385,6 +400,22 @@ mod tests {
             },
             Metrics::default(),
         )
+    }
+
+    #[test]
+    fn a_coordinator_gives_every_member_a_share_of_its_own() {
+        // The quick start's tiny model: the floors hold.
+        let small = Limits::coordinator(2, 335);
+        assert_eq!(small.peer_budget, MIN_RECEIVE_BUDGET / PEER_SHARE);
+        assert_eq!(small.budget, MIN_RECEIVE_BUDGET);
+        // 8 silos of an 11M-parameter model: all 8 may upload at once, one peer holds at most
+        // two of its messages, and the stream and bad-frame bounds are a node's.
+        let big = Limits::coordinator(8, 11_000_000);
+        assert_eq!(big.peer_budget, message_bound(11_000_000));
+        assert!(big.peer_budget >= 2 * 4 * 11_000_000);
+        assert_eq!(big.budget, 8 * big.peer_budget);
+        assert_eq!(big.streams_per_peer, STREAMS_PER_PEER);
+        assert_eq!(big.bad_frames, BAD_FRAMES);
     }
 
     #[test]

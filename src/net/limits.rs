@@ -2,7 +2,9 @@
 //! sized from the federation, and the process's open-files limit.
 //!
 //! Owns: the connection caps every swarm of ours carries (a node's, a coordinator's, a
-//! coordinated node's), the handshake timeout, and raising `RLIMIT_NOFILE` to its hard limit.
+//! coordinated node's): counts, and new connections refused while the process's memory is
+//! near the machine's ([`memory`]); the handshake timeout, and raising `RLIMIT_NOFILE` to its
+//! hard limit.
 //! Must not: decide who is a member (the allow list does) or close established connections.
 //!
 //! Why these caps: each connection holds a file descriptor, and a connection that never
@@ -12,6 +14,7 @@
 //! key held 500 connections (W3).
 
 use libp2p::connection_limits::{self, ConnectionLimits};
+use libp2p::memory_connection_limits;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -24,7 +27,7 @@ pub(crate) const PER_PEER: u32 = 3;
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Members assumed when the federation is open (its manifest may grow at run time).
-const OPEN_FLOOR: usize = 128;
+pub(crate) const OPEN_FLOOR: usize = 128;
 
 /// The caps of a swarm in a federation of `members` (`open`: anyone may join).
 ///
@@ -50,11 +53,27 @@ pub(crate) fn behaviour(members: usize, open: bool) -> connection_limits::Behavi
     connection_limits::Behaviour::new(caps(members, open))
 }
 
-/// Whether a refused connection was refused by [`caps`] (not by the allow list).
+/// The share of the machine's physical memory above which a process refuses new connections
+/// (established ones go on). What a process receives is bounded by its receive budget
+/// (`net::intake`); this is the last guard, for memory that grows for any other reason: a
+/// process that refuses newcomers near the machine's limit keeps serving its members instead of
+/// being killed by the kernel.
+pub(crate) const MEMORY_SHARE: f64 = 0.9;
+
+/// The behaviour that refuses new connections, inbound and outbound, while this process's
+/// memory is above [`MEMORY_SHARE`] of the machine's.
+pub(crate) fn memory() -> memory_connection_limits::Behaviour {
+    memory_connection_limits::Behaviour::with_max_percentage(MEMORY_SHARE)
+}
+
+/// Whether a refused connection was refused by [`caps`] or [`memory`] (not by the allow list).
 pub(crate) fn exceeded(cause: &libp2p::swarm::ConnectionDenied) -> bool {
     cause
         .downcast_ref::<connection_limits::Exceeded>()
         .is_some()
+        || cause
+            .downcast_ref::<memory_connection_limits::MemoryUsageLimitExceeded>()
+            .is_some()
 }
 
 /// Raises this process's soft open-files limit to its hard limit, and logs both: sockets,

@@ -17,6 +17,7 @@ use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::config::NodeConfig;
+use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CollabRequest, CollabResponse, CoordRequest};
 use crate::silo::fedcollab::FL_BATCH_TAG;
@@ -41,6 +42,7 @@ pub(super) struct Fl<'a> {
     pub(super) link: &'a Link,
     pub(super) join: &'a CoordRequest,
     pub(super) ckpt: &'a Path,
+    pub(super) saves: &'a mut SaveHealth,
     pub(super) log: &'a mut std::fs::File,
 }
 
@@ -159,7 +161,8 @@ async fn one_round(
     };
     writeln!(fl.log, "{}", serde_json::to_string(&line)?)?;
     fl.log.flush()?;
-    save(fl.ckpt, state)
+    save(fl.ckpt, state, fl.saves);
+    Ok(())
 }
 
 /// `params` on the test set, on the training thread.

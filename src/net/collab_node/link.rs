@@ -3,13 +3,15 @@
 //! node's requests out and the answers back through its [`Client`], serves the coalition's
 //! model pulls (held until the round is trained) and hands pair requests to the
 //! discriminator thread.
-//! Owns: the node's behaviour, the models it publishes for its coalition and who fetched
+//! Owns: the node's behaviour (allow list, connection caps, receive budget, bad-frame
+//! blocking), the models it publishes for its coalition and who fetched
 //! them, and the requests the node makes with their retry budgets ([`coord_within`],
 //! [`peer_within`]).
 //! Must not: step a discriminator or train (the threads do), or decide what an answer means.
 
 use crate::net::behaviour::{Codec, CoordCodec, Exchange, Members, coordination_swarm, members};
 use crate::net::client::{Client, ExchangeError, Pending, Reply, route_coord_event};
+use crate::net::intake::{Blocks, Intake, Limits};
 use crate::net::metrics::Metrics;
 use crate::protocol::{
     COLLAB_PROTOCOL, COORD_PROTOCOL, CollabRequest, CollabResponse, CoordRequest, CoordResponse,
@@ -65,8 +67,12 @@ pub(super) struct DiscJob {
 
 #[derive(NetworkBehaviour)]
 struct CollabBehaviour {
+    /// Peers blocked for a while after repeated bad frames (first: refused before the rest
+    /// sees the connection).
+    blocks: Blocks,
     members: Members,
     limits: libp2p::connection_limits::Behaviour,
+    memory: libp2p::memory_connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
     collab: Exchange<CollabRequest, CollabResponse>,
     ping: libp2p::ping::Behaviour,
@@ -78,6 +84,8 @@ pub(super) struct SwarmConfig<'a> {
     /// Manifest members admitted (`None`: an open federation).
     pub(super) allowed: Option<Vec<PeerId>>,
     pub(super) max_message: u64,
+    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]).
+    pub(super) receive_budget: u64,
     /// Bounds one exchange with the coordinator (which holds fetches).
     pub(super) coord_timeout: Duration,
     /// Bounds one exchange with a silo.
@@ -99,16 +107,19 @@ pub(super) fn start(
         sc.allowed.as_ref().map_or(0, Vec::len),
         sc.allowed.is_none(),
     );
+    let intake = Intake::new(Limits::node(sc.receive_budget), metrics.clone());
     let behaviour = CollabBehaviour {
+        blocks: Blocks::new(intake.clone()),
         members: members(sc.allowed),
         limits,
+        memory: crate::net::limits::memory(),
         coord: Exchange::new(
-            CoordCodec::new(sc.max_message, metrics.clone()),
+            CoordCodec::with_intake(sc.max_message, metrics.clone(), intake.clone()),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
             rr::Config::default().with_request_timeout(sc.coord_timeout),
         ),
         collab: Exchange::new(
-            Codec::new(sc.max_message, metrics),
+            Codec::with_intake(sc.max_message, metrics, intake),
             [(StreamProtocol::new(COLLAB_PROTOCOL), ProtocolSupport::Full)],
             rr::Config::default()
                 .with_request_timeout(sc.peer_timeout)

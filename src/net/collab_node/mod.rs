@@ -36,6 +36,7 @@ use super::identity::Manifest;
 use crate::coord::fedcollab::FedCollabConfig;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Learner, ModelSpec};
+use crate::net::trainer::SaveHealth;
 use crate::protocol::CoordRequest;
 use libp2p::{Multiaddr, PeerId};
 use rand::SeedableRng;
@@ -74,6 +75,8 @@ struct Node {
     link: link::Link,
     data: Arc<ClientData>,
     ckpt: PathBuf,
+    /// How the checkpoint writes are going (a failed one is logged and tried again).
+    saves: SaveHealth,
     pairs_path: PathBuf,
     log: std::fs::File,
     join: CoordRequest,
@@ -130,6 +133,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
             listen: &cfg.listen,
             allowed: (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect()),
             max_message: cfg.max_message(),
+            receive_budget: cfg.receive_budget_for(spec.num_params()),
             coord_timeout: fetch.max(structure_wait),
             peer_timeout: fetch,
             coordinator: (coordinator, coord_addrs),
@@ -161,6 +165,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
         link,
         data: Arc::new(data),
         ckpt,
+        saves: SaveHealth::new(Default::default()),
         pairs_path: cfg.state_dir.join("fedcollab.pairs"),
         log,
         join: CoordRequest::Join { n_train },
@@ -200,7 +205,7 @@ impl Node {
                 info!("stopped by a signal");
                 return Ok(());
             }
-            save(&self.ckpt, state)?;
+            save(&self.ckpt, state, &mut self.saves);
         }
         // Phase 4: FedAvg inside the coalition.
         let fl = coalition::Fl {
@@ -211,6 +216,7 @@ impl Node {
             link: &self.link,
             join: &self.join,
             ckpt: &self.ckpt,
+            saves: &mut self.saves,
             log: &mut self.log,
         };
         coalition::rounds(fl, state, learner, self.data.clone(), reported, shutdown).await
@@ -218,7 +224,7 @@ impl Node {
 
     /// Phases 0-2: joins, fetches the plan and estimates the distances to the other planned
     /// silos (none for a silo left out of the plan: it trains alone).
-    async fn distances(&self, state: &mut Saved) -> anyhow::Result<()> {
+    async fn distances(&mut self, state: &mut Saved) -> anyhow::Result<()> {
         let me_i = self.me.0 as usize;
         let (target, nodes, planned) = structure::plan(&self.link, &self.join, self.fetch).await?;
         if me_i >= nodes {
@@ -231,7 +237,8 @@ impl Node {
                  trains alone (FedCollab's singleton)"
             );
             state.coalition = Some((vec![self.me.0], vec![self.n_train]));
-            return save(&self.ckpt, state);
+            save(&self.ckpt, state, &mut self.saves);
+            return Ok(());
         }
         let started = std::time::Instant::now();
         let report = pairs::estimate(pairs::Phase {
@@ -255,6 +262,7 @@ impl Node {
             "distances estimated"
         );
         state.report = Some(report);
-        save(&self.ckpt, state)
+        save(&self.ckpt, state, &mut self.saves);
+        Ok(())
     }
 }

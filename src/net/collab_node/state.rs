@@ -5,6 +5,7 @@
 
 use crate::coord::PairDistance;
 use crate::learn::{Adam, ModelSpec};
+use crate::net::trainer::SaveHealth;
 use serde::{Deserialize, Serialize};
 
 /// The node's state on disk (`<state_dir>/fedcollab.bin`).
@@ -57,8 +58,13 @@ pub(super) struct FinalLine {
     pub(super) eval: crate::trace::EvalRecord,
 }
 
-pub(super) fn save(path: &std::path::Path, s: &Saved) -> anyhow::Result<()> {
-    crate::store::write_versioned(path, MAGIC, VERSION, s).map_err(|e| anyhow::anyhow!(e))
+/// Writes the checkpoint. A write that fails is counted and logged by `saves`, never fatal:
+/// the previous checkpoint stays, and the next save tries again.
+pub(super) fn save(path: &std::path::Path, s: &Saved, saves: &mut SaveHealth) {
+    match crate::store::write_versioned(path, MAGIC, VERSION, s) {
+        Ok(()) => saves.saved(s.round),
+        Err(e) => saves.failed(s.round, &e.to_string(), std::time::Instant::now()),
+    }
 }
 
 /// The checkpoint at `path` if there is one (checked against the peer and the model), else a

@@ -1,12 +1,14 @@
 //! The coordinated node's event loop: owns its swarm (the manifest's allow list and
 //! `/federico/coord/2`) and carries the round loop's requests to the coordinator, through the
 //! node's [`Client`].
-//! Owns: the node's behaviour, dialing the coordinator, and the requests the round loop makes
+//! Owns: the node's behaviour (allow list, connection caps, receive budget, bad-frame
+//! blocking), dialing the coordinator, and the requests the round loop makes
 //! of it with their retry budgets ([`register_until`], [`fetch_until`], [`ask`]).
 //! Must not: decide what the answers mean (the round loop does) or train.
 
 use crate::net::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
 use crate::net::client::{Client, ExchangeError, Pending, Reply, route_coord_event};
+use crate::net::intake::{Blocks, Intake, Limits};
 use crate::net::metrics::Metrics;
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use libp2p::futures::StreamExt;
@@ -29,8 +31,12 @@ pub(super) type Link = Client<Command>;
 
 #[derive(NetworkBehaviour)]
 struct NodeBehaviour {
+    /// Peers blocked for a while after repeated bad frames (first: refused before the rest
+    /// sees the connection).
+    blocks: Blocks,
     members: Members,
     limits: libp2p::connection_limits::Behaviour,
+    memory: libp2p::memory_connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
     ping: libp2p::ping::Behaviour,
 }
@@ -41,6 +47,8 @@ pub(super) struct SwarmConfig<'a> {
     /// Manifest members admitted (`None`: an open federation).
     pub(super) allowed: Option<Vec<PeerId>>,
     pub(super) max_message: u64,
+    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]).
+    pub(super) receive_budget: u64,
     /// Bounds one exchange with the coordinator.
     pub(super) request_timeout: Duration,
     pub(super) coordinator: PeerId,
@@ -59,11 +67,14 @@ pub(super) fn start(
         sc.allowed.as_ref().map_or(0, Vec::len),
         sc.allowed.is_none(),
     );
+    let intake = Intake::new(Limits::node(sc.receive_budget), metrics.clone());
     let behaviour = NodeBehaviour {
+        blocks: Blocks::new(intake.clone()),
         members: members(sc.allowed),
         limits,
+        memory: crate::net::limits::memory(),
         coord: Exchange::new(
-            CoordCodec::new(sc.max_message, metrics),
+            CoordCodec::with_intake(sc.max_message, metrics, intake),
             [(StreamProtocol::new(COORD_PROTOCOL), ProtocolSupport::Full)],
             rr::Config::default().with_request_timeout(sc.request_timeout),
         ),

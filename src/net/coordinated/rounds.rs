@@ -16,6 +16,7 @@ use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::collab_node::Prelude;
 use crate::net::config::{Coordinated, CoordinatedAlgorithm, NodeConfig};
+use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CoordRequest, CoordResponse};
 use crate::silo::{BatchCursor, LocalRecipe};
@@ -73,6 +74,8 @@ struct Node {
     sent: Option<Sent>,
     sent_path: PathBuf,
     ckpt: PathBuf,
+    /// How the checkpoint writes are going (a failed one is logged and tried again).
+    saves: SaveHealth,
     log: std::fs::File,
     registered: bool,
     /// The coordinator's run started without this silo: no more asking.
@@ -265,6 +268,7 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
             listen: &cfg.listen,
             allowed: (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect()),
             max_message: cfg.max_message(),
+            receive_budget: cfg.receive_budget_for(model.len()),
             request_timeout: fetch,
             coordinator,
             coord_addrs,
@@ -304,6 +308,7 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
         sent,
         sent_path,
         ckpt,
+        saves: SaveHealth::new(Default::default()),
         log,
         registered: false,
         alone: false,
@@ -412,7 +417,7 @@ impl Node {
             recovered: false,
             alone: self.alone,
         })?;
-        self.save()?;
+        self.save();
         self.streak = if global_round.is_some() || self.alone {
             0
         } else {
@@ -621,8 +626,9 @@ impl Node {
         Ok(())
     }
 
-    /// The checkpoint after a round.
-    fn save(&self) -> anyhow::Result<()> {
+    /// The checkpoint after a round. A write that fails is counted and logged, never fatal:
+    /// the previous checkpoint stays, and the next round writes again.
+    fn save(&mut self) {
         let saved = Saved {
             peer_id: self.peer_id.clone(),
             round: self.round,
@@ -630,8 +636,12 @@ impl Node {
             params: self.model.clone(),
             trained: self.trained,
         };
-        crate::store::write_versioned(&self.ckpt, MAGIC, VERSION, &saved)
-            .map_err(|e| anyhow::anyhow!(e))
+        match crate::store::write_versioned(&self.ckpt, MAGIC, VERSION, &saved) {
+            Ok(()) => self.saves.saved(self.round),
+            Err(e) => self
+                .saves
+                .failed(self.round, &e.to_string(), std::time::Instant::now()),
+        }
     }
 
     /// The final model: the coordinator's after its last round (or the own model when it
