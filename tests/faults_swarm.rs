@@ -161,20 +161,22 @@ fn a_killed_node_restarts_from_its_checkpoint_with_its_peer_id() {
     assert!(t.len() >= 59, "silo 5 logged {} of 60 rounds", t.len());
     assert_eq!(t.last().unwrap().round, 60);
     // The kill costs no deadline (the owners stop waiting for a sampler whose connection
-    // closed) and the restarted silo, rounds behind, is not waited for. Where it catches up
-    // with the others a round can still wait one deadline (τ = 2 s here): 1 run in 12
-    // (`federico swarm simulations/crash-restart.toml --seed 1..3`, four times), never more
-    // than one. Before: 2.02 s and 4.00 s on seeds 1 and 2. So the bound is one deadline, not the
-    // issue's target of two normal rounds (open, docs/faults.md).
+    // closed, and drop its pulls held for their next step) and the restarted silo, rounds
+    // behind, is not waited for, nor does it, catching up, wait for the gradients of peers
+    // ahead of it (`core::round::tests`). Every round after the first (start-up, about 0.5 s)
+    // stays far under one deadline (τ = 2 s): 0.028–0.046 s in 24 runs of
+    // `federico swarm simulations/crash-restart.toml --seed 1..3`. Before: a round of τ in 1 run
+    // of 8 (6 of 19 with RUST_LOG=debug); before that 2.02 s and 4.00 s on seeds 1 and 2.
     let slowest = traces
         .iter()
         .flatten()
+        .filter(|r| r.round > 1)
         .map(|r| r.seconds)
         .fold(0.0f64, f64::max);
-    eprintln!("crash-restart: slowest round of any silo {slowest:.3} s");
+    eprintln!("crash-restart: slowest round after round 1 of any silo {slowest:.3} s");
     assert!(
-        slowest < 3.0,
-        "a round waited {slowest:.2} s around the crash: more than one deadline"
+        slowest < 1.0,
+        "a round waited {slowest:.2} s around the crash: a deadline (τ = 2 s) or most of one"
     );
     // Two processes for silo 5, both logs kept; nine processes in all.
     let clean = check(&report, "clean_exit");

@@ -56,6 +56,8 @@ pub struct GradientInbox {
     expected: BTreeSet<NodeId>,
     /// Expected senders the owner does not wait for (see [`Stragglers`]).
     unawaited: BTreeSet<NodeId>,
+    /// Served while ahead of the owner ([`Self::expect_ahead`]).
+    ahead: BTreeSet<NodeId>,
     received: BTreeMap<NodeId, Option<Vec<f32>>>,
 }
 
@@ -68,6 +70,7 @@ impl GradientInbox {
             clip_norm: None,
             expected: BTreeSet::new(),
             unawaited: BTreeSet::new(),
+            ahead: BTreeSet::new(),
             received: BTreeMap::new(),
         }
     }
@@ -98,6 +101,15 @@ impl GradientInbox {
     pub fn expect_unawaited(&mut self, from: NodeId) {
         self.expected.insert(from);
         self.unawaited.insert(from);
+    }
+
+    /// Records that `from`, a peer in a later round than the owner's, was served this version:
+    /// its gradient is taken if it comes before the step, never waited for, and a missing one
+    /// does not count against it ([`Stragglers::handle_step`]): it was not the owner's round.
+    pub fn expect_ahead(&mut self, from: NodeId) {
+        self.expected.insert(from);
+        self.unawaited.insert(from);
+        self.ahead.insert(from);
     }
 
     /// `from` can no longer answer this version (its connection is gone): stop waiting for
@@ -260,7 +272,7 @@ impl Stragglers {
 
     /// Learns from the inbox an owner steps on: who answered in time, who did not.
     pub fn handle_step(&mut self, inbox: &GradientInbox) {
-        for &from in &inbox.expected {
+        for &from in inbox.expected.difference(&inbox.ahead) {
             let late = self.late.entry(from).or_default();
             if !inbox.received.contains_key(&from) {
                 *late = (*late + 1).min(2 * self.after);

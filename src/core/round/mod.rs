@@ -331,6 +331,10 @@ impl<H> Round<H> {
         // A sampler whose connection is gone cannot send the gradient of the version it was
         // served: the owner does not wait τ_grad for it (it still counts if it comes).
         self.inbox.stop_awaiting(peer);
+        // Nor can it take an answer to a request of its that is held for the next step: the
+        // request went with the connection. Serving it after the step would await a gradient
+        // that cannot come.
+        self.held.retain(|h| h.from != peer);
         self.advance(now);
         was
     }
@@ -365,7 +369,7 @@ impl<H> Round<H> {
                 version: 0,
             });
         } else {
-            self.serve(from, handle, true);
+            self.serve(from, handle, Some(round));
         }
         self.advance(now);
     }
@@ -381,7 +385,7 @@ impl<H> Round<H> {
         self.speaking.insert(from);
         // Far-future versions are answered at once: never wait on a peer more than a step ahead.
         if self.version >= version || version > self.version + 1 || self.is_lingering() {
-            self.serve(from, handle, false);
+            self.serve(from, handle, None);
         } else {
             self.held.push(Held {
                 from,

@@ -10,7 +10,9 @@
 //! An owner in round r holds version v and has its own weighted gradient in its inbox. Its
 //! round is over when either
 //! - its inbox is complete — every sampler it served version v sent a gradient or a skip
-//!   (samplers that keep missing the step, [`crate::core::Stragglers`], are served but not waited for) —
+//!   (samplers that keep missing the step, [`crate::core::Stragglers`], and samplers already
+//!   in a later round than the owner's, served while it catches up, are served but not waited
+//!   for; a sampler whose connection closed is not waited for, nor are its held pulls served) —
 //!   *and* every connected peer has said what it does in round r (a pull or a notice for round
 //!   r or later) or that it finished — peers two or more rounds behind, and peers silent since
 //!   they reconnected after round 1, excepted ([`Round::unannounced`]); or
@@ -109,17 +111,25 @@ impl<H> Round<H> {
                     None => self.version >= h.version,
                 };
             if ready {
-                self.serve(h.from, h.handle, h.pull_round.is_some());
+                self.serve(h.from, h.handle, h.pull_round);
             } else {
                 self.held.push(h);
             }
         }
     }
 
-    /// Answers `from` with the current model; for a pull (`expect`), its gradient is expected.
-    pub(super) fn serve(&mut self, from: NodeId, handle: H, expect: bool) {
-        if expect {
-            self.stragglers.expect(&mut self.inbox, from);
+    /// Answers `from` with the current model. After a pull (`pull_round`), its gradient is
+    /// expected: awaited (unless it is a straggler) for a pull of this round or an earlier one;
+    /// for a pull from a peer ahead of us (we are catching up after a restart or a partition),
+    /// taken if it comes but never waited for. That peer may itself be waiting, through a third
+    /// peer, for us to announce our next round: awaiting it closed a wait-for cycle that only a
+    /// deadline broke (`tests::a_restart_behind_peers_with_jittered_links_waits_on_no_deadline`).
+    /// After a fetch nothing follows.
+    pub(super) fn serve(&mut self, from: NodeId, handle: H, pull_round: Option<u64>) {
+        match pull_round {
+            Some(round) if round > self.current_round() => self.inbox.expect_ahead(from),
+            Some(_) => self.stragglers.expect(&mut self.inbox, from),
+            None => {}
         }
         self.actions.push_back(Action::Serve {
             to: from,
