@@ -1097,7 +1097,8 @@ fn a_peer_restarted_after_its_last_round_finishes_without_waiting_for_members() 
 /// A silo killed and restarted from its checkpoint while the 7 others run 1 to 7 rounds ahead,
 /// on links whose latency varies per message (2, 8 or 20 ms of jitter, so requests overtake each
 /// other as streams do), 900 cases: no peer steps at a deadline and no model arrives late. Before
-/// an owner catching up stopped awaiting the gradients of peers ahead of it, 50 of the 900 did:
+/// an owner catching up stopped awaiting the gradients of peers ahead of it, 50 of 900 did (in
+/// this test's first form, killing at a round's end; the kill point varies since):
 /// the restarted owner awaited the gradient of a sampler ahead, that sampler waited for a
 /// model held by a third peer until its next step, and the third peer waited for the restarted
 /// one to announce its round (the swarm's one-τ stall after a restart, `docs/faults.md`).
