@@ -141,11 +141,7 @@ pub async fn run(
         (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max = cfg.max_message_mib << 20;
     let deadline = Duration::from_secs_f64(cfg.update_deadline_s);
-    let silos = if manifest.open {
-        manifest.members.len().max(super::limits::OPEN_FLOOR)
-    } else {
-        manifest.members.len()
-    };
+    let silos = super::limits::sized_for(manifest.members.len(), manifest.open);
     let intake_limits = Limits::coordinator(silos, state.num_params());
     info!(
         max_message_kib = max.div_ceil(1024),

@@ -27,7 +27,17 @@ pub(crate) const PER_PEER: u32 = 3;
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Members assumed when the federation is open (its manifest may grow at run time).
-pub(crate) const OPEN_FLOOR: usize = 128;
+const OPEN_FLOOR: usize = 128;
+
+/// The number of members the caps and budgets of a federation of `members` are sized for
+/// (`open`: anyone may join, so at least [`OPEN_FLOOR`]).
+pub(crate) fn sized_for(members: usize, open: bool) -> usize {
+    if open {
+        members.max(OPEN_FLOOR)
+    } else {
+        members
+    }
+}
 
 /// The caps of a swarm in a federation of `members` (`open`: anyone may join).
 ///
@@ -36,12 +46,7 @@ pub(crate) const OPEN_FLOOR: usize = 128;
 /// - established: [`PER_PEER`] per peer, and in total [`PER_PEER`] per member + 16 (outsiders
 ///   never get that far in a closed federation: the allow list refuses them first).
 pub(crate) fn caps(members: usize, open: bool) -> ConnectionLimits {
-    let n = if open {
-        members.max(OPEN_FLOOR)
-    } else {
-        members
-    };
-    let n = u32::try_from(n).unwrap_or(u32::MAX / 8);
+    let n = u32::try_from(sized_for(members, open)).unwrap_or(u32::MAX / 8);
     ConnectionLimits::default()
         .with_max_pending_incoming(Some(4 * n + 32))
         .with_max_established_per_peer(Some(PER_PEER))
