@@ -96,8 +96,17 @@ fn ordinal(n: usize) -> String {
 /// FedeRiCo's rank by mean accuracy among the column's algorithms (1 = best; a tie with a
 /// better mean counts as sharing its rank).
 pub fn rank(s: &Summary) -> Option<usize> {
-    let f = acc(alg(s, "federico")?);
-    Some(1 + s.algorithms.iter().filter(|a| acc(a) > f + 1e-12).count())
+    Some(rank_of(s, acc(alg(s, "federico")?)))
+}
+
+/// FedeRiCo's rank in the column had it scored `f`: 1 + the other algorithms scoring more
+/// (how a variant would rank in place of the default).
+fn rank_of(s: &Summary, f: f64) -> usize {
+    1 + s
+        .algorithms
+        .iter()
+        .filter(|a| a.algorithm != "federico" && acc(a) > f + 1e-12)
+        .count()
 }
 
 /// One line on a finished column: Local, FedeRiCo, Δ and the masses, then each variant.
@@ -292,6 +301,7 @@ fn variants(columns: &[ColumnResult]) -> String {
     out += "\n";
     let mut deltas: Vec<Vec<f64>> = vec![Vec::new(); labels.len() + 1];
     let mut never_worse = vec![0usize; labels.len() + 1];
+    let mut firsts = vec![0usize; labels.len() + 1];
     for c in columns {
         let Some(l) = alg(&c.summary, "local") else {
             continue;
@@ -310,6 +320,7 @@ fn variants(columns: &[ColumnResult]) -> String {
                     let d = acc(f) - local;
                     deltas[k].push(d);
                     never_worse[k] += usize::from(d >= -NEVER_WORSE);
+                    firsts[k] += usize::from(rank_of(&c.summary, acc(f)) == 1);
                     out += &format!(
                         " {} ({}) {} / {} |",
                         pct(acc(f)),
@@ -327,6 +338,11 @@ fn variants(columns: &[ColumnResult]) -> String {
     for (d, nw) in deltas.iter().zip(&never_worse) {
         let mean = d.iter().sum::<f64>() / d.len().max(1) as f64;
         out += &format!("{}; {nw} of {} | ", signed(mean), d.len());
+    }
+    out.truncate(out.trim_end().len());
+    out += "\n| first of the algorithms, in the default's place | | ";
+    for (f, d) in firsts.iter().zip(&deltas) {
+        out += &format!("{f} of {} | ", d.len());
     }
     out.truncate(out.trim_end().len());
     out += "\n";

@@ -224,6 +224,38 @@ fn the_table_counts_silo_wins_ranks_and_targets() {
     );
 }
 
+/// The variants' table ranks each variant in the default's place, against the column's
+/// other algorithms (not against the default).
+#[test]
+fn the_variants_table_ranks_each_variant_in_the_defaults_place() {
+    let main = summary(&[
+        ("local", &[0.80, 0.82], &[&[0.8, 0.8], &[0.8, 0.8]]),
+        ("federico", &[0.84, 0.86], &[&[0.8, 0.8], &[0.8, 0.8]]),
+        ("fedavg", &[0.90, 0.90], &[&[0.9, 0.9], &[0.9, 0.9]]),
+    ]);
+    let variant = |a: f64| summary(&[("federico", &[a, a], &[&[a, a], &[a, a]])]);
+    let col = ColumnResult {
+        id: "x".into(),
+        data: "D".into(),
+        split: "G=2".into(),
+        size: 50,
+        summary: main,
+        variants: vec![
+            ("better".into(), variant(0.95)),
+            ("level".into(), variant(0.90)),
+            ("worse".into(), variant(0.70)),
+        ],
+    };
+    let text = render("T", "federico suite x", &[col]);
+    assert!(
+        text.contains(
+            "| first of the algorithms, in the default's place | | 0 of 1 | 1 of 1 | 1 of 1 | 0 of 1 |"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("| D G=2 n=50 | 81.0 | 85.0 (+4.0)"), "{text}");
+}
+
 #[test]
 fn a_column_run_again_with_the_same_scenario_is_reused() {
     let dir = tempfile::tempdir().unwrap();
