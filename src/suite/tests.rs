@@ -189,6 +189,18 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
     }
 }
 
+/// Column "D G=2", 50 samples per silo, with `summary` and its `variants`.
+fn column(summary: Summary, variants: Vec<(String, Summary)>) -> ColumnResult {
+    ColumnResult {
+        id: "x".into(),
+        data: "D".into(),
+        split: "G=2".into(),
+        size: 50,
+        summary,
+        variants,
+    }
+}
+
 #[test]
 fn the_table_counts_silo_wins_ranks_and_targets() {
     let s = summary(&[
@@ -199,14 +211,7 @@ fn the_table_counts_silo_wins_ranks_and_targets() {
     // Silo by silo: +5 (win), +0.5 (tie), -10 (loss), +5 (win).
     assert_eq!(silo_record(&s, &s), (2, 1, 1));
     assert_eq!(rank(&s), Some(2));
-    let col = ColumnResult {
-        id: "x".into(),
-        data: "D".into(),
-        split: "G=2".into(),
-        size: 50,
-        summary: s,
-        variants: Vec::new(),
-    };
+    let col = column(s, Vec::new());
     let text = render("T", "federico suite x", &[col]);
     assert!(text.contains("| D G=2 | 50 | 81.0 ± 1.4 | 85.0 ± 1.4 | 90.0 ± 0.0 | +4.0 | 2/1/1 | 0.95 / 0.50 | 2nd |"), "{text}");
     assert!(
@@ -234,18 +239,14 @@ fn the_variants_table_ranks_each_variant_in_the_defaults_place() {
         ("fedavg", &[0.90, 0.90], &[&[0.9, 0.9], &[0.9, 0.9]]),
     ]);
     let variant = |a: f64| summary(&[("federico", &[a, a], &[&[a, a], &[a, a]])]);
-    let col = ColumnResult {
-        id: "x".into(),
-        data: "D".into(),
-        split: "G=2".into(),
-        size: 50,
-        summary: main,
-        variants: vec![
+    let col = column(
+        main,
+        vec![
             ("better".into(), variant(0.95)),
             ("level".into(), variant(0.90)),
             ("worse".into(), variant(0.70)),
         ],
-    };
+    );
     let text = render("T", "federico suite x", &[col]);
     assert!(
         text.contains(
