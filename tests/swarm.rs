@@ -61,17 +61,31 @@ fn json(path: PathBuf) -> serde_json::Value {
 
 #[test]
 fn a_fault_free_swarm_makes_the_simulators_decisions() {
+    swarm_makes_the_simulators_decisions(&[]);
+}
+
+/// The same with the M-step of one epoch of mini-batch sub-steps: batches of 10 over 40
+/// training samples per silo make four sub-steps per round, each with its own pulls and
+/// gradients over the network.
+#[test]
+fn a_fault_free_swarm_with_epoch_sub_steps_makes_the_simulators_decisions() {
+    swarm_makes_the_simulators_decisions(&[
+        "--set",
+        "federico.mstep=\"epoch\"",
+        "--set",
+        "train.batch_size=10",
+    ]);
+}
+
+/// `swarm` and `simulate` of the quick start with `set` on both: same accuracy, every round's
+/// decisions the same.
+fn swarm_makes_the_simulators_decisions(set: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let (swarm, sim) = (dir.path().join("swarm"), dir.path().join("sim"));
     let out = Command::new(EXE)
-        .args([
-            "swarm",
-            "simulations/quickstart.toml",
-            "--seed",
-            "1",
-            "-q",
-            "--out",
-        ])
+        .args(["swarm", "simulations/quickstart.toml", "--seed", "1", "-q"])
+        .args(set)
+        .arg("--out")
         .arg(&swarm)
         .output()
         .unwrap();
@@ -88,6 +102,7 @@ fn a_fault_free_swarm_makes_the_simulators_decisions() {
             "1",
             "-q",
         ])
+        .args(set)
         .args(["--set", "algorithms=[\"federico\"]", "--out"])
         .arg(&sim)
         .output()

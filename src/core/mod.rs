@@ -147,6 +147,19 @@ pub enum MStep {
     Minibatch(usize),
 }
 
+impl MStep {
+    /// The round engine's sub-steps per round ([`round::RoundConfig::sub_steps`]): `None` for
+    /// `full`; for `epoch`, `epoch_steps` — one local epoch of the federation's largest silo,
+    /// ⌈max n_i / batch⌉, which only someone who knows every silo's size can say.
+    pub fn sub_steps(self, epoch_steps: u64) -> Option<u64> {
+        match self {
+            MStep::Full => None,
+            MStep::Epoch => Some(epoch_steps.max(1)),
+            MStep::Minibatch(s) => Some(s as u64),
+        }
+    }
+}
+
 /// FedeRiCo hyperparameters; defaults are the paper's (spec §4).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -18,6 +18,7 @@ mod netns;
 mod outcome;
 mod procs;
 
+use crate::core::MStep;
 use crate::faults::Schedule;
 use crate::learn::{Federation, Shard};
 use crate::net::config::Deadlines;
@@ -47,6 +48,18 @@ pub fn write_shards(
     out: &Path,
 ) -> anyhow::Result<Vec<PathBuf>> {
     Ok(split(scenario, seed, data_dir, out)?.1)
+}
+
+/// [`write_shards`], with the federation's one-epoch sub-step count
+/// ([`Federation::epoch_steps`]) for its node configs.
+pub(crate) fn write_shards_counted(
+    scenario: &Scenario,
+    seed: u64,
+    data_dir: Option<&Path>,
+    out: &Path,
+) -> anyhow::Result<(Vec<PathBuf>, u64)> {
+    let (fed, paths) = split(scenario, seed, data_dir, out)?;
+    Ok((paths, fed.epoch_steps(scenario.train.batch_size)))
 }
 
 fn split(
@@ -352,6 +365,7 @@ fn prepare_at(
                 shard: shards[i].clone(),
             },
             deadlines,
+            fed.epoch_steps(scenario.train.batch_size),
         )?;
         let cfg_path = nodes_dir.join(format!("{name}.toml"));
         std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
@@ -379,13 +393,20 @@ struct SiloPaths<'a> {
 }
 
 /// The node config of one silo of `scenario` (its model, training and FedeRiCo settings), as a
-/// user would write it; validated.
+/// user would write it; validated. `epoch_steps`: the federation's one-epoch sub-step count
+/// ([`Federation::epoch_steps`]), which a node cannot know: `mstep = "epoch"` is written as
+/// `mstep = { minibatch = S }` with it, the same sub-steps the simulator runs.
 fn silo_config(
     scenario: &Scenario,
     seed: u64,
     at: SiloPaths<'_>,
     deadlines: &Deadlines,
+    epoch_steps: u64,
 ) -> anyhow::Result<NodeConfig> {
+    let mut federico = scenario.federico.clone();
+    if federico.mstep == MStep::Epoch {
+        federico.mstep = MStep::Minibatch(epoch_steps as usize);
+    }
     let cfg = NodeConfig {
         name: at.name.to_string(),
         key: at.key,
@@ -406,7 +427,7 @@ fn silo_config(
         },
         model: scenario.model.clone(),
         train: scenario.train.clone(),
-        federico: scenario.federico.clone(),
+        federico,
         deadlines: deadlines.clone(),
         control: None,
         coordinated: None,

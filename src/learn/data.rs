@@ -205,6 +205,17 @@ pub struct ClientReport {
 }
 
 impl Federation {
+    /// Mini-batches of `batch` in one local epoch of the largest silo, ⌈max n_i / batch⌉ (at
+    /// least 1): the sub-steps per round of FedeRiCo's `mstep = "epoch"`.
+    pub fn epoch_steps(&self, batch: usize) -> u64 {
+        self.clients
+            .iter()
+            .map(|c| c.train.len().div_ceil(batch.max(1)))
+            .max()
+            .unwrap_or(1)
+            .max(1) as u64
+    }
+
     /// The per-client counts report.
     pub fn report(&self) -> PartitionReport {
         PartitionReport {

@@ -300,12 +300,6 @@ impl Scenario {
                 "faults apply to FedeRiCo runs, but algorithms does not list \"federico\"".into(),
             ));
         }
-        if !s.events.is_empty() && self.federico.mstep != crate::core::MStep::Full {
-            return Err(ScenarioError::Invalid(format!(
-                "faults need federico.mstep = \"full\" (what the peers run), got {:?}",
-                self.federico.mstep
-            )));
-        }
         Ok(s)
     }
 

@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
 /// Mini-batches without replacement over one silo's rows, reshuffled when exhausted.
+#[derive(Debug)]
 pub(crate) struct BatchCursor {
     order: Vec<usize>,
     pos: usize,

@@ -12,13 +12,16 @@
 
 use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
-use crate::ids::NodeId;
+use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Evaluation, LearnError, Learner};
+use crate::silo::batches::{BatchCursor, skip_steps};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// One silo's FedeRiCo model and what it holds between the jobs of a round.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FedericoSilo {
     /// φ_i: the silo's own parameters.
     pub params: Vec<f32>,
@@ -28,6 +31,11 @@ pub struct FedericoSilo {
     pub version: u64,
     /// Gradients of the last `Measure`, waiting for their weights.
     pending: Vec<(NodeId, Vec<f32>)>,
+    /// What the pending gradients are multiplied by besides their weight: n / batch for a
+    /// mini-batch gradient (an unbiased estimate of the full sum, spec §5.4), else 1.
+    rescale: f32,
+    /// The mini-batch stream of a mini-batch M-step, and the batch size.
+    batches: Option<(BatchCursor, usize)>,
 }
 
 impl FedericoSilo {
@@ -38,7 +46,41 @@ impl FedericoSilo {
             adam,
             version,
             pending: Vec::new(),
+            rescale: 1.0,
+            batches: None,
         }
+    }
+
+    /// The silo of node `me` in a run seeded `seed`, with the mini-batch stream a mini-batch
+    /// M-step draws from: batches of `batch` over its `n_train` rows, past the `steps_done`
+    /// sub-steps already taken (a resumed silo replays its draws: they depend only on the row
+    /// count). The simulator and the node derive the stream alike, so a fault-free swarm
+    /// draws the simulator's batches.
+    pub fn with_batches(
+        mut self,
+        seed: u64,
+        me: NodeId,
+        n_train: usize,
+        batch: usize,
+        steps_done: u64,
+    ) -> Self {
+        let rng = StdRng::seed_from_u64(stream_seed(seed ^ 0xFEDE, me, Stream::Batches));
+        let mut cursor = BatchCursor::new(n_train, rng);
+        skip_steps(&mut cursor, batch, steps_done as usize);
+        self.batches = Some((cursor, batch));
+        self
+    }
+
+    /// The next mini-batch's rows and their rescale n / |batch|.
+    fn next_batch(&mut self, n: usize) -> Result<(Vec<usize>, f32), LearnError> {
+        let Some((cursor, batch)) = self.batches.as_mut() else {
+            return Err(LearnError::Shape(
+                "a mini-batch job for a silo built without a batch stream".into(),
+            ));
+        };
+        let rows = cursor.next(*batch);
+        let rescale = n as f32 / rows.len() as f32;
+        Ok((rows, rescale))
     }
 
     /// Runs one job on `learner` over the silo's `data`.
@@ -50,8 +92,12 @@ impl FedericoSilo {
     ) -> Result<Done, LearnError> {
         let train = &data.train;
         Ok(match job {
-            Job::Measure { models } => {
+            Job::Measure {
+                models,
+                batched: false,
+            } => {
                 self.pending.clear();
+                self.rescale = 1.0;
                 let mut losses = Vec::with_capacity(models.len());
                 for (b, params) in models {
                     let (loss_sum, grad) = learner.loss_and_grad(&params, train, None)?;
@@ -60,11 +106,37 @@ impl FedericoSilo {
                 }
                 Done::Measured { losses }
             }
+            Job::Measure {
+                models,
+                batched: true,
+            } => {
+                self.pending.clear();
+                let (rows, rescale) = self.next_batch(train.len())?;
+                self.rescale = rescale;
+                let mut losses = Vec::with_capacity(models.len());
+                for (b, params) in models {
+                    losses.push((b, learner.evaluate(&params, train)?.mean_loss()));
+                    let (_, grad) = learner.loss_and_grad(&params, train, Some(&rows))?;
+                    self.pending.push((b, grad));
+                }
+                Done::Measured { losses }
+            }
             Job::Scale { weights } => {
                 let mut grads = std::mem::take(&mut self.pending);
                 for (b, g) in &mut grads {
                     let w = weights.iter().find(|(id, _)| id == b).map_or(0.0, |x| x.1);
-                    scale(g, w);
+                    // The weight rounded to f32 once, then times the rescale in f32.
+                    scale(g, ((w as f32) * self.rescale) as f64);
+                }
+                Done::Scaled { grads }
+            }
+            Job::Descend { models } => {
+                let (rows, rescale) = self.next_batch(train.len())?;
+                let mut grads = Vec::with_capacity(models.len());
+                for (b, params, w) in models {
+                    let (_, mut grad) = learner.loss_and_grad(&params, train, Some(&rows))?;
+                    scale(&mut grad, ((w as f32) * rescale) as f64);
+                    grads.push((b, grad));
                 }
                 Done::Scaled { grads }
             }

@@ -44,6 +44,8 @@ impl Engines {
     ) -> Self {
         let k = peers.len();
         let now = Instant::now();
+        let batch = ctx.batch_size();
+        let sub_steps = cfg.mstep.sub_steps(ctx.fed.epoch_steps(batch));
         // Deadlines exist (the engine needs them) but are never reached: time does not move.
         let day = Duration::from_secs(86_400);
         let mut rounds: Vec<Round<Handle>> = peers
@@ -65,6 +67,7 @@ impl Engines {
                     gradient_deadline: day,
                     start_deadline: day,
                     linger: day,
+                    sub_steps,
                 };
                 Round::new(rc, peer, 0, 0, Arc::new(params.clone()), now)
             })
@@ -77,7 +80,20 @@ impl Engines {
         }
         let silos = init
             .iter()
-            .map(|p| FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0))
+            .enumerate()
+            .map(|(i, p)| {
+                let silo = FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0);
+                match sub_steps {
+                    None => silo,
+                    Some(_) => silo.with_batches(
+                        ctx.seed,
+                        NodeId(i as u32),
+                        ctx.fed.clients[i].train.len(),
+                        batch,
+                        0,
+                    ),
+                }
+            })
             .collect();
         Self {
             rounds,

@@ -116,6 +116,9 @@ pub(crate) struct FaultNet {
     init: Vec<Vec<f32>>,
     n_train: Vec<usize>,
     lr: f32,
+    /// The run seed and batch size: a mini-batch M-step's batch streams.
+    seed: u64,
+    batch: usize,
     slots: Vec<Slot>,
     now: Instant,
     seq: u64,
@@ -168,6 +171,9 @@ impl FaultNet {
             gradient_deadline: Duration::from_secs_f64(schedule.config.gradient_deadline_s),
             start_deadline: if joiner { START_WITH_JOINER } else { START },
             linger: LINGER,
+            sub_steps: cfg
+                .mstep
+                .sub_steps(ctx.fed.epoch_steps(ctx.scenario.train.batch_size)),
         };
         let lr = ctx.lr();
         let slots = peers
@@ -205,6 +211,8 @@ impl FaultNet {
             init: init.to_vec(),
             n_train: (0..k).map(|i| ctx.fed.clients[i].train.len()).collect(),
             lr,
+            seed: ctx.seed,
+            batch: ctx.scenario.train.batch_size,
             slots,
             now: t0,
             seq: 0,
@@ -546,6 +554,20 @@ impl FaultNet {
                 (0, slot.first.clone())
             }
         };
+        if let Some(s) = self.template.sub_steps {
+            // The batch stream past the sub-steps of the rounds it resumes after, as a node's.
+            let silo = std::mem::replace(
+                &mut slot.silo,
+                FedericoSilo::new(Vec::new(), Adam::new(0, self.lr), 0),
+            );
+            slot.silo = silo.with_batches(
+                self.seed,
+                NodeId(i as u32),
+                self.n_train[i],
+                self.batch,
+                round * s,
+            );
+        }
         let cfg = RoundConfig {
             me: NodeId(i as u32),
             n_train: self.n_train[i],

@@ -127,7 +127,7 @@ pub struct RoundReport {
     pub sampled: Vec<NodeId>,
     /// Sampled peers whose model arrived in time, in sampled order.
     pub answered: Vec<NodeId>,
-    /// Gradients (self included) the step summed.
+    /// Gradients (self included) the round's steps summed (over all its sub-steps).
     pub gradients: usize,
     /// The weight row after the E-step, by id, self included.
     pub weights: Vec<(NodeId, f64)>,

@@ -13,15 +13,26 @@ use std::sync::Arc;
 /// Work for the silo's learner, in the order the round asks for it.
 #[derive(Debug)]
 pub enum Job {
-    /// E-step inputs: mean training loss and summed gradient of each model (self included, last).
+    /// E-step inputs: mean training loss of each model (self included, last) and its
+    /// gradient: summed over all the silo's training data, or (`batched`) over the silo's next
+    /// mini-batch, rescaled to the whole data's size (spec §5.4).
     Measure {
         /// The models to measure, with their owners.
         models: Vec<(NodeId, Arc<Vec<f32>>)>,
+        /// The first sub-step of a mini-batch M-step (one batch drawn for all models).
+        batched: bool,
     },
     /// Scale the gradients of the last `Measure` by the fresh weights and hand them over.
     Scale {
         /// The fresh weight of each measured model's owner.
         weights: Vec<(NodeId, f64)>,
+    },
+    /// A later sub-step of a mini-batch M-step: each model's gradient over the silo's next
+    /// mini-batch (one batch for all), rescaled as in `Measure`, scaled by its held weight;
+    /// answered by [`Done::Scaled`].
+    Descend {
+        /// `(owner, parameters, weight)`, self included, last.
+        models: Vec<(NodeId, Arc<Vec<f32>>, f64)>,
     },
     /// One optimizer step on the inbox's sum.
     Step {

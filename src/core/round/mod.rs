@@ -70,6 +70,12 @@ pub struct RoundConfig {
     pub start_deadline: Duration,
     /// How long a finished peer keeps serving its final model at most.
     pub linger: Duration,
+    /// The M-step (spec §5.5): `None`, one optimizer step per round on each sampler's
+    /// full-data gradient (`mstep = "full"`); `Some(S)`, S mini-batch sub-steps per round
+    /// (`"epoch"`, `"minibatch"`), each with its own pulls, notices and gradients, the weights
+    /// of the round's E-step held. Every member must run the same S: an owner steps once per
+    /// sub-step and the pulls name the step.
+    pub sub_steps: Option<u64>,
 }
 
 /// A round could not go on.
@@ -140,6 +146,11 @@ pub struct Round<H> {
     done_peers: BTreeSet<NodeId>,
     /// Rounds completed.
     round: u64,
+    /// Sub-steps completed in the round in progress (always 0 with one step per round).
+    sub: u64,
+    /// Models measured at the round's first sub-step (owners other than this peer): the
+    /// later sub-steps pull those it pushes gradients to.
+    measured: Vec<NodeId>,
     /// v_i.
     version: u64,
     /// The model served to pullers: the latest step's parameters.
@@ -187,6 +198,8 @@ impl<H> Round<H> {
             seen_round: BTreeMap::new(),
             done_peers: BTreeSet::new(),
             round,
+            sub: 0,
+            measured: Vec::new(),
             version,
             snapshot: params,
             inbox,
@@ -313,7 +326,7 @@ impl<H> Round<H> {
                 self.actions.push_back(Action::Notice {
                     req,
                     to: peer,
-                    round: self.current_round(),
+                    round: self.current_step(),
                 });
             }
         }
@@ -360,7 +373,7 @@ impl<H> Round<H> {
         // (lock-step when nothing fails); during the step every pull waits for it (the inbox
         // already collects for the next version); any other is served now.
         let hold = matches!(self.phase, Phase::Stepping)
-            || (round == self.current_round() + 1 && !self.is_lingering());
+            || (round == self.current_step() + 1 && !self.is_lingering());
         if hold {
             self.held.push(Held {
                 from,
@@ -450,6 +463,16 @@ impl<H> Round<H> {
             Done::Stepped { params, version } => {
                 self.snapshot = params;
                 self.version = version;
+                self.sub += 1;
+                if self.sub < self.steps() {
+                    // The next sub-step: its pulls go out now, so held pulls are served the
+                    // new version first.
+                    self.serve_held();
+                    self.start_sub_step(now);
+                    self.advance(now);
+                    return Ok(());
+                }
+                self.sub = 0;
                 self.round += 1;
                 self.serve_held();
                 let last = self.is_last_round();
@@ -492,6 +515,13 @@ impl<H> Round<H> {
                 None => self.actions.push_back(Action::Skip { to: b, version }),
             }
         }
+        self.phase = Phase::Owning {
+            deadline: now + self.cfg.gradient_deadline,
+        };
+        if self.sub > 0 {
+            // The round's record was opened at its first sub-step.
+            return Ok(());
+        }
         let table = self.peer.table();
         self.pending = Some(RoundReport {
             round: self.current_round(),
@@ -510,15 +540,24 @@ impl<H> Round<H> {
             duration: Duration::ZERO,
             resumed: std::mem::take(&mut self.resumed),
         });
-        self.phase = Phase::Owning {
-            deadline: now + self.cfg.gradient_deadline,
-        };
         Ok(())
     }
 
     /// The round in progress (or about to start).
     pub(super) fn current_round(&self) -> u64 {
         self.round + 1
+    }
+
+    /// Optimizer steps per round: 1, or the sub-steps of a mini-batch M-step.
+    pub(super) fn steps(&self) -> u64 {
+        self.cfg.sub_steps.unwrap_or(1)
+    }
+
+    /// The step in progress (or about to start), counted over the whole run: what pulls and
+    /// notices name and what an owner's round-over rule compares. With one step per round it
+    /// is the round.
+    pub(super) fn current_step(&self) -> u64 {
+        self.round * self.steps() + self.sub + 1
     }
 
     pub(super) fn is_last_round(&self) -> bool {
@@ -538,7 +577,7 @@ impl<H> Round<H> {
         self.speaking.insert(from);
         let s = self.seen_round.entry(from).or_default();
         *s = (*s).max(round);
-        if round >= self.current_round() {
+        if round >= self.current_step() {
             self.peer.handle_heard_from(from);
         }
     }

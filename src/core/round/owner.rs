@@ -45,8 +45,8 @@ impl<H> Round<H> {
     /// since it (re)connected, except in this engine's first round (at the start every member
     /// is waited for; a rejoiner's first pull or notice follows its own start).
     fn unannounced(&self) -> impl Iterator<Item = NodeId> + '_ {
-        let r = self.current_round();
-        let first = self.round == 0;
+        let r = self.current_step();
+        let first = r == 1;
         self.connected.iter().copied().filter(move |k| {
             if self.done_peers.contains(k) {
                 return false;
@@ -86,7 +86,7 @@ impl<H> Round<H> {
             }
         }
         if let Some(rec) = self.pending.as_mut() {
-            rec.gradients = inbox.gradients();
+            rec.gradients += inbox.gradients();
         }
         self.inbox.expect(self.cfg.me);
         self.phase = Phase::Stepping;
@@ -105,9 +105,7 @@ impl<H> Round<H> {
                     // A pull for this round, or from a peer further ahead than our next
                     // round (we are catching up: we may not reach its round before it gives
                     // up on us), is served; one for our next round waits for the next step.
-                    Some(round) => {
-                        round <= self.current_round() || round > self.current_round() + 1
-                    }
+                    Some(round) => round <= self.current_step() || round > self.current_step() + 1,
                     None => self.version >= h.version,
                 };
             if ready {
@@ -127,7 +125,7 @@ impl<H> Round<H> {
     /// After a fetch nothing follows.
     pub(super) fn serve(&mut self, from: NodeId, handle: H, pull_round: Option<u64>) {
         match pull_round {
-            Some(round) if round > self.current_round() => self.inbox.expect_ahead(from),
+            Some(round) if round > self.current_step() => self.inbox.expect_ahead(from),
             Some(_) => self.stragglers.expect(&mut self.inbox, from),
             None => {}
         }

@@ -23,8 +23,12 @@ impl<H> Round<H> {
     pub fn handle_model(&mut self, now: Instant, req: ReqId, version: u64, params: Arc<Vec<f32>>) {
         let abandoned = self.abandoned.remove(&req);
         match self.outstanding.remove(&req) {
-            Some(Asked::Pull { round, to }) if !abandoned && round == self.current_round() => {
-                self.peer.handle_reachable(to);
+            Some(Asked::Pull { round, to }) if !abandoned && round == self.current_step() => {
+                // Liveness is the round's first pull's to record (a sub-step's pull is the
+                // same owner again, within the round).
+                if self.sub == 0 {
+                    self.peer.handle_reachable(to);
+                }
                 self.received.push((to, version, params));
                 // Keep the sampled order (the simulator's order of measurement).
                 let order = &self.sampled;
@@ -63,8 +67,10 @@ impl<H> Round<H> {
         let abandoned = self.abandoned.remove(&req);
         let asked = self.outstanding.remove(&req);
         match asked {
-            Some(Asked::Pull { round, to }) if !abandoned && round == self.current_round() => {
-                self.peer.handle_unreachable(to);
+            Some(Asked::Pull { round, to }) if !abandoned && round == self.current_step() => {
+                if self.sub == 0 {
+                    self.peer.handle_unreachable(to);
+                }
                 self.pull_settled(to);
             }
             Some(Asked::Fetch { to }) => {
@@ -91,56 +97,78 @@ impl<H> Round<H> {
     }
 
     pub(super) fn start_round(&mut self, now: Instant) {
-        let r = self.current_round();
         self.round_started = now;
-        self.received.clear();
         self.sampled = self.peer.sample();
-        let sampled: BTreeSet<NodeId> = self.sampled.iter().copied().collect();
         self.log(Event::RoundStarts {
-            round: r,
+            round: self.current_round(),
             sampled: self.sampled.clone(),
         });
-        for b in self.sampled.clone() {
-            let req = self.request(Asked::Pull { round: r, to: b });
+        let sampled = self.sampled.clone();
+        self.start_pulls(now, sampled);
+    }
+
+    /// A later sub-step of a mini-batch M-step: pulls go to the models measured at the
+    /// round's first sub-step that this silo pushes gradients to (the weights are held over
+    /// the round); every other connected peer gets a notice.
+    pub(super) fn start_sub_step(&mut self, now: Instant) {
+        let pulls: Vec<NodeId> = self
+            .measured
+            .iter()
+            .copied()
+            .filter(|&b| self.peer.push_weight(b).is_some())
+            .collect();
+        self.start_pulls(now, pulls);
+    }
+
+    /// Pulls from `pulls` and notices to every other connected peer, for the current step.
+    fn start_pulls(&mut self, now: Instant, pulls: Vec<NodeId>) {
+        let t = self.current_step();
+        self.received.clear();
+        let pulled: BTreeSet<NodeId> = pulls.iter().copied().collect();
+        for b in pulls {
+            let req = self.request(Asked::Pull { round: t, to: b });
             self.actions.push_back(Action::Pull {
                 req,
                 to: b,
-                round: r,
+                round: t,
             });
         }
         let others: Vec<NodeId> = self
             .connected
             .iter()
             .copied()
-            .filter(|k| !sampled.contains(k))
+            .filter(|k| !pulled.contains(k))
             .collect();
         for k in others {
             let req = self.request(Asked::Notice);
             self.actions.push_back(Action::Notice {
                 req,
                 to: k,
-                round: r,
+                round: t,
             });
         }
         self.phase = Phase::Pulling {
             deadline: now + self.cfg.model_deadline,
-            waiting: sampled,
+            waiting: pulled,
         };
     }
 
     /// Pulling is over (every model came or failed, or τ_model ran out): measure.
     pub(super) fn end_pulling(&mut self) {
         let r = self.current_round();
+        let t = self.current_step();
         let late: Vec<NodeId> = match &self.phase {
             Phase::Pulling { waiting, .. } => waiting.iter().copied().collect(),
             _ => Vec::new(),
         };
         for b in late {
             self.log(Event::ModelLate { peer: b, round: r });
-            self.peer.handle_unreachable(b);
+            if self.sub == 0 {
+                self.peer.handle_unreachable(b);
+            }
         }
         for (req, asked) in &self.outstanding {
-            if matches!(asked, Asked::Pull { round, .. } if *round == r) {
+            if matches!(asked, Asked::Pull { round, .. } if *round == t) {
                 self.abandoned.insert(*req);
             }
         }
@@ -151,7 +179,22 @@ impl<H> Round<H> {
             .collect();
         models.push((self.cfg.me, self.snapshot.clone()));
         self.phase = Phase::Measuring;
-        self.actions.push_back(Action::Run(Job::Measure { models }));
+        let job = if self.sub == 0 {
+            self.measured = self.received.iter().map(|x| x.0).collect();
+            Job::Measure {
+                models,
+                batched: self.cfg.sub_steps.is_some(),
+            }
+        } else {
+            // The weights of the round's E-step; every pulled model has one (see
+            // `start_sub_step`), the silo's own always.
+            let models = models
+                .into_iter()
+                .map(|(b, p)| (b, p, self.peer.push_weight(b).unwrap_or(0.0)))
+                .collect();
+            Job::Descend { models }
+        };
+        self.actions.push_back(Action::Run(job));
     }
 
     pub(super) fn start_fetching(&mut self, now: Instant) {
@@ -166,7 +209,7 @@ impl<H> Round<H> {
                 self.actions.push_back(Action::Fetch {
                     req,
                     to: id,
-                    version: self.round,
+                    version: self.round * self.steps(),
                 });
                 waiting.insert(id);
                 // Remember the weight until the model arrives.

@@ -74,7 +74,7 @@ struct Silo {
 impl Silo {
     fn run(&mut self, job: Job) -> Done {
         match job {
-            Job::Measure { models } => {
+            Job::Measure { models, .. } => {
                 self.pending.clear();
                 let mut losses = Vec::new();
                 for (b, p) in models {
@@ -90,6 +90,20 @@ impl Silo {
                     let w = weights.iter().find(|x| x.0 == *b).map_or(0.0, |x| x.1) as f32;
                     g.iter_mut().for_each(|x| *x *= w);
                 }
+                Done::Scaled { grads }
+            }
+            Job::Descend { models } => {
+                let grads = models
+                    .into_iter()
+                    .map(|(b, p, w)| {
+                        let g = p
+                            .iter()
+                            .zip(&self.target)
+                            .map(|(x, t)| 2.0 * (x - t) * w as f32)
+                            .collect();
+                        (b, g)
+                    })
+                    .collect();
                 Done::Scaled { grads }
             }
             Job::Step { inbox } => {
@@ -150,6 +164,8 @@ struct Net {
     /// network may.
     jitter: Duration,
     rng: u64,
+    /// Every engine's sub-steps per round.
+    sub_steps: Option<u64>,
 }
 
 fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
@@ -166,6 +182,7 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         gradient_deadline: TAU_GRAD,
         start_deadline: Duration::from_secs(5),
         linger: Duration::from_secs(5),
+        sub_steps: None,
     }
 }
 
@@ -176,6 +193,16 @@ impl Net {
     }
 
     fn with_variant(k: usize, rounds: u64, variant: crate::core::Variant) -> Self {
+        Self::with_sub_steps(k, rounds, variant, None)
+    }
+
+    /// `sub_steps`: the mini-batch M-step's sub-steps per round (`None`: one full step).
+    fn with_sub_steps(
+        k: usize,
+        rounds: u64,
+        variant: crate::core::Variant,
+        sub_steps: Option<u64>,
+    ) -> Self {
         let t0 = Instant::now();
         let cfg = FedericoConfig {
             neighbours: 2,
@@ -196,7 +223,10 @@ impl Net {
                 };
                 let peer = Peer::new(ids[i], ids.iter().copied(), cfg.clone(), 7 + i as u64);
                 let round = Round::new(
-                    config(i, k, rounds),
+                    RoundConfig {
+                        sub_steps,
+                        ..config(i, k, rounds)
+                    },
                     peer,
                     0,
                     0,
@@ -225,6 +255,7 @@ impl Net {
             cfg,
             jitter: Duration::ZERO,
             rng: 0,
+            sub_steps,
         };
         for i in 0..k {
             net.connect_all(i);
@@ -526,7 +557,10 @@ impl Net {
         let saved = self.nodes[i].saved.take().expect("a checkpoint");
         self.nodes[i].silo = saved.silo;
         let round = Round::new(
-            config(i, self.k(), rounds),
+            RoundConfig {
+                sub_steps: self.sub_steps,
+                ..config(i, self.k(), rounds)
+            },
             saved.peer,
             saved.round,
             self.nodes[i].silo.version,
@@ -921,7 +955,7 @@ fn a_pull_for_the_next_round_waits_for_the_step_and_gets_the_new_version() {
     r.handle_pull(t0, ids[1], 2, 7);
     assert!(r.poll_action().is_none(), "served before the step");
     r.handle_model(t0, pull, 0, Arc::new(vec![1.0; LEN]));
-    let Some(Action::Run(Job::Measure { models })) = r.poll_action() else {
+    let Some(Action::Run(Job::Measure { models, .. })) = r.poll_action() else {
         panic!("no measure job")
     };
     assert_eq!(models.len(), 2);
@@ -1182,4 +1216,90 @@ fn a_pull_held_from_a_peer_that_then_disconnects_is_not_waited_for() {
         net.nodes[owner].events
     );
     assert!(net.now - killed_at < TAU_GRAD, "{:?}", net.now - killed_at);
+}
+
+/// A mini-batch M-step of S sub-steps: every round of every peer ends on its last gradient at
+/// each of its S steps (each owner steps S times per round), never on a deadline; without the
+/// push cut every measured model gets a gradient at every sub-step.
+#[test]
+fn sub_steps_step_each_owner_s_times_a_round_on_the_last_gradient() {
+    let mut net = Net::with_sub_steps(4, 6, crate::core::Variant::Paper, Some(3));
+    assert!(
+        net.drive(20_000, |n| n.all_finished()),
+        "a fault-free run with sub-steps stalls"
+    );
+    let (mut pulls, mut summed) = (0, 0);
+    for (i, n) in net.nodes.iter().enumerate() {
+        assert_eq!(n.reports.len(), 6, "silo {i}");
+        assert_eq!(net.deadline_steps(i), 0, "silo {i}: {:?}", n.events);
+        for rep in &n.reports {
+            assert_eq!(rep.answered, rep.sampled, "silo {i} round {}", rep.round);
+            assert_eq!(rep.version, 3 * rep.round, "silo {i}");
+            pulls += rep.sampled.len() + 1;
+            summed += rep.gradients;
+        }
+        let evals: Vec<u64> = n
+            .reports
+            .iter()
+            .filter(|r| r.eval.is_some())
+            .map(|r| r.round)
+            .collect();
+        assert_eq!(evals, vec![2, 4, 6]);
+        assert_eq!(n.silo.version, 18, "silo {i}");
+    }
+    assert_eq!(summed, 3 * pulls);
+    assert!(net.elapsed() < TAU_MODEL, "{:?}", net.elapsed());
+}
+
+/// With the push cut, a later sub-step pulls only the models the silo pushes to (a notice
+/// goes to the rest), so the held-back gradients cost no model transfers and no waiting.
+#[test]
+fn later_sub_steps_pull_only_the_models_a_silo_pushes_to() {
+    let mut net = Net::with_sub_steps(4, 6, crate::core::Variant::Federico, Some(3));
+    assert!(net.drive(20_000, |n| n.all_finished()));
+    let (mut first, mut later) = (0, 0);
+    for (i, n) in net.nodes.iter().enumerate() {
+        assert_eq!(n.reports.len(), 6, "silo {i}");
+        assert_eq!(net.deadline_steps(i), 0, "silo {i}: {:?}", n.events);
+        for rep in &n.reports {
+            first += rep.sampled.len() + 1;
+            later += rep.gradients;
+        }
+    }
+    // Skips at the first sub-step and no pull at the later ones: fewer than S per measured
+    // model.
+    assert!(later < 3 * first, "no gradient was held back");
+    assert!(net.elapsed() < TAU_MODEL, "{:?}", net.elapsed());
+}
+
+/// Faults with sub-steps: a partition splits the steps without deadlines and heals; a killed
+/// peer restarts from its checkpoint (a round boundary) and every peer finishes.
+#[test]
+fn sub_steps_survive_a_partition_and_a_restart() {
+    let mut net = Net::with_sub_steps(4, 10, crate::core::Variant::Paper, Some(2));
+    assert!(net.drive(20_000, |n| n.all_done(2)));
+    net.set_cut(&[0, 1], true);
+    assert!(net.drive(20_000, |n| n.all_done(4)));
+    for i in 0..4 {
+        assert_eq!(
+            net.deadline_steps(i),
+            0,
+            "silo {i}: {:?}",
+            net.nodes[i].events
+        );
+    }
+    net.set_cut(&[0, 1], false);
+    assert!(net.drive(20_000, |n| n.all_done(6)));
+    net.kill(2);
+    assert!(net.drive(40_000, |n| [0, 1, 3].iter().all(|&i| n.rounds_done(i) >= 7)));
+    net.restart(2, 10);
+    assert!(
+        net.drive(80_000, |n| n.all_finished()),
+        "a restart with sub-steps stalls"
+    );
+    for i in 0..4 {
+        assert_eq!(net.rounds_done(i), 10, "silo {i}");
+        let rep = net.nodes[i].reports.last().expect("reports");
+        assert_eq!(rep.round, 10);
+    }
 }

@@ -368,13 +368,14 @@ impl NodeConfig {
         self.federico
             .validate()
             .map_err(|e| format!("federico.{e}"))?;
-        if self.federico.mstep != MStep::Full {
-            return Err(format!(
-                "federico.mstep {:?}: a node runs mstep = \"full\" only (one pull and one \
-                 gradient per sampled peer per round); \"epoch\"/\"minibatch\" need a pull per \
-                 step and run in `federico simulate` only",
-                self.federico.mstep
-            ));
+        if self.federico.mstep == MStep::Epoch {
+            return Err(
+                "federico.mstep = \"epoch\": a node cannot know the federation's largest silo, \
+                 which sets the sub-steps of an epoch; give every node the same count instead, \
+                 mstep = { minibatch = S } with S = ceil(largest silo's training samples / \
+                 train.batch_size) (`federico init` and `federico swarm` write it for you)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -508,6 +509,11 @@ shard = "a.shard"
             let e = c.validate().unwrap_err();
             assert!(e.contains(field), "{data:?} gave {e}");
         }
+        // A node runs every M-step; the epoch's sub-step count is the federation's to give.
+        let e = parse("[federico]\nmstep = \"epoch\"\n").unwrap_err();
+        assert!(e.contains("mstep = { minibatch = S }"), "{e}");
+        let c = parse("[federico]\nmstep = { minibatch = 4 }\n").unwrap();
+        assert_eq!(c.federico.mstep, MStep::Minibatch(4));
         let bad = format!("listen = [\"tcp:4001\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().contains("listen"));

@@ -180,6 +180,13 @@ pub(crate) async fn run_from(
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
     let Start { peer, silo, round } =
         setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
+    // `epoch` is refused by the config check: its step count is the federation's to give.
+    let sub_steps = cfg.federico.mstep.sub_steps(1);
+    let silo = match sub_steps {
+        None => silo,
+        // Past the sub-steps of the rounds already run, as the simulator draws them.
+        Some(s) => silo.with_batches(cfg.seed, me, n_train, cfg.train.batch_size, round * s),
+    };
     let num_params = silo.params.len();
     drop(learner);
 
@@ -225,6 +232,7 @@ pub(crate) async fn run_from(
         gradient_deadline: cfg.gradient_deadline(),
         start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
         linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
+        sub_steps,
     };
     let snapshot = Arc::new(silo.params.clone());
     let engine = Round::new(
