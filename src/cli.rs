@@ -542,7 +542,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
 fn partition(args: PartitionArgs) -> anyhow::Result<()> {
     let scenario = read_scenario(&args.scenario, &args.set)?;
     let seed = args.seed.unwrap_or(scenario.seeds[0]);
-    let written =
+    let (written, epoch_steps) =
         crate::launch::write_shards(&scenario, seed, args.data_dir.as_deref(), &args.out)?;
     println!(
         "{} shards of {} (seed {seed}) in {}/: {}",
@@ -558,6 +558,11 @@ fn partition(args: PartitionArgs) -> anyhow::Result<()> {
                 .into_owned())
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    println!(
+        "for the manifest, with train.batch_size = {}: epoch_steps = {epoch_steps} (the \
+         sub-steps per round of FedeRiCo's default M-step)",
+        scenario.train.batch_size
     );
     Ok(())
 }

@@ -421,6 +421,7 @@ fn a_peer_outside_the_manifest_gets_nothing() {
     let key = keygen(&out_dir.join("outsider.key")).unwrap();
     let manifest = Manifest {
         open: false,
+        epoch_steps: None,
         members: vec![
             members[0].clone(),
             Member {
@@ -520,6 +521,45 @@ fn a_bad_node_config_names_the_field_and_the_node_exits_2() {
         err.contains("federico.epsilon must be in [0, 1], got 1.5"),
         "{err}"
     );
+}
+
+/// The epoch M-step's sub-step count is federation-wide: a node told to run it by a manifest
+/// that does not carry `epoch_steps` exits 2 saying where to put it.
+#[test]
+fn an_epoch_node_without_the_manifests_epoch_steps_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fed = dir.path().join("federation");
+    let out = Command::new(EXE)
+        .args(["init", "2", "--port", "4741", "--out"])
+        .arg(&fed)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = fed.join("manifest.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("epoch_steps = 1"), "{text}");
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("epoch_steps"))
+        .collect();
+    std::fs::write(&manifest, kept.join("\n")).unwrap();
+    let cfg = fed.join("silo-0.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("mstep = \"full\""), "{text}");
+    std::fs::write(&cfg, text.replace("mstep = \"full\"", "mstep = \"epoch\"")).unwrap();
+    let out = Command::new(EXE)
+        .args(["node", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("set epoch_steps = ceil("), "{err}");
+    assert!(err.contains("manifest.toml"), "{err}");
 }
 
 #[test]
@@ -662,6 +702,7 @@ fn metrics_are_served_and_sigterm_stops_a_node_cleanly() {
     cfg.rounds = 0;
     let solo = Manifest {
         open: false,
+        epoch_steps: None,
         members: vec![Manifest::load(&cfg.manifest).unwrap().members[0].clone()],
     };
     cfg.manifest = dir.path().join("solo.toml");

@@ -138,10 +138,10 @@ impl LossScale {
 pub enum MStep {
     /// One gradient over all local training data per (sampler, model) and one optimizer step per
     /// model per round (literal Algorithm 1).
-    #[default]
     Full,
     /// `minibatch(S)` with S = one local epoch (⌈n_i / batch⌉ lock-step sub-steps), so a model's
     /// optimizer steps per round match the baselines' one local epoch (spec §8.2).
+    #[default]
     Epoch,
     /// `minibatch(S)` with a fixed number S of sub-steps.
     Minibatch(usize),
@@ -182,8 +182,10 @@ pub struct FedericoConfig {
     /// following rounds, 2 after its `suspect_after`-th failure and twice as many after each
     /// further one (up to [`MAX_BACKOFF_ROUNDS`]), then is tried again.
     pub suspect_after: u32,
-    /// What the M-step computes per round (spec §5.5).
-    pub mstep: MStep,
+    /// What the M-step computes per round (spec §5.5). Absent: `"epoch"` for `variant =
+    /// "federico"` (chosen on the quality suite, `docs/quality.md`), `"full"` for `"paper"`
+    /// (Algorithm 1). See [`FedericoConfig::mstep`].
+    pub mstep: Option<MStep>,
     /// Optional per-sender gradient-norm clipping (spec §6, security): an owner scales each
     /// gradient it accepts, its own included, to an L2 norm of at most this before summing, so a
     /// malicious sampler cannot move a model by more than this per round. `None` (the default)
@@ -226,7 +228,7 @@ impl Default for FedericoConfig {
             loss_tracking: LossTracking::Ema,
             infer_min_weight: 1e-3,
             suspect_after: 3,
-            mstep: MStep::Full,
+            mstep: None,
             clip_norm: None,
             variant: Variant::Federico,
             push_cut: None,
@@ -240,6 +242,14 @@ impl FedericoConfig {
         self.push_cut.unwrap_or(match self.variant {
             Variant::Federico => DEFAULT_PUSH_CUT,
             Variant::Paper => 0.0,
+        })
+    }
+
+    /// The M-step in force: the one given, else the variant's.
+    pub fn mstep(&self) -> MStep {
+        self.mstep.unwrap_or(match self.variant {
+            Variant::Federico => MStep::Epoch,
+            Variant::Paper => MStep::Full,
         })
     }
 
@@ -264,7 +274,7 @@ impl FedericoConfig {
                 self.infer_min_weight
             ));
         }
-        if self.mstep == MStep::Minibatch(0) {
+        if self.mstep == Some(MStep::Minibatch(0)) {
             return Err("mstep minibatch count must be at least 1, got 0".into());
         }
         if let Some(c) = self.push_cut {

@@ -4,7 +4,7 @@
 //! to change for real hosts.
 //! Must not: start anything (the user starts each node), or touch a folder that exists.
 
-use super::{SiloPaths, silo_config, write_shards_counted};
+use super::{SiloPaths, silo_config, write_shards};
 use crate::net::config::Deadlines;
 use crate::net::{Manifest, Member, keygen};
 use crate::scenario::Scenario;
@@ -110,7 +110,7 @@ fn write_all(
 ) -> anyhow::Result<Vec<String>> {
     let n = scenario.split.clients;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (_, epoch_steps) = write_shards_counted(scenario, seed, data_dir, &dir.join("shards"))?;
+    let (_, epoch_steps) = write_shards(scenario, seed, data_dir, &dir.join("shards"))?;
     let addrs: Vec<String> = (0..n)
         .map(|i| format!("/ip4/127.0.0.1/tcp/{}", u32::from(port) + i as u32))
         .collect();
@@ -125,6 +125,7 @@ fn write_all(
     }
     let manifest = Manifest {
         open: false,
+        epoch_steps: Some(epoch_steps),
         members,
     };
     std::fs::write(
@@ -145,7 +146,6 @@ fn write_all(
                 shard: PathBuf::from("shards").join(format!("{name}.shard")),
             },
             &Deadlines::default(),
-            epoch_steps,
         )?;
         let shown = shown_dir.join(format!("{name}.toml"));
         let head = CONFIG_HEAD.replace("{path}", &shown.display().to_string());

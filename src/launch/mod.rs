@@ -18,7 +18,6 @@ mod netns;
 mod outcome;
 mod procs;
 
-use crate::core::MStep;
 use crate::faults::Schedule;
 use crate::learn::{Federation, Shard};
 use crate::net::config::Deadlines;
@@ -40,19 +39,9 @@ pub use procs::start_node;
 use procs::{Proc, start_silo, stop_all, tail, watch};
 
 /// Writes one shard per silo of `scenario`'s split for `seed` into `out`, plus
-/// `partition.json`; returns the shard paths in node order.
+/// `partition.json`; returns the shard paths in node order and the federation's one-epoch sub-step count ([`Federation::epoch_steps`]) for its
+/// manifest.
 pub fn write_shards(
-    scenario: &Scenario,
-    seed: u64,
-    data_dir: Option<&Path>,
-    out: &Path,
-) -> anyhow::Result<Vec<PathBuf>> {
-    Ok(split(scenario, seed, data_dir, out)?.1)
-}
-
-/// [`write_shards`], with the federation's one-epoch sub-step count
-/// ([`Federation::epoch_steps`]) for its node configs.
-pub(crate) fn write_shards_counted(
     scenario: &Scenario,
     seed: u64,
     data_dir: Option<&Path>,
@@ -342,6 +331,7 @@ fn prepare_at(
     }
     let manifest = Manifest {
         open: false,
+        epoch_steps: Some(fed.epoch_steps(scenario.train.batch_size)),
         members,
     };
     let manifest_path = dir.join("manifest.toml");
@@ -365,7 +355,6 @@ fn prepare_at(
                 shard: shards[i].clone(),
             },
             deadlines,
-            fed.epoch_steps(scenario.train.batch_size),
         )?;
         let cfg_path = nodes_dir.join(format!("{name}.toml"));
         std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
@@ -393,20 +382,13 @@ struct SiloPaths<'a> {
 }
 
 /// The node config of one silo of `scenario` (its model, training and FedeRiCo settings), as a
-/// user would write it; validated. `epoch_steps`: the federation's one-epoch sub-step count
-/// ([`Federation::epoch_steps`]), which a node cannot know: `mstep = "epoch"` is written as
-/// `mstep = { minibatch = S }` with it, the same sub-steps the simulator runs.
+/// user would write it; validated.
 fn silo_config(
     scenario: &Scenario,
     seed: u64,
     at: SiloPaths<'_>,
     deadlines: &Deadlines,
-    epoch_steps: u64,
 ) -> anyhow::Result<NodeConfig> {
-    let mut federico = scenario.federico.clone();
-    if federico.mstep == MStep::Epoch {
-        federico.mstep = MStep::Minibatch(epoch_steps as usize);
-    }
     let cfg = NodeConfig {
         name: at.name.to_string(),
         key: at.key,
@@ -427,7 +409,7 @@ fn silo_config(
         },
         model: scenario.model.clone(),
         train: scenario.train.clone(),
-        federico,
+        federico: scenario.federico.clone(),
         deadlines: deadlines.clone(),
         control: None,
         coordinated: None,

@@ -103,6 +103,8 @@ struct MemberFile {
 struct ManifestFile {
     #[serde(default)]
     open: bool,
+    #[serde(default)]
+    epoch_steps: Option<u64>,
     #[serde(default, rename = "member")]
     members: Vec<MemberFile>,
 }
@@ -123,6 +125,11 @@ pub struct Member {
 pub struct Manifest {
     /// Whether peers not listed may connect (they join as late joiners).
     pub open: bool,
+    /// Sub-steps per round of FedeRiCo's `mstep = "epoch"`: one local epoch of the largest
+    /// silo, ⌈max n_i / batch_size⌉ ([`crate::learn::Federation::epoch_steps`]). A
+    /// federation-wide number (every owner steps once per sub-step), so it lives here, not in a
+    /// node's config; `federico init` and `federico swarm` write it.
+    pub epoch_steps: Option<u64>,
     /// The listed members.
     pub members: Vec<Member>,
 }
@@ -142,6 +149,9 @@ impl Manifest {
         let file: ManifestFile = toml::from_str(text).map_err(|e| e.to_string())?;
         if file.members.is_empty() {
             return Err("no [[member]] entries: list at least this silo".into());
+        }
+        if file.epoch_steps == Some(0) {
+            return Err("epoch_steps must be at least 1, got 0".into());
         }
         let mut members = Vec::with_capacity(file.members.len());
         let mut names = HashMap::new();
@@ -177,6 +187,7 @@ impl Manifest {
         }
         Ok(Self {
             open: file.open,
+            epoch_steps: file.epoch_steps,
             members,
         })
     }
@@ -189,6 +200,13 @@ impl Manifest {
              open = {}\n",
             self.open
         );
+        if let Some(s) = self.epoch_steps {
+            out.push_str(&format!(
+                "# Sub-steps per round of FedeRiCo's mstep = \"epoch\": one epoch of the largest \
+                 silo,\n# ceil(its training samples / train.batch_size). The same for every member.\n\
+                 epoch_steps = {s}\n"
+            ));
+        }
         for m in &self.members {
             out.push_str(&format!(
                 "\n[[member]]\nname = {:?}\npeer_id = \"{}\"\naddrs = [{}]\n",
@@ -246,6 +264,7 @@ mod tests {
         let b = Keypair::generate_ed25519().public().to_peer_id();
         let m = Manifest {
             open: false,
+            epoch_steps: Some(3),
             members: vec![
                 Member {
                     name: "a".into(),
@@ -278,5 +297,7 @@ mod tests {
                 .contains("[[member]]")
         );
         assert!(Manifest::parse("opn = true\n").unwrap_err().contains("opn"));
+        let zero = format!("epoch_steps = 0\n[[member]]\nname = \"a\"\npeer_id = \"{a}\"\n");
+        assert!(Manifest::parse(&zero).unwrap_err().contains("epoch_steps"));
     }
 }

@@ -149,10 +149,10 @@ fn fedcollab_section_defaults_and_unknown_fields() {
 fn loss_scale_and_mstep_forms() {
     let s = Scenario::parse("[federico]\nloss_scale = 50\nmstep = { minibatch = 4 }\n").unwrap();
     assert_eq!(s.federico.loss_scale, crate::core::LossScale::Fixed(50.0));
-    assert_eq!(s.federico.mstep, MStep::Minibatch(4));
+    assert_eq!(s.federico.mstep(), MStep::Minibatch(4));
     let s = Scenario::parse("[federico]\nloss_scale = \"sum\"\nmstep = \"epoch\"\n").unwrap();
     assert_eq!(s.federico.loss_scale, crate::core::LossScale::Sum);
-    assert_eq!(s.federico.mstep, MStep::Epoch);
+    assert_eq!(s.federico.mstep(), MStep::Epoch);
 }
 
 #[test]

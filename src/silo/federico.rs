@@ -201,7 +201,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 3: the core's per-peer failures gained the round of the last one and the heartbeat probe
 /// (suspects back off exponentially); an older checkpoint is refused by name, not misread.
 /// 4: `FedericoConfig` gained `variant` and `push_cut`.
-const VERSION: u32 = 4;
+/// 5: `FedericoConfig::mstep` became optional (absent: the variant's).
+const VERSION: u32 = 5;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals

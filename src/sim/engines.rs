@@ -1,5 +1,6 @@
 //! FedeRiCo without faults, as the nodes run it: one [`Round`] engine per silo — the one the
-//! libp2p node drives — on a simulated network where every message arrives at once.
+//! libp2p node drives — on a simulated network where every message arrives at once, in every
+//! M-step mode (the engine's sub-steps, the batch streams seeded as a node seeds them).
 //!
 //! Owns: carrying the engines' messages between them in order, running the learner jobs they
 //! ask for in parallel batches (every silo's measure, then every silo's scale, then every
@@ -45,7 +46,7 @@ impl Engines {
         let k = peers.len();
         let now = Instant::now();
         let batch = ctx.batch_size();
-        let sub_steps = cfg.mstep.sub_steps(ctx.fed.epoch_steps(batch));
+        let sub_steps = cfg.mstep().sub_steps(ctx.fed.epoch_steps(batch));
         // Deadlines exist (the engine needs them) but are never reached: time does not move.
         let day = Duration::from_secs(86_400);
         let mut rounds: Vec<Round<Handle>> = peers

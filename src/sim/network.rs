@@ -172,7 +172,7 @@ impl FaultNet {
             start_deadline: if joiner { START_WITH_JOINER } else { START },
             linger: LINGER,
             sub_steps: cfg
-                .mstep
+                .mstep()
                 .sub_steps(ctx.fed.epoch_steps(ctx.scenario.train.batch_size)),
         };
         let lr = ctx.lr();

@@ -4,7 +4,7 @@
 //! relative paths against the file's directory.
 //! Must not: open files other than the config itself, or start anything.
 
-use crate::core::{FedericoConfig, MStep};
+use crate::core::FedericoConfig;
 use crate::scenario::{ModelConfig, TrainConfig};
 use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
@@ -368,15 +368,6 @@ impl NodeConfig {
         self.federico
             .validate()
             .map_err(|e| format!("federico.{e}"))?;
-        if self.federico.mstep == MStep::Epoch {
-            return Err(
-                "federico.mstep = \"epoch\": a node cannot know the federation's largest silo, \
-                 which sets the sub-steps of an epoch; give every node the same count instead, \
-                 mstep = { minibatch = S } with S = ceil(largest silo's training samples / \
-                 train.batch_size) (`federico init` and `federico swarm` write it for you)"
-                    .into(),
-            );
-        }
         Ok(())
     }
 
@@ -486,7 +477,7 @@ shard = "a.shard"
         for (extra, field) in [
             ("[deadlines]\nmodel_s = -1\n", "deadlines.model_s"),
             ("[federico]\nepsilon = 2\n", "epsilon"),
-            ("[federico]\nmstep = \"epoch\"\n", "federico.mstep"),
+            ("[federico]\nmstep = { minibatch = 0 }\n", "federico.mstep"),
             ("max_message_mib = 0\n", "max_message_mib"),
             ("receive_budget_mib = 0\n", "receive_budget_mib"),
             ("metrics = \"nowhere\"\n", "metrics"),
@@ -509,11 +500,11 @@ shard = "a.shard"
             let e = c.validate().unwrap_err();
             assert!(e.contains(field), "{data:?} gave {e}");
         }
-        // A node runs every M-step; the epoch's sub-step count is the federation's to give.
-        let e = parse("[federico]\nmstep = \"epoch\"\n").unwrap_err();
-        assert!(e.contains("mstep = { minibatch = S }"), "{e}");
+        // A node runs every M-step (the epoch's sub-step count comes from the manifest).
+        let c = parse("[federico]\nmstep = \"epoch\"\n").unwrap();
+        assert_eq!(c.federico.mstep(), crate::core::MStep::Epoch);
         let c = parse("[federico]\nmstep = { minibatch = 4 }\n").unwrap();
-        assert_eq!(c.federico.mstep, MStep::Minibatch(4));
+        assert_eq!(c.federico.mstep(), crate::core::MStep::Minibatch(4));
         let bad = format!("listen = [\"tcp:4001\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().contains("listen"));

@@ -24,8 +24,8 @@ use super::metrics::{self, Metrics};
 use super::progress;
 use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
-use crate::core::Peer;
 use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig, RoundReport};
+use crate::core::{MStep, Peer};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Evaluation, Learner};
 use crate::protocol::{GradientRequest, ModelPayload, ModelRequest, ModelResponse};
@@ -180,8 +180,19 @@ pub(crate) async fn run_from(
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
     let Start { peer, silo, round } =
         setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
-    // `epoch` is refused by the config check: its step count is the federation's to give.
-    let sub_steps = cfg.federico.mstep.sub_steps(1);
+    let sub_steps = match (cfg.federico.mstep(), manifest.epoch_steps) {
+        (MStep::Epoch, None) => {
+            return Err(fatal(format!(
+                "federico.mstep = \"epoch\" (the default) takes one epoch of the federation's \
+                 largest silo in sub-steps per round, a number every member must share: set \
+                 epoch_steps = ceil(largest silo's training samples / train.batch_size) in the \
+                 manifest {} (`federico init` writes it), or mstep = \"full\" or \
+                 {{ minibatch = S }} in this node's config",
+                cfg.manifest.display()
+            )));
+        }
+        (mstep, steps) => mstep.sub_steps(steps.unwrap_or(1)),
+    };
     let silo = match sub_steps {
         None => silo,
         // Past the sub-steps of the rounds already run, as the simulator draws them.
