@@ -59,6 +59,9 @@ pub struct GradientInbox {
     /// Served while ahead of the owner ([`Self::expect_ahead`]).
     ahead: BTreeSet<NodeId>,
     received: BTreeMap<NodeId, Option<Vec<f32>>>,
+    /// `(owner, c)`: the others' summed gradient is scaled down to at most c times the L2 norm
+    /// of the owner's own ([`Self::with_foreign_cap`]).
+    foreign_cap: Option<(NodeId, f64)>,
 }
 
 impl GradientInbox {
@@ -72,6 +75,7 @@ impl GradientInbox {
             unawaited: BTreeSet::new(),
             ahead: BTreeSet::new(),
             received: BTreeMap::new(),
+            foreign_cap: None,
         }
     }
 
@@ -81,6 +85,18 @@ impl GradientInbox {
     /// Call before the first gradient arrives.
     pub fn with_clip_norm(mut self, clip_norm: Option<f64>) -> Self {
         self.clip_norm = clip_norm;
+        self
+    }
+
+    /// Beyond the paper: `Some(c)` caps the others' gradients against the owner's `me` own. The
+    /// step's input is then the owner's gradient plus the others' sum, that sum scaled down (its
+    /// direction kept) to an L2 norm of at most c times the owner's gradient's. So an owner's
+    /// model is trained mostly on its own data whatever its samplers push: with few silos,
+    /// where every silo samples every model, the paper's rule trains every model on every silo
+    /// alike and the weights never separate. Without the owner's own gradient (not in yet at a
+    /// deadline), the plain sum. `None`: the plain sum (the paper's).
+    pub fn with_foreign_cap(mut self, me: NodeId, cap: Option<f64>) -> Self {
+        self.foreign_cap = cap.map(|c| (me, c));
         self
     }
 
@@ -195,6 +211,11 @@ impl GradientInbox {
     /// The sum of the received gradients, added in node-id order so the result does not depend
     /// on arrival order (spec §5.4: one step per model per round on the sum).
     pub fn sum(&self) -> Vec<f32> {
+        if let Some((me, cap)) = self.foreign_cap
+            && let Some(Some(own)) = self.received.get(&me)
+        {
+            return self.capped_sum(me, own, cap);
+        }
         let mut total = vec![0f32; self.len];
         for g in self.received.values().flatten() {
             for (t, x) in total.iter_mut().zip(g) {
@@ -205,9 +226,29 @@ impl GradientInbox {
     }
 }
 
+impl GradientInbox {
+    /// The owner's gradient `own` plus the others' sum, that sum scaled to an L2 norm of at most
+    /// `cap` times `own`'s ([`Self::with_foreign_cap`]).
+    fn capped_sum(&self, me: NodeId, own: &[f32], cap: f64) -> Vec<f32> {
+        let mut foreign = vec![0f32; self.len];
+        for (_, g) in self.received.iter().filter(|(k, _)| **k != me) {
+            for (t, x) in foreign.iter_mut().zip(g.iter().flatten()) {
+                *t += x;
+            }
+        }
+        clip_to_norm(&mut foreign, cap * l2(own));
+        own.iter().zip(&foreign).map(|(a, b)| a + b).collect()
+    }
+}
+
+/// The L2 norm of `g`, computed in f64.
+fn l2(g: &[f32]) -> f64 {
+    g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
+}
+
 /// Scales `g` so that its L2 norm is at most `clip` (computed in f64; finite values only).
 fn clip_to_norm(g: &mut [f32], clip: f64) {
-    let norm = g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let norm = l2(g);
     if norm > clip {
         let scale = (clip / norm) as f32;
         for x in g {
@@ -437,6 +478,34 @@ mod tests {
 
     fn norm(g: &[f32]) -> f64 {
         g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
+    }
+
+    #[test]
+    fn a_foreign_cap_scales_the_others_sum_against_the_owners_gradient() {
+        let inbox = |cap| {
+            let mut i = GradientInbox::new(0, 2).with_foreign_cap(NodeId(0), cap);
+            for k in 0..4 {
+                i.expect(NodeId(k));
+            }
+            i.handle_gradient(NodeId(1), 0, vec![6.0, 0.0]).unwrap();
+            i.handle_gradient(NodeId(2), 0, vec![0.0, 8.0]).unwrap();
+            i.handle_skip(NodeId(3), 0).unwrap();
+            i
+        };
+        // The owner's gradient has norm 5; the others' sum (6, 8) has norm 10.
+        let mut i = inbox(Some(0.5));
+        // Without the owner's gradient (not in yet): the plain sum.
+        assert_eq!(i.sum(), vec![6.0, 8.0]);
+        i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
+        // Capped to 0.5 × 5 = 2.5, direction kept: (1.5, 2).
+        assert_eq!(i.sum(), vec![4.5, 6.0]);
+        // A cap above the others' norm leaves the sum as it is.
+        let mut i = inbox(Some(3.0));
+        i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
+        assert_eq!(i.sum(), vec![9.0, 12.0]);
+        let mut i = inbox(None);
+        i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
+        assert_eq!(i.sum(), vec![9.0, 12.0]);
     }
 
     #[test]

@@ -201,6 +201,11 @@ pub struct FedericoConfig {
     /// Absent: [`DEFAULT_PUSH_CUT`] for `variant = "federico"`, 0 (every measured model gets
     /// one) for `"paper"`.
     pub push_cut: Option<f64>,
+    /// Beyond the paper: an owner caps the others' gradients against its own — their sum enters
+    /// its step scaled down to at most `foreign_cap` times its own gradient's L2 norm
+    /// ([`GradientInbox::with_foreign_cap`]). Absent: no cap (the plain sum). Not with
+    /// `variant = "paper"`.
+    pub foreign_cap: Option<f64>,
 }
 
 /// Which FedeRiCo runs: the paper's Algorithm 1, or it with this crate's remedies.
@@ -232,6 +237,7 @@ impl Default for FedericoConfig {
             clip_norm: None,
             variant: Variant::Federico,
             push_cut: None,
+            foreign_cap: None,
         }
     }
 }
@@ -284,6 +290,17 @@ impl FedericoConfig {
             if self.variant == Variant::Paper && c > 0.0 {
                 return Err(format!(
                     "push_cut = {c} is not the paper's algorithm: variant = \"paper\" runs \
+                     without it (drop one of the two)"
+                ));
+            }
+        }
+        if let Some(c) = self.foreign_cap {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!("foreign_cap must be a positive number, got {c}"));
+            }
+            if self.variant == Variant::Paper {
+                return Err(format!(
+                    "foreign_cap = {c} is not the paper's algorithm: variant = \"paper\" runs \
                      without it (drop one of the two)"
                 ));
             }

@@ -201,7 +201,7 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 3: the core's per-peer failures gained the round of the last one and the heartbeat probe
 /// (suspects back off exponentially); an older checkpoint is refused by name, not misread.
 /// 4: `FedericoConfig` gained `variant` and `push_cut`.
-/// 5: `FedericoConfig::mstep` became optional (absent: the variant's).
+/// 5: `FedericoConfig::mstep` became optional (absent: the variant's); `foreign_cap`.
 const VERSION: u32 = 5;
 
 impl Checkpoint {

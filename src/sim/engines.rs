@@ -69,6 +69,7 @@ impl Engines {
                     start_deadline: day,
                     linger: day,
                     sub_steps,
+                    foreign_cap: cfg.foreign_cap,
                 };
                 Round::new(rc, peer, 0, 0, Arc::new(params.clone()), now)
             })

@@ -174,6 +174,7 @@ impl FaultNet {
             sub_steps: cfg
                 .mstep()
                 .sub_steps(ctx.fed.epoch_steps(ctx.scenario.train.batch_size)),
+            foreign_cap: cfg.foreign_cap,
         };
         let lr = ctx.lr();
         let slots = peers

@@ -321,6 +321,28 @@ pub struct RunOptions {
     pub rerun: bool,
 }
 
+/// Whether two scenario stamps (`scenario.json`) hold the same scenario: equal JSON once
+/// `null` fields are dropped, so a stamp written before an optional field existed (absent)
+/// matches one that has it unset (`null`): both read as the same scenario.
+fn same_scenario(old: &str, wanted: &str) -> bool {
+    fn drop_nulls(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.retain(|_, x| !x.is_null());
+                m.values_mut().for_each(drop_nulls);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+            _ => {}
+        }
+    }
+    let parse = |s: &str| -> Option<serde_json::Value> {
+        let mut v = serde_json::from_str(s).ok()?;
+        drop_nulls(&mut v);
+        Some(v)
+    };
+    matches!((parse(old), parse(wanted)), (Some(a), Some(b)) if a == b)
+}
+
 /// Runs (or reuses) one scenario under `dir`; returns its summary and whether it ran now.
 /// A run is reused when `dir/scenario.json` holds the same scenario and `summary.json` exists.
 pub fn run_one(
@@ -337,7 +359,9 @@ pub fn run_one(
     };
     if !opts.rerun
         && summary_path.exists()
-        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str())
+        && std::fs::read_to_string(&stamp)
+            .ok()
+            .is_some_and(|old| same_scenario(&old, &wanted))
     {
         return Ok((read_summary(&summary_path)?, false));
     }

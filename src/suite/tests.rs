@@ -295,3 +295,17 @@ fn a_column_run_again_with_the_same_scenario_is_reused() {
     run(&suite, &other, "cmd", &opts, |l| lines.push(l.to_string())).unwrap();
     assert!(!lines[2].contains("reused"), "{lines:?}");
 }
+
+/// A stamp written before an optional field existed matches the same scenario with the field
+/// unset, so adding an option does not rerun every column; any value that differs still does.
+#[test]
+fn a_stamp_without_a_newer_unset_field_is_the_same_scenario() {
+    let old = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6}}"#;
+    let new = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6, "foreign_cap": null}}"#;
+    assert!(same_scenario(old, new));
+    let set = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6, "foreign_cap": 0.5}}"#;
+    assert!(!same_scenario(old, set));
+    let beta = r#"{"name": "a", "federico": {"beta": 0.5}}"#;
+    assert!(!same_scenario(old, beta));
+    assert!(!same_scenario("not json", new));
+}

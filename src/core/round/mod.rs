@@ -76,6 +76,9 @@ pub struct RoundConfig {
     /// of the round's E-step held. Every member must run the same S: an owner steps once per
     /// sub-step and the pulls name the step.
     pub sub_steps: Option<u64>,
+    /// The owner's cap on the others' gradients against its own
+    /// ([`FedericoConfig::foreign_cap`](crate::core::FedericoConfig::foreign_cap)).
+    pub foreign_cap: Option<f64>,
 }
 
 /// A round could not go on.
@@ -188,7 +191,9 @@ impl<H> Round<H> {
         params: Arc<Vec<f32>>,
         now: Instant,
     ) -> Self {
-        let mut inbox = GradientInbox::new(version, cfg.num_params).with_clip_norm(cfg.clip_norm);
+        let mut inbox = GradientInbox::new(version, cfg.num_params)
+            .with_clip_norm(cfg.clip_norm)
+            .with_foreign_cap(cfg.me, cfg.foreign_cap);
         inbox.expect(cfg.me);
         Self {
             known: cfg.members as u32,

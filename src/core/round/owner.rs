@@ -73,7 +73,8 @@ impl<H> Round<H> {
         let inbox = std::mem::replace(
             &mut self.inbox,
             GradientInbox::new(self.version + 1, self.cfg.num_params)
-                .with_clip_norm(self.cfg.clip_norm),
+                .with_clip_norm(self.cfg.clip_norm)
+                .with_foreign_cap(self.cfg.me, self.cfg.foreign_cap),
         );
         let before: Vec<bool> = (0..self.known)
             .map(|i| self.stragglers.awaits(NodeId(i)))

@@ -183,6 +183,7 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         start_deadline: Duration::from_secs(5),
         linger: Duration::from_secs(5),
         sub_steps: None,
+        foreign_cap: None,
     }
 }
 
