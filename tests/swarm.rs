@@ -77,6 +77,21 @@ fn a_fault_free_swarm_with_epoch_sub_steps_makes_the_simulators_decisions() {
     ]);
 }
 
+/// Three silos, one alone in its label group, with FedeRiCo's defaults: every silo samples
+/// every model, so the owners cap the others' gradients against their own (`foreign_cap`), over
+/// four sub-steps per round.
+#[test]
+fn a_three_silo_swarm_with_the_foreign_cap_makes_the_simulators_decisions() {
+    swarm_makes_the_simulators_decisions(&[
+        "--set",
+        "split.clients=3",
+        "--set",
+        "federico.mstep=\"epoch\"",
+        "--set",
+        "train.batch_size=10",
+    ]);
+}
+
 /// `swarm` and `simulate` of the quick start with `set` on both: same accuracy, every round's
 /// decisions the same.
 fn swarm_makes_the_simulators_decisions(set: &[&str]) {

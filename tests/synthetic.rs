@@ -225,3 +225,45 @@ fn the_simulator_clips_each_senders_gradient_when_asked() {
     let err = Scenario::load_with(&path, &["federico.clip_norm=0".to_string()]).unwrap_err();
     assert!(format!("{err:#}").contains("clip_norm"), "{err:#}");
 }
+
+/// Three silos, two label groups (one silo alone in its group), FedeRiCo's defaults: every
+/// silo samples every model each round. Without the owner's cap on the others' gradients
+/// (`foreign_cap = 0`) every model is trained on every silo alike, the weights stay at 1/3
+/// and FedeRiCo ends far below training alone; with the default cap it holds its group and
+/// is not below Local (docs/quality.md, "Few silos").
+#[test]
+fn three_silos_with_one_alone_in_its_group_are_not_worse_than_alone() {
+    let text = |extra: &str| {
+        format!(
+            "name = \"few-silos\"\nseeds = [1, 2, 3]\nrounds = 100\neval_every = 100\n\
+             algorithms = [\"local\", \"federico\"]\n\
+             [data]\nsource = \"mixture\"\nclasses_per_group = 4\ndim = 40\ntrain = 40\n\
+             test = 200\nseparation = 3.0\n\
+             [split]\nkind = \"label_groups\"\nclients = 3\ngroups = 2\n\
+             [model]\nkind = \"softmax\"\n[train]\nlr = 0.01\nbatch_size = 10\n\
+             [federico]\n{extra}"
+        )
+    };
+    let outcome = |extra: &str| {
+        let s = Scenario::parse(&text(extra)).expect("a valid scenario");
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(&s, dir.path());
+        let mass = o
+            .summary
+            .algorithms
+            .iter()
+            .find_map(|a| a.same_group_mass)
+            .unwrap();
+        (metric(&o, "federico"), metric(&o, "local"), mass)
+    };
+    let (fed, local, mass) = outcome("");
+    eprintln!("defaults: federico {fed:.4} local {local:.4} mass {mass:.3}");
+    assert!(fed >= local - 0.005, "FedeRiCo {fed} below Local {local}");
+    assert!(mass >= 0.9, "same-group mass {mass}");
+    let (fed, local, mass) = outcome("foreign_cap = 0\n");
+    eprintln!("no cap: federico {fed:.4} local {local:.4} mass {mass:.3}");
+    assert!(
+        fed < local - 0.2 && mass < 0.6,
+        "without the cap the three silos no longer collapse: {fed} against {local}, mass {mass}"
+    );
+}

@@ -203,8 +203,10 @@ pub struct FedericoConfig {
     pub push_cut: Option<f64>,
     /// Beyond the paper: an owner caps the others' gradients against its own — their sum enters
     /// its step scaled down to at most `foreign_cap` times its own gradient's L2 norm
-    /// ([`GradientInbox::with_foreign_cap`]). Absent: no cap (the plain sum). Not with
-    /// `variant = "paper"`.
+    /// ([`GradientInbox::with_foreign_cap`]); 0 turns the cap off (the plain sum). Absent:
+    /// for `variant = "federico"`, [`DEFAULT_FOREIGN_CAP`] in a federation so small that every
+    /// silo samples every model each round (members ≤ `neighbours` + 1), off otherwise; off for
+    /// `"paper"`. See [`FedericoConfig::foreign_cap`].
     pub foreign_cap: Option<f64>,
 }
 
@@ -221,6 +223,10 @@ pub enum Variant {
 
 /// `push_cut` of `variant = "federico"`, chosen on the quality suite (`docs/quality.md`).
 pub const DEFAULT_PUSH_CUT: f64 = 0.5;
+
+/// `foreign_cap` of `variant = "federico"` where every silo samples every model each round
+/// (`docs/quality.md`, "Few silos": without it such a federation's models become one).
+pub const DEFAULT_FOREIGN_CAP: f64 = 0.5;
 
 impl Default for FedericoConfig {
     fn default() -> Self {
@@ -249,6 +255,23 @@ impl FedericoConfig {
             Variant::Federico => DEFAULT_PUSH_CUT,
             Variant::Paper => 0.0,
         })
+    }
+
+    /// The owner's cap on the others' gradients in force in a federation of `members` silos
+    /// (`None`: off): the one given (0: off), else the variant's. `"federico"` caps where every
+    /// silo samples every model each round (members ≤ M + 1): there sampling cannot break the
+    /// symmetry of the first rounds, every model steps on the same gradients and the weights
+    /// never separate; with more members (the quality suite's 8) it does not cap, since the cap
+    /// also limits what a group's silos learn from each other (`docs/quality.md`).
+    pub fn foreign_cap(&self, members: usize) -> Option<f64> {
+        match self.foreign_cap {
+            Some(c) if c > 0.0 => Some(c),
+            Some(_) => None,
+            None => match self.variant {
+                Variant::Federico if members <= self.neighbours + 1 => Some(DEFAULT_FOREIGN_CAP),
+                _ => None,
+            },
+        }
     }
 
     /// The M-step in force: the one given, else the variant's.
@@ -295,10 +318,12 @@ impl FedericoConfig {
             }
         }
         if let Some(c) = self.foreign_cap {
-            if !(c.is_finite() && c > 0.0) {
-                return Err(format!("foreign_cap must be a positive number, got {c}"));
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(format!(
+                    "foreign_cap must be 0 (off) or a positive number, got {c}"
+                ));
             }
-            if self.variant == Variant::Paper {
+            if self.variant == Variant::Paper && c > 0.0 {
                 return Err(format!(
                     "foreign_cap = {c} is not the paper's algorithm: variant = \"paper\" runs \
                      without it (drop one of the two)"

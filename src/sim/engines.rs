@@ -69,7 +69,7 @@ impl Engines {
                     start_deadline: day,
                     linger: day,
                     sub_steps,
-                    foreign_cap: cfg.foreign_cap,
+                    foreign_cap: cfg.foreign_cap(k),
                 };
                 Round::new(rc, peer, 0, 0, Arc::new(params.clone()), now)
             })

@@ -174,7 +174,7 @@ impl FaultNet {
             sub_steps: cfg
                 .mstep()
                 .sub_steps(ctx.fed.epoch_steps(ctx.scenario.train.batch_size)),
-            foreign_cap: cfg.foreign_cap,
+            foreign_cap: cfg.foreign_cap(k),
         };
         let lr = ctx.lr();
         let slots = peers

@@ -322,8 +322,11 @@ pub struct RunOptions {
 }
 
 /// Whether two scenario stamps (`scenario.json`) hold the same scenario: equal JSON once
-/// `null` fields are dropped, so a stamp written before an optional field existed (absent)
-/// matches one that has it unset (`null`): both read as the same scenario.
+/// FedeRiCo's settings that default by variant are resolved to the values in force (for the
+/// split's `clients`; without one, an unset `foreign_cap` stays unresolved) and `null` fields
+/// dropped. So a stamp written before an optional field existed matches one that has it
+/// unset, and a changed default does not let an old run pass for a new one. `old` is a stored
+/// stamp: one without `foreign_cap` was run before it existed, without the cap.
 fn same_scenario(old: &str, wanted: &str) -> bool {
     fn drop_nulls(v: &mut serde_json::Value) {
         match v {
@@ -335,12 +338,29 @@ fn same_scenario(old: &str, wanted: &str) -> bool {
             _ => {}
         }
     }
-    let parse = |s: &str| -> Option<serde_json::Value> {
-        let mut v = serde_json::from_str(s).ok()?;
+    let parse = |s: &str, stored: bool| -> Option<serde_json::Value> {
+        let mut v: serde_json::Value = serde_json::from_str(s).ok()?;
+        let members = v
+            .get("split")
+            .and_then(|s| s.get("clients"))
+            .and_then(serde_json::Value::as_u64);
+        if let Some(f) = v.get_mut("federico").and_then(|f| f.as_object_mut()) {
+            if stored && !f.contains_key("foreign_cap") {
+                f.insert("foreign_cap".into(), 0.0.into());
+            }
+            let cfg: crate::core::FedericoConfig =
+                serde_json::from_value(serde_json::Value::Object(f.clone())).ok()?;
+            f.insert("mstep".into(), serde_json::to_value(cfg.mstep()).ok()?);
+            f.insert("push_cut".into(), cfg.push_cut().into());
+            if let Some(k) = members {
+                let cap = cfg.foreign_cap(k as usize).unwrap_or(0.0);
+                f.insert("foreign_cap".into(), cap.into());
+            }
+        }
         drop_nulls(&mut v);
         Some(v)
     };
-    matches!((parse(old), parse(wanted)), (Some(a), Some(b)) if a == b)
+    matches!((parse(old, true), parse(wanted, false)), (Some(a), Some(b)) if a == b)
 }
 
 /// Runs (or reuses) one scenario under `dir`; returns its summary and whether it ran now.

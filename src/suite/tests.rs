@@ -296,16 +296,43 @@ fn a_column_run_again_with_the_same_scenario_is_reused() {
     assert!(!lines[2].contains("reused"), "{lines:?}");
 }
 
-/// A stamp written before an optional field existed matches the same scenario with the field
-/// unset, so adding an option does not rerun every column; any value that differs still does.
+/// A stamp written before `foreign_cap` existed is a run without the cap: it matches a
+/// scenario that leaves the cap to its default where that default is off (8 silos, M = 3), not
+/// where it caps (3 silos); an unset field matches its value in force; any other difference
+/// reruns.
 #[test]
-fn a_stamp_without_a_newer_unset_field_is_the_same_scenario() {
-    let old = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6}}"#;
-    let new = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6, "foreign_cap": null}}"#;
-    assert!(same_scenario(old, new));
-    let set = r#"{"name": "a", "federico": {"push_cut": null, "beta": 0.6, "foreign_cap": 0.5}}"#;
-    assert!(!same_scenario(old, set));
-    let beta = r#"{"name": "a", "federico": {"beta": 0.5}}"#;
-    assert!(!same_scenario(old, beta));
-    assert!(!same_scenario("not json", new));
+fn stamps_compare_the_federico_settings_in_force() {
+    let stamp = |clients: u32, federico: &str| {
+        format!(r#"{{"name": "a", "split": {{"clients": {clients}}}, "federico": {{{federico}}}}}"#)
+    };
+    let old = stamp(8, r#""push_cut": null, "beta": 0.6"#);
+    assert!(same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "foreign_cap": null"#)
+    ));
+    assert!(same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "foreign_cap": 0.0"#)
+    ));
+    assert!(!same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "foreign_cap": 0.5"#)
+    ));
+    let old3 = stamp(3, r#""beta": 0.6"#);
+    assert!(!same_scenario(
+        &old3,
+        &stamp(3, r#""beta": 0.6, "foreign_cap": null"#)
+    ));
+    assert!(same_scenario(
+        &old3,
+        &stamp(3, r#""beta": 0.6, "foreign_cap": 0.0"#)
+    ));
+    // The default written out is the same as left unset.
+    let unset = stamp(8, r#""beta": 0.6, "foreign_cap": null"#);
+    assert!(same_scenario(
+        &unset,
+        &stamp(8, r#""beta": 0.6, "push_cut": 0.5"#)
+    ));
+    assert!(!same_scenario(&old, &stamp(8, r#""beta": 0.5"#)));
+    assert!(!same_scenario("not json", &old));
 }

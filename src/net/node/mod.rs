@@ -244,7 +244,7 @@ pub(crate) async fn run_from(
         start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
         linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
         sub_steps,
-        foreign_cap: cfg.federico.foreign_cap,
+        foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
     };
     let snapshot = Arc::new(silo.params.clone());
     let engine = Round::new(
