@@ -26,6 +26,13 @@
 //!    lock-step round, decision for decision.
 //! 5. After the step: on evaluation rounds, fetch the post-step models of the peers with
 //!    inference weight and score the mixture; the round's [`RoundReport`]; a checkpoint.
+//!
+//! With a mini-batch M-step (`RoundConfig::sub_steps = Some(S)`, `mstep = "epoch"` by default)
+//! steps 1–4 run S times per round. Pulls and notices name the step counted over the run
+//! (round·S + sub-step + 1), so the owner's rules above hold per sub-step. The first sub-step
+//! samples and measures ([`Job::Measure`] with `batched`, losses on all the silo's data, the
+//! gradient on a mini-batch); each later one pulls again only the models the silo sends a
+//! gradient to, with the first's weights ([`Job::Descend`]), and notices everyone else.
 
 mod action;
 mod job;
