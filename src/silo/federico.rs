@@ -51,22 +51,24 @@ impl FedericoSilo {
         }
     }
 
-    /// The silo of node `me` in a run seeded `seed`, with the mini-batch stream a mini-batch
-    /// M-step draws from: batches of `batch` over its `n_train` rows, past the `steps_done`
-    /// sub-steps already taken (a resumed silo replays its draws: they depend only on the row
-    /// count). The simulator and the node derive the stream alike, so a fault-free swarm
-    /// draws the simulator's batches.
+    /// The silo of node `me` in a run seeded `seed` with `sub_steps` mini-batch sub-steps per
+    /// round (`None`: one full step, no batches): the stream it draws batches of `batch` from
+    /// over its `n_train` rows, past the sub-steps of the `rounds_done` rounds already run (a
+    /// resumed silo replays its draws: they depend only on the row count). The simulator and
+    /// the node derive the stream alike, so a fault-free swarm draws the simulator's batches.
     pub fn with_batches(
         mut self,
+        sub_steps: Option<u64>,
         seed: u64,
         me: NodeId,
         n_train: usize,
         batch: usize,
-        steps_done: u64,
+        rounds_done: u64,
     ) -> Self {
+        let Some(s) = sub_steps else { return self };
         let rng = StdRng::seed_from_u64(stream_seed(seed ^ 0xFEDE, me, Stream::Batches));
         let mut cursor = BatchCursor::new(n_train, rng);
-        skip_steps(&mut cursor, batch, steps_done as usize);
+        skip_steps(&mut cursor, batch, (rounds_done * s) as usize);
         self.batches = Some((cursor, batch));
         self
     }

@@ -45,8 +45,7 @@ impl Engines {
     ) -> Self {
         let k = peers.len();
         let now = Instant::now();
-        let batch = ctx.batch_size();
-        let sub_steps = cfg.mstep().sub_steps(ctx.fed.epoch_steps(batch));
+        let sub_steps = ctx.federico_sub_steps();
         // Deadlines exist (the engine needs them) but are never reached: time does not move.
         let day = Duration::from_secs(86_400);
         let mut rounds: Vec<Round<Handle>> = peers
@@ -84,17 +83,15 @@ impl Engines {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let silo = FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0);
-                match sub_steps {
-                    None => silo,
-                    Some(_) => silo.with_batches(
-                        ctx.seed,
-                        NodeId(i as u32),
-                        ctx.fed.clients[i].train.len(),
-                        batch,
-                        0,
-                    ),
-                }
+                let n = ctx.fed.clients[i].train.len();
+                FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0).with_batches(
+                    sub_steps,
+                    ctx.seed,
+                    NodeId(i as u32),
+                    n,
+                    ctx.batch_size(),
+                    0,
+                )
             })
             .collect();
         Self {

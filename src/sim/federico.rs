@@ -9,86 +9,79 @@ use super::engines::Engines;
 use super::network::FaultNet;
 use super::pool::{Owner, score_each};
 use super::{ClientEval, Ctx, SimError};
-use crate::core::{FedericoConfig, Peer};
+use crate::core::Peer;
 use crate::faults::Schedule;
 use crate::ids::{NodeId, Stream, stream_seed};
 
 /// Per-silo state of a FedeRiCo run.
 pub(crate) struct FedericoRun {
-    cfg: FedericoConfig,
-    /// Each silo's core as built: what a fault schedule's engines start from.
-    peers: Vec<Peer>,
-    /// The nodes' round engines of a fault-free run.
-    engines: Option<Engines>,
+    driver: Driver,
     /// Peers each silo sampled in the last round (for the run log).
     pub(crate) last_sampled: Vec<Vec<NodeId>>,
-    /// The nodes' engines on a simulated network, for a run with a fault schedule.
-    pub(crate) faults: Option<FaultNet>,
+}
+
+/// What drives the silos' round engines.
+enum Driver {
+    /// A fault-free run: every message arrives at once.
+    Engines(Engines),
+    /// A run under a fault schedule, on a simulated network.
+    Faults(Box<FaultNet>),
 }
 
 impl FedericoRun {
+    /// A fault-free run.
     pub(crate) fn new(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Self {
-        let k = ctx.clients();
-        let ids: Vec<NodeId> = (0..k as u32).map(NodeId).collect();
-        let cfg = ctx.scenario.federico.clone();
-        let peers: Vec<Peer> = ids
-            .iter()
-            .map(|&me| {
-                Peer::new(
-                    me,
-                    ids.iter().copied(),
-                    cfg.clone(),
-                    stream_seed(ctx.seed, me, Stream::Sampling),
-                )
-            })
-            .collect();
+        let engines = Engines::new(ctx, &ctx.scenario.federico, peers(ctx), init);
+        Self::driven(ctx, Driver::Engines(engines))
+    }
+
+    /// The same run under a fault schedule of `rounds` rounds.
+    pub(crate) fn with_faults(
+        ctx: &Ctx<'_>,
+        init: &[Vec<f32>],
+        schedule: Schedule,
+        rounds: u64,
+    ) -> Result<Self, SimError> {
+        let cfg = &ctx.scenario.federico;
+        let net = FaultNet::new(ctx, cfg, peers(ctx), init, schedule, rounds)?;
+        Ok(Self::driven(ctx, Driver::Faults(Box::new(net))))
+    }
+
+    fn driven(ctx: &Ctx<'_>, driver: Driver) -> Self {
         Self {
-            engines: Some(Engines::new(ctx, &cfg, peers.clone(), init)),
-            peers,
-            cfg,
-            last_sampled: vec![Vec::new(); k],
-            faults: None,
+            driver,
+            last_sampled: vec![Vec::new(); ctx.clients()],
         }
     }
 
-    /// The same run under a fault schedule (`mstep = "full"`, what the peers run), on the
-    /// state the engines were built from.
-    pub(crate) fn with_faults(
-        mut self,
-        ctx: &Ctx<'_>,
-        schedule: Schedule,
-        rounds: u64,
-        init: &[Vec<f32>],
-    ) -> Result<Self, SimError> {
-        self.engines = None;
-        let net = FaultNet::new(ctx, &self.cfg, self.peers.clone(), init, schedule, rounds)?;
-        self.faults = Some(net);
-        Ok(self)
+    /// The simulated network of a run under faults.
+    pub(crate) fn faults(&self) -> Option<&FaultNet> {
+        match &self.driver {
+            Driver::Faults(f) => Some(&**f),
+            Driver::Engines(_) => None,
+        }
     }
 
     /// One round on every silo.
     pub(crate) fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
-        if let Some(f) = self.faults.as_mut() {
-            f.round(ctx)?;
-            self.last_sampled = f.last_sampled.clone();
-            return Ok(());
+        match &mut self.driver {
+            Driver::Faults(f) => {
+                f.round(ctx)?;
+                self.last_sampled = f.last_sampled.clone();
+            }
+            Driver::Engines(e) => {
+                e.round(ctx)?;
+                self.last_sampled = e.last_sampled().to_vec();
+            }
         }
-        let e = self
-            .engines
-            .as_mut()
-            .ok_or_else(|| SimError::Invariant("a FedeRiCo run without engines".into()))?;
-        e.round(ctx)?;
-        self.last_sampled = e.last_sampled().to_vec();
         Ok(())
     }
 
     /// Each silo's test score with its mixture of measured peers (spec §3 inference).
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        if let Some(f) = self.faults.as_mut() {
-            return evaluate_faulty(ctx, f);
-        }
-        let Some(e) = self.engines.as_ref() else {
-            return Err(SimError::Invariant("a FedeRiCo run without engines".into()));
+        let e = match &mut self.driver {
+            Driver::Faults(f) => return evaluate_faulty(ctx, f),
+            Driver::Engines(e) => &*e,
         };
         let mixes: Vec<Vec<(NodeId, f64)>> = e.peers().map(Peer::inference_weights).collect();
         score_each(ctx, |i| {
@@ -102,14 +95,28 @@ impl FedericoRun {
     /// The K×K weight matrix w_ij (row i: silo, column j: model), self included.
     pub(crate) fn weight_matrix(&self) -> Vec<Vec<f64>> {
         let row = |p: &Peer| p.weights().into_iter().map(|(_, w)| w).collect();
-        if let Some(f) = &self.faults {
-            return (0..self.peers.len()).map(|i| row(f.peer(i))).collect();
-        }
-        match &self.engines {
-            Some(e) => e.peers().map(row).collect(),
-            None => self.peers.iter().map(row).collect(),
+        match &self.driver {
+            Driver::Faults(f) => (0..self.last_sampled.len())
+                .map(|i| row(f.peer(i)))
+                .collect(),
+            Driver::Engines(e) => e.peers().map(row).collect(),
         }
     }
+}
+
+/// Each silo's core, its sampling stream seeded from the run seed and its id.
+fn peers(ctx: &Ctx<'_>) -> Vec<Peer> {
+    let ids: Vec<NodeId> = (0..ctx.clients() as u32).map(NodeId).collect();
+    ids.iter()
+        .map(|&me| {
+            Peer::new(
+                me,
+                ids.iter().copied(),
+                ctx.scenario.federico.clone(),
+                stream_seed(ctx.seed, me, Stream::Sampling),
+            )
+        })
+        .collect()
 }
 
 /// Each silo's score under faults: a node fetches the models of its mixture; the unreachable

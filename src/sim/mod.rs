@@ -169,6 +169,12 @@ impl Ctx<'_> {
     fn batch_size(&self) -> usize {
         self.scenario.train.batch_size
     }
+    /// FedeRiCo's sub-steps per round in this federation (`None`: one full step): an epoch
+    /// counts the largest silo's batches.
+    fn federico_sub_steps(&self) -> Option<u64> {
+        let epoch = self.fed.epoch_steps(self.batch_size());
+        self.scenario.federico.mstep().sub_steps(epoch)
+    }
 }
 
 /// Algorithms in table order.

@@ -171,9 +171,7 @@ impl FaultNet {
             gradient_deadline: Duration::from_secs_f64(schedule.config.gradient_deadline_s),
             start_deadline: if joiner { START_WITH_JOINER } else { START },
             linger: LINGER,
-            sub_steps: cfg
-                .mstep()
-                .sub_steps(ctx.fed.epoch_steps(ctx.scenario.train.batch_size)),
+            sub_steps: ctx.federico_sub_steps(),
             foreign_cap: cfg.foreign_cap(k),
         };
         let lr = ctx.lr();
@@ -539,36 +537,31 @@ impl FaultNet {
     /// checkpoint's bytes), else fresh.
     fn start(&mut self, i: usize, g: u64) -> Result<(), SimError> {
         let slot = &mut self.slots[i];
-        let (round, peer) = match slot.saved.take() {
+        let (silo, round, peer) = match slot.saved.take() {
             Some(c) => {
                 let bytes = c.encode().map_err(SimError::Invariant)?;
                 let c = Checkpoint::decode(&bytes)
                     .map_err(|e| SimError::Invariant(format!("silo {i}'s checkpoint: {e}")))?;
-                slot.silo = FedericoSilo::new(c.params.clone(), c.adam.clone(), c.version);
+                let silo = FedericoSilo::new(c.params.clone(), c.adam.clone(), c.version);
                 let (round, peer) = (c.round, c.peer.clone());
                 slot.saved = Some(c);
-                (round, peer)
+                (silo, round, peer)
             }
             None => {
                 let p = self.init[i].clone();
-                slot.silo = FedericoSilo::new(p.clone(), Adam::new(p.len(), self.lr), 0);
-                (0, slot.first.clone())
+                let silo = FedericoSilo::new(p.clone(), Adam::new(p.len(), self.lr), 0);
+                (silo, 0, slot.first.clone())
             }
         };
-        if let Some(s) = self.template.sub_steps {
-            // The batch stream past the sub-steps of the rounds it resumes after, as a node's.
-            let silo = std::mem::replace(
-                &mut slot.silo,
-                FedericoSilo::new(Vec::new(), Adam::new(0, self.lr), 0),
-            );
-            slot.silo = silo.with_batches(
-                self.seed,
-                NodeId(i as u32),
-                self.n_train[i],
-                self.batch,
-                round * s,
-            );
-        }
+        // The batch stream past the sub-steps of the rounds it resumes after, as a node's.
+        slot.silo = silo.with_batches(
+            self.template.sub_steps,
+            self.seed,
+            NodeId(i as u32),
+            self.n_train[i],
+            self.batch,
+            round,
+        );
         let cfg = RoundConfig {
             me: NodeId(i as u32),
             n_train: self.n_train[i],

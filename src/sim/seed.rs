@@ -105,11 +105,11 @@ pub(super) fn run_seed(
     let faulty = !schedule.events.is_empty();
     let mut fedrc = match wants(Algorithm::Federico) {
         false => None,
-        true if faulty => Some(FedericoRun::new(&ctx, &init).with_faults(
+        true if faulty => Some(FedericoRun::with_faults(
             &ctx,
+            &init,
             schedule.clone(),
             scenario.rounds as u64,
-            &init,
         )?),
         true => Some(FedericoRun::new(&ctx, &init)),
     };
@@ -282,7 +282,7 @@ pub(super) fn run_seed(
         faults: None,
     };
     let mut summary = summary;
-    if let Some(f) = fedrc.as_ref().and_then(|r| r.faults.as_ref()) {
+    if let Some(f) = fedrc.as_ref().and_then(FedericoRun::faults) {
         let report = fault_report(scenario, f, groups.as_deref(), fault_free_finals.as_deref());
         write_fault_files(dir, f, &report)?;
         summary.faults = Some(serde_json::to_value(&report).map_err(|e| SimError::Io {

@@ -193,11 +193,14 @@ pub(crate) async fn run_from(
         }
         (mstep, steps) => mstep.sub_steps(steps.unwrap_or(1)),
     };
-    let silo = match sub_steps {
-        None => silo,
-        // Past the sub-steps of the rounds already run, as the simulator draws them.
-        Some(s) => silo.with_batches(cfg.seed, me, n_train, cfg.train.batch_size, round * s),
-    };
+    let silo = silo.with_batches(
+        sub_steps,
+        cfg.seed,
+        me,
+        n_train,
+        cfg.train.batch_size,
+        round,
+    );
     let num_params = silo.params.len();
     drop(learner);
 
