@@ -160,6 +160,25 @@ impl MStep {
     }
 }
 
+/// Beyond the paper: from round `from_round` on, the E-step's softmax runs on the tracked losses
+/// times `factor` — a softer temperature (`factor` < 1) once the first rounds have picked a
+/// silo's group. Written `soften = { from_round = 5, factor = 0.5 }` in files.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Soften {
+    /// The first round (1-based) whose weights are softened.
+    pub from_round: u64,
+    /// The multiplier of the tracked losses from then on; 1 is off.
+    pub factor: f64,
+}
+
+/// `soften` of `variant = "federico"`, chosen on the quality suite (`docs/quality.md`, "The
+/// loss temperature κ").
+pub const DEFAULT_SOFTEN: Soften = Soften {
+    from_round: 5,
+    factor: 0.5,
+};
+
 /// FedeRiCo hyperparameters; defaults are the paper's (spec §4).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -208,6 +227,12 @@ pub struct FedericoConfig {
     /// silo samples every model each round (members ≤ `neighbours` + 1), off otherwise; off for
     /// `"paper"`. See [`FedericoConfig::foreign_cap`].
     pub foreign_cap: Option<f64>,
+    /// Beyond the paper: a softer E-step temperature after the first rounds ([`Soften`]): the
+    /// weights come from the tracked losses times `factor` from round `from_round` on. In the
+    /// first rounds a silo's weights pick its group at full sharpness; later a softer softmax
+    /// shares more among the models that fit its data. Absent: [`DEFAULT_SOFTEN`] for
+    /// `variant = "federico"`, off for `"paper"`; `factor = 1` turns it off.
+    pub soften: Option<Soften>,
 }
 
 /// Which FedeRiCo runs: the paper's Algorithm 1, or it with this crate's remedies.
@@ -244,6 +269,7 @@ impl Default for FedericoConfig {
             variant: Variant::Federico,
             push_cut: None,
             foreign_cap: None,
+            soften: None,
         }
     }
 }
@@ -280,6 +306,27 @@ impl FedericoConfig {
             Variant::Federico => MStep::Epoch,
             Variant::Paper => MStep::Full,
         })
+    }
+
+    /// The [`Soften`] in force (`None`: off): the one given (`factor = 1`: off), else the
+    /// variant's.
+    pub fn soften(&self) -> Option<Soften> {
+        let s = match self.soften {
+            Some(s) => s,
+            None => match self.variant {
+                Variant::Federico => DEFAULT_SOFTEN,
+                Variant::Paper => return None,
+            },
+        };
+        (s.factor != 1.0).then_some(s)
+    }
+
+    /// The multiplier of the tracked losses in the E-step of round `round` (1-based).
+    pub fn sharpness(&self, round: u64) -> f64 {
+        match self.soften() {
+            Some(s) if round >= s.from_round => s.factor,
+            _ => 1.0,
+        }
     }
 
     /// Checks every field; the error names the field, the allowed range and the value.
@@ -327,6 +374,21 @@ impl FedericoConfig {
                 return Err(format!(
                     "foreign_cap = {c} is not the paper's algorithm: variant = \"paper\" runs \
                      without it (drop one of the two)"
+                ));
+            }
+        }
+        if let Some(s) = self.soften {
+            if !(s.factor.is_finite() && s.factor > 0.0) {
+                return Err(format!(
+                    "soften.factor must be a positive number (1: off), got {}",
+                    s.factor
+                ));
+            }
+            if self.variant == Variant::Paper && s.factor != 1.0 {
+                return Err(format!(
+                    "soften = {{ from_round = {}, factor = {} }} is not the paper's algorithm: \
+                     variant = \"paper\" runs without it (drop one of the two)",
+                    s.from_round, s.factor
                 ));
             }
         }
@@ -482,6 +544,8 @@ impl Peer {
             .filter(|(_, l)| l.is_finite())
             .map(|&(id, l)| (id, kappa * l))
             .collect();
+        self.table
+            .set_sharpness(self.cfg.sharpness(self.rounds + 1));
         self.table
             .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking);
         self.rounds += 1;

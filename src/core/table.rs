@@ -37,11 +37,20 @@ pub fn ema_update(tracked: f64, loss: f64, beta: f64) -> f64 {
 }
 
 /// A node's row of the collaboration matrix, ordered by node id.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollaboratorTable {
     entries: BTreeMap<NodeId, Entry>,
-    /// w_i· = softmax(−L̂_i·), aligned with `entries` (recomputed after every change).
+    /// w_i· = softmax(−a · L̂_i·), aligned with `entries` (recomputed after every change).
     weights: Vec<f64>,
+    /// a: the multiplier of the tracked losses in the softmax (1 but under
+    /// [`super::Soften`]); the core sets it from its round count before each E-step.
+    sharpness: f64,
+}
+
+impl Default for CollaboratorTable {
+    fn default() -> Self {
+        Self::new([])
+    }
 }
 
 impl CollaboratorTable {
@@ -50,6 +59,7 @@ impl CollaboratorTable {
         let mut t = Self {
             entries: ids.into_iter().map(|id| (id, Entry::default())).collect(),
             weights: Vec::new(),
+            sharpness: 1.0,
         };
         t.recompute();
         t
@@ -83,8 +93,15 @@ impl CollaboratorTable {
         self.recompute();
     }
 
+    /// Sets a, the multiplier of the tracked losses in the softmax, for the next recomputation
+    /// (the next E-step or insert); the weights stand until then.
+    pub fn set_sharpness(&mut self, a: f64) {
+        self.sharpness = a;
+    }
+
     fn recompute(&mut self) {
-        let scores: Vec<f64> = self.entries.values().map(|e| -e.tracked_loss).collect();
+        let a = self.sharpness;
+        let scores: Vec<f64> = self.entries.values().map(|e| -a * e.tracked_loss).collect();
         self.weights = softmax(&scores);
     }
 

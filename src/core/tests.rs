@@ -344,3 +344,86 @@ fn push_cut_holds_gradients_back_from_models_below_the_cut_but_never_from_self()
             .contains("variant = \"paper\"")
     );
 }
+
+#[test]
+fn soften_is_the_federico_default_and_off_for_the_paper() {
+    let d = FedericoConfig::default();
+    assert_eq!(d.soften(), Some(DEFAULT_SOFTEN));
+    assert_eq!(d.sharpness(DEFAULT_SOFTEN.from_round - 1), 1.0);
+    assert_eq!(
+        d.sharpness(DEFAULT_SOFTEN.from_round),
+        DEFAULT_SOFTEN.factor
+    );
+    let paper = FedericoConfig {
+        variant: Variant::Paper,
+        ..Default::default()
+    };
+    assert_eq!(paper.soften(), None);
+    assert_eq!(paper.sharpness(1000), 1.0);
+    let off = FedericoConfig {
+        soften: Some(Soften {
+            from_round: 1,
+            factor: 1.0,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(off.soften(), None);
+    assert!(off.validate().is_ok());
+    // Off is allowed beside the paper's variant; anything else is not.
+    let paper_off = FedericoConfig {
+        variant: Variant::Paper,
+        ..off.clone()
+    };
+    assert!(paper_off.validate().is_ok());
+    let paper_soft = FedericoConfig {
+        variant: Variant::Paper,
+        soften: Some(DEFAULT_SOFTEN),
+        ..Default::default()
+    };
+    assert!(paper_soft.validate().unwrap_err().contains("paper"));
+    for f in [0.0, -0.5, f64::NAN, f64::INFINITY] {
+        let bad = FedericoConfig {
+            soften: Some(Soften {
+                from_round: 3,
+                factor: f,
+            }),
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("soften.factor"), "{f}");
+    }
+}
+
+#[test]
+fn soften_divides_the_loss_gaps_from_its_round_on() {
+    // β = 1: the tracked loss is the last one, so the weights are exactly softmax(−a·ℓ).
+    let cfg = FedericoConfig {
+        beta: 1.0,
+        soften: Some(Soften {
+            from_round: 3,
+            factor: 0.5,
+        }),
+        ..Default::default()
+    };
+    let mut p = peer(0, 2, cfg);
+    let other = |a: f64| (-2.0 * a).exp() / (1.0 + (-2.0 * a).exp());
+    for round in 1..=4u64 {
+        p.handle_losses(100, &[(NodeId(0), 0.0), (NodeId(1), 2.0)]);
+        let want = if round < 3 { other(1.0) } else { other(0.5) };
+        assert!(
+            (p.weight(NodeId(1)) - want).abs() < 1e-12,
+            "round {round}: {} against {want}",
+            p.weight(NodeId(1))
+        );
+    }
+    // A peer joining later enters the softened row: its optimistic 0 ties with self.
+    p.handle_peer_joined(NodeId(7));
+    assert!((p.weight(NodeId(7)) - p.weight(NodeId(0))).abs() < 1e-12);
+    // A checkpoint keeps the softened weights and the multiplier.
+    let bytes = bincode::serde::encode_to_vec(&p, bincode::config::standard()).unwrap();
+    let (mut q, _): (Peer, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+    assert_eq!(q.weights(), p.weights());
+    q.handle_peer_joined(NodeId(8));
+    p.handle_peer_joined(NodeId(8));
+    assert_eq!(q.weights(), p.weights());
+}

@@ -87,6 +87,14 @@ fn out_of_range_values_name_the_field() {
         ("[federico]\nbeta = 0\n", "federico.beta"),
         ("[federico]\nloss_scale = \"median\"\n", "loss_scale"),
         ("[federico]\nloss_scale = -2\n", "loss_scale"),
+        (
+            "[federico]\nsoften = { from_round = 5, factor = 0 }\n",
+            "soften.factor",
+        ),
+        (
+            "[federico]\nsoften = { from_round = 5, scale = 0.5 }\n",
+            "scale",
+        ),
         ("rounds = 0\n", "rounds"),
         ("[split]\nclients = 2\ngroups = 3\n", "split.groups"),
         ("[split]\ntrain_fraction = 1.0\n", "split.train_fraction"),
@@ -153,6 +161,18 @@ fn loss_scale_and_mstep_forms() {
     let s = Scenario::parse("[federico]\nloss_scale = \"sum\"\nmstep = \"epoch\"\n").unwrap();
     assert_eq!(s.federico.loss_scale, crate::core::LossScale::Sum);
     assert_eq!(s.federico.mstep(), MStep::Epoch);
+    let s = Scenario::parse_with(
+        "",
+        &["federico.soften={ from_round = 3, factor = 0.25 }".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        s.federico.soften(),
+        Some(crate::core::Soften {
+            from_round: 3,
+            factor: 0.25
+        })
+    );
 }
 
 #[test]
