@@ -230,8 +230,9 @@ pub struct FedericoConfig {
     /// Beyond the paper: a softer E-step temperature after the first rounds ([`Soften`]): the
     /// weights come from the tracked losses times `factor` from round `from_round` on. In the
     /// first rounds a silo's weights pick its group at full sharpness; later a softer softmax
-    /// shares more among the models that fit its data. Absent: [`DEFAULT_SOFTEN`] for
-    /// `variant = "federico"`, off for `"paper"`; `factor = 1` turns it off.
+    /// shares more among the models that fit its data. Absent: for `variant = "federico"`,
+    /// [`DEFAULT_SOFTEN`] where members > `neighbours` + 1, off otherwise; off for `"paper"`;
+    /// `factor = 1` turns it off. See [`FedericoConfig::soften`].
     pub soften: Option<Soften>,
 }
 
@@ -308,22 +309,27 @@ impl FedericoConfig {
         })
     }
 
-    /// The [`Soften`] in force (`None`: off): the one given (`factor = 1`: off), else the
-    /// variant's.
-    pub fn soften(&self) -> Option<Soften> {
+    /// The [`Soften`] in force in a federation of `members` silos (`None`: off): the one given
+    /// (`factor = 1`: off), else the variant's. `"federico"` softens where a silo samples only
+    /// some of the models each round (members > M + 1, the suite's eight silos); where it
+    /// samples every model, the few-silo federations [`Self::foreign_cap`] is for, a softer row
+    /// leaks weight to the other group's models (`docs/quality.md`, "Softer after the first
+    /// rounds"), so it does not.
+    pub fn soften(&self, members: usize) -> Option<Soften> {
         let s = match self.soften {
             Some(s) => s,
             None => match self.variant {
-                Variant::Federico => DEFAULT_SOFTEN,
-                Variant::Paper => return None,
+                Variant::Federico if members > self.neighbours + 1 => DEFAULT_SOFTEN,
+                _ => return None,
             },
         };
         (s.factor != 1.0).then_some(s)
     }
 
-    /// The multiplier of the tracked losses in the E-step of round `round` (1-based).
-    pub fn sharpness(&self, round: u64) -> f64 {
-        match self.soften() {
+    /// The multiplier of the tracked losses in the E-step of round `round` (1-based) in a
+    /// federation of `members` silos.
+    pub fn sharpness(&self, round: u64, members: usize) -> f64 {
+        match self.soften(members) {
             Some(s) if round >= s.from_round => s.factor,
             _ => 1.0,
         }
@@ -545,7 +551,7 @@ impl Peer {
             .map(|&(id, l)| (id, kappa * l))
             .collect();
         self.table
-            .set_sharpness(self.cfg.sharpness(self.rounds + 1));
+            .set_sharpness(self.cfg.sharpness(self.rounds + 1, self.table.len()));
         self.table
             .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking);
         self.rounds += 1;

@@ -348,18 +348,21 @@ fn push_cut_holds_gradients_back_from_models_below_the_cut_but_never_from_self()
 #[test]
 fn soften_is_the_federico_default_and_off_for_the_paper() {
     let d = FedericoConfig::default();
-    assert_eq!(d.soften(), Some(DEFAULT_SOFTEN));
-    assert_eq!(d.sharpness(DEFAULT_SOFTEN.from_round - 1), 1.0);
+    // On where a silo samples only some models (8 members, M = 3), off where it samples all.
+    assert_eq!(d.soften(8), Some(DEFAULT_SOFTEN));
+    assert_eq!(d.soften(d.neighbours + 1), None);
+    assert_eq!(d.sharpness(DEFAULT_SOFTEN.from_round - 1, 8), 1.0);
     assert_eq!(
-        d.sharpness(DEFAULT_SOFTEN.from_round),
+        d.sharpness(DEFAULT_SOFTEN.from_round, 8),
         DEFAULT_SOFTEN.factor
     );
+    assert_eq!(d.sharpness(1000, 4), 1.0);
     let paper = FedericoConfig {
         variant: Variant::Paper,
         ..Default::default()
     };
-    assert_eq!(paper.soften(), None);
-    assert_eq!(paper.sharpness(1000), 1.0);
+    assert_eq!(paper.soften(8), None);
+    assert_eq!(paper.sharpness(1000, 8), 1.0);
     let off = FedericoConfig {
         soften: Some(Soften {
             from_round: 1,
@@ -367,7 +370,13 @@ fn soften_is_the_federico_default_and_off_for_the_paper() {
         }),
         ..Default::default()
     };
-    assert_eq!(off.soften(), None);
+    assert_eq!(off.soften(8), None);
+    // Given, it holds in a federation of any size.
+    let given = FedericoConfig {
+        soften: Some(DEFAULT_SOFTEN),
+        ..Default::default()
+    };
+    assert_eq!(given.soften(2), Some(DEFAULT_SOFTEN));
     assert!(off.validate().is_ok());
     // Off is allowed beside the paper's variant; anything else is not.
     let paper_off = FedericoConfig {

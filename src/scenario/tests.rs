@@ -167,7 +167,7 @@ fn loss_scale_and_mstep_forms() {
     )
     .unwrap();
     assert_eq!(
-        s.federico.soften(),
+        s.federico.soften(2),
         Some(crate::core::Soften {
             from_round: 3,
             factor: 0.25
