@@ -172,8 +172,8 @@ pub struct Soften {
     pub factor: f64,
 }
 
-/// `soften` of `variant = "federico"`, chosen on the quality suite (`docs/quality.md`, "The
-/// loss temperature κ").
+/// `soften` of `variant = "federico"` (where members > M + 1), chosen on the quality suite
+/// (`docs/quality.md`, "Softer after the first rounds").
 pub const DEFAULT_SOFTEN: Soften = Soften {
     from_round: 5,
     factor: 0.5,
