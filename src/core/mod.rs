@@ -295,7 +295,7 @@ impl FedericoConfig {
             Some(c) if c > 0.0 => Some(c),
             Some(_) => None,
             None => match self.variant {
-                Variant::Federico if members <= self.neighbours + 1 => Some(DEFAULT_FOREIGN_CAP),
+                Variant::Federico if self.samples_every_model(members) => Some(DEFAULT_FOREIGN_CAP),
                 _ => None,
             },
         }
@@ -309,6 +309,12 @@ impl FedericoConfig {
         })
     }
 
+    /// Whether, in a federation of `members` silos, every silo samples every model each round
+    /// (members ≤ M + 1): where `"federico"` caps foreign gradients and does not soften.
+    fn samples_every_model(&self, members: usize) -> bool {
+        members <= self.neighbours + 1
+    }
+
     /// The [`Soften`] in force in a federation of `members` silos (`None`: off): the one given
     /// (`factor = 1`: off), else the variant's. `"federico"` softens where a silo samples only
     /// some of the models each round (members > M + 1, the suite's eight silos); where it
@@ -319,7 +325,7 @@ impl FedericoConfig {
         let s = match self.soften {
             Some(s) => s,
             None => match self.variant {
-                Variant::Federico if members > self.neighbours + 1 => DEFAULT_SOFTEN,
+                Variant::Federico if !self.samples_every_model(members) => DEFAULT_SOFTEN,
                 _ => return None,
             },
         };
@@ -480,7 +486,7 @@ impl Peer {
         seed: u64,
     ) -> Self {
         let mut table = CollaboratorTable::new(peers);
-        table.insert(me);
+        table.insert(me, 1.0);
         Self {
             me,
             cfg,
@@ -509,7 +515,8 @@ impl Peer {
     /// A peer became known (discovery, late join): it enters with ℓ = L̂ = 0 and `seen = false`,
     /// so greedy slots try it soon (spec §6, late joiners). Known peers are left as they are.
     pub fn handle_peer_joined(&mut self, peer: NodeId) {
-        self.table.insert(peer);
+        let a = self.cfg.sharpness(self.rounds, self.table.len());
+        self.table.insert(peer, a);
     }
 
     /// Step 1 of a round: the M other peers to pull models from, by ε-greedy on the current
@@ -550,10 +557,9 @@ impl Peer {
             .filter(|(_, l)| l.is_finite())
             .map(|&(id, l)| (id, kappa * l))
             .collect();
+        let a = self.cfg.sharpness(self.rounds + 1, self.table.len());
         self.table
-            .set_sharpness(self.cfg.sharpness(self.rounds + 1, self.table.len()));
-        self.table
-            .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking);
+            .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking, a);
         self.rounds += 1;
     }
 

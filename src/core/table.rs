@@ -37,20 +37,13 @@ pub fn ema_update(tracked: f64, loss: f64, beta: f64) -> f64 {
 }
 
 /// A node's row of the collaboration matrix, ordered by node id.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CollaboratorTable {
     entries: BTreeMap<NodeId, Entry>,
-    /// w_i· = softmax(−a · L̂_i·), aligned with `entries` (recomputed after every change).
+    /// w_i· = softmax(−a · L̂_i·), aligned with `entries` (recomputed after every change); a,
+    /// the multiplier of the tracked losses, is 1 but under [`super::Soften`] and comes with
+    /// each change.
     weights: Vec<f64>,
-    /// a: the multiplier of the tracked losses in the softmax (1 but under
-    /// [`super::Soften`]); the core sets it from its round count before each E-step.
-    sharpness: f64,
-}
-
-impl Default for CollaboratorTable {
-    fn default() -> Self {
-        Self::new([])
-    }
 }
 
 impl CollaboratorTable {
@@ -59,26 +52,32 @@ impl CollaboratorTable {
         let mut t = Self {
             entries: ids.into_iter().map(|id| (id, Entry::default())).collect(),
             weights: Vec::new(),
-            sharpness: 1.0,
         };
-        t.recompute();
+        t.recompute(1.0);
         t
     }
 
-    /// Adds a peer with the optimistic initial entry if it is new; returns whether it was.
-    pub fn insert(&mut self, id: NodeId) -> bool {
+    /// Adds a peer with the optimistic initial entry if it is new, recomputing the weights with
+    /// multiplier `a`; returns whether it was new.
+    pub fn insert(&mut self, id: NodeId, a: f64) -> bool {
         if self.entries.contains_key(&id) {
             return false;
         }
         self.entries.insert(id, Entry::default());
-        self.recompute();
+        self.recompute(a);
         true
     }
 
     /// The E-step of one round: set ℓ for the `measured` entries (unknown ids are added first),
     /// keep the previous ℓ for all others, then update L̂ for **every** entry and recompute the
-    /// weights.
-    pub fn record_round(&mut self, measured: &[(NodeId, f64)], beta: f64, tracking: LossTracking) {
+    /// weights as softmax(−a · L̂).
+    pub fn record_round(
+        &mut self,
+        measured: &[(NodeId, f64)],
+        beta: f64,
+        tracking: LossTracking,
+        a: f64,
+    ) {
         for &(id, loss) in measured {
             let e = self.entries.entry(id).or_default();
             e.last_loss = loss;
@@ -90,17 +89,10 @@ impl CollaboratorTable {
                 LossTracking::Accumulated => e.tracked_loss + e.last_loss,
             };
         }
-        self.recompute();
+        self.recompute(a);
     }
 
-    /// Sets a, the multiplier of the tracked losses in the softmax, for the next recomputation
-    /// (the next E-step or insert); the weights stand until then.
-    pub fn set_sharpness(&mut self, a: f64) {
-        self.sharpness = a;
-    }
-
-    fn recompute(&mut self) {
-        let a = self.sharpness;
+    fn recompute(&mut self, a: f64) {
         let scores: Vec<f64> = self.entries.values().map(|e| -a * e.tracked_loss).collect();
         self.weights = softmax(&scores);
     }
@@ -167,10 +159,11 @@ mod tests {
             &[(NodeId(0), 1.0), (NodeId(1), 2.0)],
             0.5,
             LossTracking::Ema,
+            1.0,
         );
         assert_eq!(t.entry(NodeId(1)).unwrap().tracked_loss, 1.0);
         // round 2: only node 0 measured; node 1 keeps ℓ = 2 and L̂ moves toward it (spec §9.5)
-        t.record_round(&[(NodeId(0), 1.0)], 0.5, LossTracking::Ema);
+        t.record_round(&[(NodeId(0), 1.0)], 0.5, LossTracking::Ema, 1.0);
         let e1 = t.entry(NodeId(1)).unwrap();
         assert_eq!(e1.last_loss, 2.0);
         assert!((e1.tracked_loss - 1.5).abs() < 1e-12);
@@ -189,6 +182,7 @@ mod tests {
                 &[(NodeId(0), 1.0), (NodeId(1), 1.2)],
                 0.6,
                 LossTracking::Accumulated,
+                1.0,
             );
         }
         assert!((t.entry(NodeId(1)).unwrap().tracked_loss - 120.0).abs() < 1e-9);
@@ -203,6 +197,7 @@ mod tests {
                 &[(NodeId(0), 1.0), (NodeId(1), 1.2)],
                 0.6,
                 LossTracking::Ema,
+                1.0,
             );
         }
         let w0 = t.weight(NodeId(0));
@@ -216,9 +211,10 @@ mod tests {
             &[(NodeId(0), 2.0), (NodeId(1), 2.0)],
             1.0,
             LossTracking::Ema,
+            1.0,
         );
-        assert!(t.insert(NodeId(7)));
-        assert!(!t.insert(NodeId(7)));
+        assert!(t.insert(NodeId(7), 1.0));
+        assert!(!t.insert(NodeId(7), 1.0));
         assert!(t.weight(NodeId(7)) > 0.7);
     }
 }

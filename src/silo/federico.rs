@@ -204,7 +204,7 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// (suspects back off exponentially); an older checkpoint is refused by name, not misread.
 /// 4: `FedericoConfig` gained `variant` and `push_cut`.
 /// 5: `FedericoConfig::mstep` became optional (absent: the variant's); `foreign_cap`.
-/// 6: `FedericoConfig` gained `soften`, the collaborator table its softmax multiplier.
+/// 6: `FedericoConfig` gained `soften`.
 const VERSION: u32 = 6;
 
 impl Checkpoint {
