@@ -41,14 +41,14 @@ fn the_ci_columns_of_the_quality_suite_meet_their_targets() {
     .expect("the suite runs");
     eprintln!("{text}");
     assert!(out.path().join("table.md").is_file());
-    // Each column's own FedeRiCo, and the defaults' (variant "default").
+    // Each column's own FedeRiCo (the defaults), and one step per round (variant "one step").
     let runs = columns.iter().flat_map(|c| {
         let dir = out.path().join(&c.id);
         let own = dir.join("summary.json");
-        let defaults = dir.join("variant-default").join("summary.json");
+        let one_step = dir.join("variant-one-step").join("summary.json");
         [
             (c.id.clone(), dir.clone(), own),
-            (format!("{} (defaults)", c.id), dir, defaults),
+            (format!("{} (one step)", c.id), dir, one_step),
         ]
     });
     for (id, dir, path) in runs {
