@@ -41,6 +41,12 @@ fn the_ci_columns_of_the_quality_suite_meet_their_targets() {
     .expect("the suite runs");
     eprintln!("{text}");
     assert!(out.path().join("table.md").is_file());
+    // Every column was computed here, and the table says on what.
+    let here = federico::report::machine::Machine::this().describe();
+    assert!(
+        text.contains(&format!("Every column: {here}.")),
+        "the table does not name this machine ({here})"
+    );
     // Each column's own FedeRiCo (the defaults), and one step per round (variant "one step").
     let runs = columns.iter().flat_map(|c| {
         let dir = out.path().join(&c.id);

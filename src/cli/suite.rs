@@ -31,12 +31,19 @@ pub struct SuiteArgs {
     /// List the columns and their simulate commands, run nothing.
     #[arg(long)]
     pub list: bool,
+    /// Run the columns' algorithms only, not the suite file's FedeRiCo variants (the ablation
+    /// runs, FedeRiCo alone once per variant and column).
+    #[arg(long)]
+    pub no_variants: bool,
 }
 
 /// Runs `federico suite`.
 pub(super) fn suite(args: SuiteArgs) -> anyhow::Result<()> {
     use crate::suite::{RunOptions, SuiteFile};
-    let file = SuiteFile::load(&args.suite)?;
+    let mut file = SuiteFile::load(&args.suite)?;
+    if args.no_variants {
+        file.variant.clear();
+    }
     let columns = file.columns(&args.suite, &args.set, &args.only)?;
     if columns.is_empty() {
         anyhow::bail!(
@@ -63,6 +70,9 @@ pub(super) fn suite(args: SuiteArgs) -> anyhow::Result<()> {
     }
     for s in &args.set {
         command += &format!(" --set '{s}'");
+    }
+    if args.no_variants {
+        command += " --no-variants";
     }
     eprintln!(
         "{}: {} columns × {} seeds, {} variant(s); results in {}/",

@@ -154,6 +154,10 @@ pub struct Timing {
     /// Per algorithm: seconds spent training and evaluating it (FedAvg's training is charged to
     /// both FedAvg and FedAvg+).
     pub algorithms: Vec<AlgorithmTiming>,
+    /// The machine that computed the seed (its L1 data cache decides the last bits of matrix
+    /// products: [`crate::report::machine`]); empty in files written before it was recorded.
+    #[serde(default)]
+    pub machine: crate::report::machine::Machine,
 }
 
 /// One algorithm's time on one seed.

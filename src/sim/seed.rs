@@ -319,6 +319,7 @@ pub(super) fn run_seed(
                 median_round_seconds: median(&train_rounds[s]),
             })
             .collect(),
+        machine: crate::report::machine::Machine::this(),
     };
     write_json(&dir.join("timing.json"), &timing)?;
     Ok(SeedRun {

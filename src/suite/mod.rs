@@ -414,6 +414,35 @@ pub fn read_summary(path: &Path) -> Result<Summary, SuiteError> {
     serde_json::from_str(&text).map_err(|e| io(&e))
 }
 
+/// Adds the machines recorded in a run folder's `seed-*/timing.json` to `out`, each once; a
+/// seed whose file does not name one (written before federico recorded it, or unreadable) adds
+/// an empty [`Machine`](crate::report::machine::Machine).
+fn add_machines(run: &Path, out: &mut Vec<crate::report::machine::Machine>) {
+    let Ok(entries) = std::fs::read_dir(run) else {
+        return;
+    };
+    let mut seeds: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("seed-"))
+        })
+        .collect();
+    seeds.sort();
+    for seed in seeds {
+        let machine = std::fs::read_to_string(seed.join("timing.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::report::records::Timing>(&t).ok())
+            .map(|t| t.machine)
+            .unwrap_or_default();
+        if !out.contains(&machine) {
+            out.push(machine);
+        }
+    }
+}
+
 /// Runs every column (reusing those already run with the same scenario) and its variants,
 /// calling `progress` with a line after each, then writes `table.md` in the output folder
 /// and returns its text.
@@ -429,11 +458,14 @@ pub fn run(
         let dir = opts.out.join(&c.id);
         let started = std::time::Instant::now();
         let (summary, mut ran) = run_one(&c.scenario, &dir, opts)?;
+        let mut machines = Vec::new();
+        add_machines(&dir, &mut machines);
         let mut variants = Vec::new();
         for v in &suite.variant {
             let scenario = c.variant(v)?;
             let vdir = dir.join(format!("variant-{}", slug(&v.label)));
             let (s, ran_now) = run_one(&scenario, &vdir, opts)?;
+            add_machines(&vdir, &mut machines);
             ran |= ran_now;
             variants.push((v.label.clone(), s));
         }
@@ -444,6 +476,7 @@ pub fn run(
             size: c.size,
             summary,
             variants,
+            machines,
         };
         let line = table::progress_line(&result);
         progress(&format!(

@@ -5,6 +5,7 @@
 //! Owns: [`ColumnResult`], [`render`] and the definitions of a per-silo win and of a target met.
 //! Must not: run anything or read files (it is handed the columns' summaries).
 
+use crate::report::machine::Machine;
 use crate::report::names::display_label;
 use crate::report::records::{AlgorithmSummary, Summary};
 use crate::report::table::mean_std;
@@ -35,6 +36,9 @@ pub struct ColumnResult {
     pub summary: Summary,
     /// Each variant's label and summary (FedeRiCo only).
     pub variants: Vec<(String, Summary)>,
+    /// The machines that computed the column and its variants, each once, from the seeds'
+    /// `timing.json` (an empty [`Machine`] for seeds that did not record it).
+    pub machines: Vec<Machine>,
 }
 
 /// FedeRiCo against Local over every silo of every seed: (wins, ties, losses).
@@ -196,10 +200,50 @@ pub fn render(title: &str, command: &str, columns: &[ColumnResult]) -> String {
     }
     out += "\n";
     out += &tally.render(columns.len());
-    if first.variants.is_empty() {
-        return out;
+    if !first.variants.is_empty() {
+        out += &variants(columns);
     }
-    out += &variants(columns);
+    out += &machines(columns);
+    out
+}
+
+/// Which machine computed which columns. The last bits of every matrix product, and so a
+/// chaotic run's accuracy, depend on it ([`crate::report::machine`]).
+fn machines(columns: &[ColumnResult]) -> String {
+    let mut seen: Vec<(&Machine, Vec<&str>)> = Vec::new();
+    for c in columns {
+        for m in &c.machines {
+            match seen.iter_mut().find(|(k, _)| *k == m) {
+                Some((_, ids)) => {
+                    if ids.last() != Some(&c.id.as_str()) {
+                        ids.push(&c.id)
+                    }
+                }
+                None => seen.push((m, vec![&c.id])),
+            }
+        }
+    }
+    let describe = |m: &Machine| {
+        if *m == Machine::default() {
+            "not recorded (run before federico recorded it)".to_string()
+        } else {
+            m.describe()
+        }
+    };
+    let mut out = String::from(
+        "\n## Machine\n\nThe level-1 data cache decides in what order matrix products add their \
+         terms, so the same command gives slightly different numbers on another machine \
+         (docs/quality.md, \"Results depend on the machine\").\n\n",
+    );
+    match seen.as_slice() {
+        [] => out += "No column recorded its machine.\n",
+        [(m, _)] => out += &format!("Every column: {}.\n", describe(m)),
+        _ => {
+            for (m, ids) in &seen {
+                out += &format!("- {}: {}\n", describe(m), ids.join(", "));
+            }
+        }
+    }
     out
 }
 

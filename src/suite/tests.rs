@@ -198,6 +198,7 @@ fn column(summary: Summary, variants: Vec<(String, Summary)>) -> ColumnResult {
         size: 50,
         summary,
         variants,
+        machines: Vec::new(),
     }
 }
 
@@ -335,4 +336,50 @@ fn stamps_compare_the_federico_settings_in_force() {
     ));
     assert!(!same_scenario(&old, &stamp(8, r#""beta": 0.5"#)));
     assert!(!same_scenario("not json", &old));
+}
+
+#[test]
+fn the_table_names_the_machines_that_computed_it() {
+    use crate::report::machine::Machine;
+    let here = Machine {
+        cpu: Some("CPU A".into()),
+        arch: "x86_64 avx2+fma".into(),
+        l1d_bytes: Some(48 * 1024),
+        l1d_ways: Some(12),
+    };
+    let there = Machine {
+        l1d_ways: Some(8),
+        ..here.clone()
+    };
+    let mut a = column(
+        summary(&[
+            ("local", &[0.8], &[&[0.8, 0.8]]),
+            ("federico", &[0.9], &[&[0.9, 0.9]]),
+        ]),
+        vec![],
+    );
+    a.machines = vec![here.clone()];
+    let text = render("t", "cmd", std::slice::from_ref(&a));
+    assert!(
+        text.contains("Every column: CPU A (x86_64 avx2+fma), L1d 48 KiB 12-way."),
+        "{text}"
+    );
+    let mut b = a.clone();
+    b.id = "y".into();
+    b.machines = vec![there, Machine::default()];
+    let mut c = a.clone();
+    c.id = "z".into();
+    let text = render("t", "cmd", &[a, b, c]);
+    assert!(
+        text.contains("- CPU A (x86_64 avx2+fma), L1d 48 KiB 12-way: x, z\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- CPU A (x86_64 avx2+fma), L1d 48 KiB 8-way: y\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- not recorded (run before federico recorded it): y\n"),
+        "{text}"
+    );
 }
