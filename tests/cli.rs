@@ -409,3 +409,52 @@ fn simulate_exports_models_that_predict_what_the_run_reported() {
         }
     }
 }
+
+/// `federico suite --no-variants` runs the columns alone; without it the suite file's FedeRiCo
+/// variants run beside them. The table names the machine that computed it.
+#[test]
+fn suite_runs_variants_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("base.toml"),
+        "name = \"base\"\nrounds = 3\nalgorithms = [\"local\", \"federico\"]\n\
+         [data]\nsource = \"mixture\"\n[split]\nclients = 4\ngroups = 2\n[train]\nbatch_size = 20\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("suite.toml"),
+        "name = \"t\"\nseeds = [1]\nrounds = 3\nalgorithms = [\"local\", \"federico\"]\n\
+         sizes = [30]\ntest_per_silo = 10\n\
+         [[data]]\nlabel = \"Mix\"\nscenario = \"base.toml\"\n\
+         [[split]]\nlabel = \"G=2\"\nset = [\"split.groups=2\"]\n\
+         [[variant]]\nlabel = \"one step\"\nset = [\"federico.mstep=\\\"full\\\"\"]\n",
+    )
+    .unwrap();
+    let suite = |extra: &[&str]| {
+        let out = federico()
+            .current_dir(dir.path())
+            .args(["suite", "suite.toml", "--out", "out"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let column = dir.path().join("out/mix-g2-n30");
+    let table = suite(&["--no-variants"]);
+    assert!(column.join("summary.json").is_file());
+    assert!(!column.join("variant-one-step").exists());
+    assert!(
+        table.contains("`federico suite suite.toml --no-variants`"),
+        "{table}"
+    );
+    assert!(table.contains("\n## Machine\n"), "{table}");
+    assert!(table.contains("Every column: "), "{table}");
+    let table = suite(&[]);
+    assert!(column.join("variant-one-step/summary.json").is_file());
+    assert!(table.contains("one step"), "{table}");
+}
