@@ -203,6 +203,9 @@ pub fn render(title: &str, command: &str, columns: &[ColumnResult]) -> String {
     if !first.variants.is_empty() {
         out += &variants(columns);
     }
+    if !out.ends_with("\n\n") {
+        out.push('\n');
+    }
     out += &machines(columns);
     out
 }
@@ -231,7 +234,7 @@ fn machines(columns: &[ColumnResult]) -> String {
         }
     };
     let mut out = String::from(
-        "\n## Machine\n\nThe level-1 data cache decides in what order matrix products add their \
+        "## Machine\n\nThe level-1 data cache decides in what order matrix products add their \
          terms, so the same command gives slightly different numbers on another machine \
          (docs/quality.md, \"Results depend on the machine\").\n\n",
     );
