@@ -414,25 +414,12 @@ pub fn read_summary(path: &Path) -> Result<Summary, SuiteError> {
     serde_json::from_str(&text).map_err(|e| io(&e))
 }
 
-/// Adds the machines recorded in a run folder's `seed-*/timing.json` to `out`, each once; a
-/// seed whose file does not name one (written before federico recorded it, or unreadable) adds
-/// an empty [`Machine`](crate::report::machine::Machine).
-fn add_machines(run: &Path, out: &mut Vec<crate::report::machine::Machine>) {
-    let Ok(entries) = std::fs::read_dir(run) else {
-        return;
-    };
-    let mut seeds: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("seed-"))
-        })
-        .collect();
-    seeds.sort();
+/// Adds the machines recorded in the `seed-N/timing.json` of a run folder's `seeds` to `out`,
+/// each once; a seed whose file does not name one (written before federico recorded it, or
+/// unreadable) adds an empty [`Machine`](crate::report::machine::Machine).
+fn add_machines(run: &Path, seeds: &[u64], out: &mut Vec<crate::report::machine::Machine>) {
     for seed in seeds {
-        let machine = std::fs::read_to_string(seed.join("timing.json"))
+        let machine = std::fs::read_to_string(run.join(format!("seed-{seed}/timing.json")))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::report::records::Timing>(&t).ok())
             .map(|t| t.machine)
@@ -459,13 +446,13 @@ pub fn run(
         let started = std::time::Instant::now();
         let (summary, mut ran) = run_one(&c.scenario, &dir, opts)?;
         let mut machines = Vec::new();
-        add_machines(&dir, &mut machines);
+        add_machines(&dir, &summary.seeds, &mut machines);
         let mut variants = Vec::new();
         for v in &suite.variant {
             let scenario = c.variant(v)?;
             let vdir = dir.join(format!("variant-{}", slug(&v.label)));
             let (s, ran_now) = run_one(&scenario, &vdir, opts)?;
-            add_machines(&vdir, &mut machines);
+            add_machines(&vdir, &s.seeds, &mut machines);
             ran |= ran_now;
             variants.push((v.label.clone(), s));
         }
