@@ -161,6 +161,11 @@ pub struct PredictArgs {
     /// Shards: predict on the training split instead of the test split.
     #[arg(long)]
     pub train_split: bool,
+    /// The feature constants the model was trained with (`scale.json`, written beside the
+    /// shards by `init`/`partition` and per seed by `simulate` where `data.standardize` is on):
+    /// applied to the rows read before predicting. Not for shards, which hold standardized rows.
+    #[arg(long)]
+    pub scale: Option<PathBuf>,
     /// Write the predictions here instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -481,7 +486,18 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             class_names: args.class_names.clone(),
         },
     };
-    let data = input.load(learner.outputs())?;
+    let mut data = input.load(learner.outputs())?;
+    if let Some(path) = &args.scale {
+        if format == PredictFormat::Shard {
+            anyhow::bail!(
+                "--scale is for rows in their own units: {} is a shard, whose rows were \
+                 standardized when it was written; drop --scale",
+                files[0].display()
+            );
+        }
+        crate::learn::FeatureScale::read(path)?
+            .apply_checked(&mut data, &files[0].display().to_string())?;
+    }
     let mixed = model.predict(&mut learner, &data)?;
     let width = learner.outputs();
     let mut text = String::new();

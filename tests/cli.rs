@@ -410,6 +410,136 @@ fn simulate_exports_models_that_predict_what_the_run_reported() {
     }
 }
 
+/// Own CSV columns in their own units: `simulate` standardizes them and writes the constants
+/// (`scale.json`) per seed, `partition` writes the same beside its shards, and `predict`
+/// applies them to rows in their own units (`--scale`): the exported model then predicts raw
+/// rows as it predicts the shard's, and `--scale` on a shard is refused.
+#[test]
+fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    // The own-data example's clinics, as a sensor would report them: gain 80, offset 500.
+    let clinics = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/own-data/clinics.csv"
+    ))
+    .unwrap();
+    let mut lines = clinics.lines();
+    let mut raw = format!("{}\n", lines.next().unwrap());
+    for l in lines {
+        let cells: Vec<&str> = l.split(',').collect();
+        let (x, rest) = cells.split_at(6);
+        let x: Vec<String> = x
+            .iter()
+            .map(|v| format!("{:.3}", 500.0 + 80.0 * v.parse::<f64>().unwrap()))
+            .collect();
+        raw += &format!("{},{}\n", x.join(","), rest.join(","));
+    }
+    std::fs::write(dir.path().join("raw.csv"), raw).unwrap();
+    std::fs::write(
+        dir.path().join("raw.toml"),
+        "name = \"raw\"\nrounds = 3\nalgorithms = [\"local\", \"federico\"]\n\
+         [data]\nsource = \"csv\"\nfiles = [\"raw.csv\"]\nlabel_column = \"outcome\"\n\
+         silo_column = \"clinic\"\n[split]\nkind = \"natural\"\ntrain_fraction = 0.8\n\
+         [model]\nkind = \"softmax\"\n[train]\nlr = 0.01\nbatch_size = 20\n\
+         [federico]\nneighbours = 2\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        federico()
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&[
+        "simulate", "raw.toml", "--seed", "1", "--export", "--quiet", "--out", "run",
+    ]);
+    ok(&["partition", "raw.toml", "--seed", "1", "--out", "shards"]);
+    let read = |p: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(p)).unwrap()).unwrap()
+    };
+    let scale = read("shards/scale.json");
+    assert_eq!(scale, read("run/seed-1/scale.json"));
+    let mean: Vec<f64> = scale["mean"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let std: Vec<f64> = scale["std"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(mean.len(), 6);
+    assert!(mean.iter().all(|m| (300.0..700.0).contains(m)), "{mean:?}");
+    assert!(std.iter().all(|s| (40.0..200.0).contains(s)), "{std:?}");
+
+    let model = "run/seed-1/models/federico/silo-0/model.json";
+    let from_shard = ok(&["predict", "--model", model, "--data", "shards/silo-0.shard"]);
+    // The shard's test rows back in their own units, as a new patient's would come.
+    let shard: federico::learn::Shard =
+        federico::learn::Shard::read(&dir.path().join("shards/silo-0.shard")).unwrap();
+    let test = &shard.data.test;
+    let federico::learn::Labels::Class { ids, .. } = &test.labels else {
+        panic!("a classification shard")
+    };
+    let mut csv = String::from("a,b,c,d,e,f,label\n");
+    for (row, y) in test.features.chunks(6).zip(ids) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(mean.iter().zip(&std))
+            .map(|(x, (m, s))| format!("{}", *x as f64 * s + m))
+            .collect();
+        csv += &format!("{},{y}\n", cells.join(","));
+    }
+    std::fs::write(dir.path().join("new.csv"), csv).unwrap();
+    let from_raw = ok(&[
+        "predict",
+        "--model",
+        model,
+        "--data",
+        "new.csv",
+        "--scale",
+        "shards/scale.json",
+    ]);
+    let column = |t: &str| {
+        t.lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(column(&from_raw), column(&from_shard));
+    // Without the scale the raw rows are far from what the model learned on.
+    let unscaled = ok(&["predict", "--model", model, "--data", "new.csv"]);
+    assert_ne!(column(&unscaled), column(&from_shard));
+    let out = run(&[
+        "predict",
+        "--model",
+        model,
+        "--data",
+        "shards/silo-0.shard",
+        "--scale",
+        "shards/scale.json",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is a shard") && err.contains("drop --scale"),
+        "{err}"
+    );
+}
+
 /// `federico suite --no-variants` runs the columns alone; without it the suite file's FedeRiCo
 /// variants run beside them. The table names the machine that computed it.
 #[test]

@@ -32,7 +32,8 @@ const CONFIG_HEAD: &str = "\
 # Relative paths are relative to this file. For a real host: listen on
 # /ip4/0.0.0.0/tcp/<port> (or the host's address) instead of 127.0.0.1, point [data] at this
 # silo's own files (format = \"csv\" | \"idx\" | \"cifar10\", see the README) or a shard, and keep
-# `key` on this machine only.
+# `key` on this machine only. CSV columns in their own units need the federation's
+# `scale = \"<scale.json>\"` (docs/data.md), the same file at every silo.
 ";
 
 /// What `init` wrote.

@@ -58,8 +58,14 @@ fn split(
     out: &Path,
 ) -> anyhow::Result<(Federation, Vec<PathBuf>)> {
     let real = scenario.load_real(scenario.data_dir(data_dir).as_deref())?;
-    let fed = scenario.federation(real.as_ref(), &mut Scenario::data_rng(seed))?;
+    let (fed, scale) = scenario.federation_scaled(real.as_ref(), &mut Scenario::data_rng(seed))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    if let Some(scale) = scale {
+        // The shards hold standardized features; new rows need the same constants.
+        let path = out.join("scale.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&scale)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let mut paths = Vec::new();
     for (i, client) in fed.clients.iter().enumerate() {
         let path = out.join(format!("silo-{i}.shard"));

@@ -1,8 +1,8 @@
 //! The `[data]` and `[split]` sections of a scenario, and turning them into a run's data: the
 //! data directory, the real data set loaded once, and each run's [`Federation`].
 //! Owns: [`DataConfig`], [`Source`], [`SplitConfig`], [`SplitKind`], [`Loaded`],
-//! [`CLUSTER4_ODD_SHARE`] and `Scenario::{data_dir, load_real, federation}`: the pool's size
-//! and which partitioner cuts it.
+//! [`CLUSTER4_ODD_SHARE`] and `Scenario::{data_dir, load_real, federation}`: the pool's size,
+//! which partitioner cuts it, and whether the features are standardized.
 //! Must not: validate the whole file (`validate.rs`), find or read own files (`own.rs`), or
 //! implement a loader or a partitioner (`learn::loaders`, `learn::partition`).
 
@@ -10,6 +10,7 @@ use super::own::{OwnData, Silos, attach_test};
 use super::{DATA_DIR_ENV, Scenario, ScenarioError};
 use crate::learn::loaders::{self, Column, RealSource};
 use crate::learn::partition::Assign;
+use crate::learn::scale::{self, FeatureScale};
 use crate::learn::synthetic::{self, MixtureParams};
 use crate::learn::{DataError, Dataset, Federation, partition};
 use rand::rngs::StdRng;
@@ -97,6 +98,10 @@ pub struct DataConfig {
     pub silo_column: Option<Column>,
     /// Own data: the number of classes (default: as found, see `learn::loaders::unify`).
     pub classes: Option<usize>,
+    /// Own data: put every feature on one scale (z-scores with constants fitted on every
+    /// silo's training part together, [`crate::learn::scale`]) before training. Default: on for
+    /// `"csv"` (columns in their own units), off for `"idx"` and `"images"` (pixels in [0, 1]).
+    pub standardize: Option<bool>,
     /// Mixture: input clusters per group.
     pub classes_per_group: usize,
     /// Mixture: feature dimension.
@@ -124,6 +129,7 @@ impl Default for DataConfig {
             label_column: None,
             silo_column: None,
             classes: None,
+            standardize: None,
             classes_per_group: 4,
             dim: 40,
             train: 40,
@@ -316,16 +322,33 @@ impl Scenario {
         })
     }
 
+    /// Whether features are standardized (`data.standardize`, else the source's default: on
+    /// for CSV only).
+    pub fn standardizes(&self) -> bool {
+        self.data
+            .standardize
+            .unwrap_or(self.data.source == Source::Csv)
+    }
+
     /// The federation of one run: generated (synthetic) or subsampled and split (real), from the
-    /// run's data stream.
+    /// run's data stream; standardized where [`Self::standardizes`].
     pub fn federation(
         &self,
         real: Option<&Loaded>,
         rng: &mut StdRng,
     ) -> Result<Federation, ScenarioError> {
+        Ok(self.federation_scaled(real, rng)?.0)
+    }
+
+    /// [`Self::federation`] and the [`FeatureScale`] applied to it, if any.
+    pub fn federation_scaled(
+        &self,
+        real: Option<&Loaded>,
+        rng: &mut StdRng,
+    ) -> Result<(Federation, Option<FeatureScale>), ScenarioError> {
         let d = &self.data;
         let sp = &self.split;
-        let fed = match (d.source, real) {
+        let mut fed = match (d.source, real) {
             (Source::Mixture, _) => synthetic::label_group_mixture(
                 &MixtureParams {
                     clients: sp.clients,
@@ -364,6 +387,11 @@ impl Scenario {
                 fed
             }
         };
-        Ok(fed)
+        let scale = if self.standardizes() {
+            scale::standardize(&mut fed)
+        } else {
+            None
+        };
+        Ok((fed, scale))
     }
 }

@@ -43,8 +43,9 @@ fn csv_pool_by_header_name_relative_to_the_scenario_file() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join("data")).unwrap();
     write_csv(&tmp.path().join("data/pool.csv"), 300);
+    // Features as read (`standardize = false`): the test below reads them back.
     let text = "[data]\nsource = \"csv\"\nfiles = [\"data/pool.csv\"]\nlabel_column = \"label\"\n\
-                silo_column = \"site\"\n[split]\nkind = \"natural\"\n";
+                silo_column = \"site\"\nstandardize = false\n[split]\nkind = \"natural\"\n";
     // From another working directory: the path is the scenario file's.
     let s = load(tmp.path(), text).unwrap();
     assert_eq!(s.split.clients, 2, "two sites");
@@ -322,4 +323,65 @@ fn idx_of_any_size_and_image_folders_with_a_test_set() {
     assert_eq!(ids(&f.clients[1].test), [1, 1, 1, 2, 2, 2]);
     let e = federation_err(tmp.path(), &text.replace("\"s1\"", "\"s9\""));
     assert!(e.contains("s9") && e.contains("no such folder"), "{e}");
+}
+
+#[test]
+fn csv_features_are_standardized_on_the_silos_training_rows_unless_turned_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Feature x0 = 500 + 80·(class index), x1 in [0, 1): columns in their own units.
+    let mut text = String::from("x0,x1,site,label\n");
+    for i in 0..300 {
+        let class = ["cat", "dog", "emu"][i % 3];
+        let site = if i % 2 == 0 { "a" } else { "b" };
+        let x0 = 500 + 80 * (i % 3);
+        text += &format!("{x0},{},{site},{class}\n", (i * 7 % 5) as f32 / 5.0);
+    }
+    std::fs::write(tmp.path().join("pool.csv"), text).unwrap();
+    let scenario = |extra: &str| {
+        format!(
+            "[data]\nsource = \"csv\"\nfiles = [\"pool.csv\"]\nlabel_column = \"label\"\n\
+             silo_column = \"site\"\n{extra}[split]\nkind = \"natural\"\n"
+        )
+    };
+    let s = load(tmp.path(), &scenario("")).unwrap();
+    assert!(s.standardizes(), "on by default for CSV");
+    let data = s.load_real(None).unwrap();
+    let (f, scale) = s
+        .federation_scaled(data.as_ref(), &mut Scenario::data_rng(1))
+        .unwrap();
+    let scale = scale.expect("a CSV federation is standardized");
+    // The constants are the training rows' (both silos together), and they give mean 0 and
+    // std 1 there; the test rows are rescaled with the same constants.
+    let train: Vec<f32> = f
+        .clients
+        .iter()
+        .flat_map(|c| c.train.features.chunks(2).map(|r| r[0]))
+        .collect();
+    let n = train.len() as f32;
+    let mean = train.iter().sum::<f32>() / n;
+    let var = train.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n;
+    assert!(
+        mean.abs() < 1e-4 && (var - 1.0).abs() < 1e-3,
+        "{mean} {var}"
+    );
+    assert!((scale.mean[0] - 580.0).abs() < 10.0, "{:?}", scale.mean);
+    for c in &f.clients {
+        for (i, y) in ids(&c.test).iter().enumerate() {
+            let raw = 500.0 + 80.0 * *y as f32;
+            assert!((c.test.row(i)[0] - (raw - scale.mean[0]) / scale.std[0]).abs() < 1e-5);
+        }
+    }
+    // The same split as without it: only the values change.
+    let off = load(tmp.path(), &scenario("standardize = false\n")).unwrap();
+    assert!(!off.standardizes());
+    let raw = federation(&off, 1);
+    for (a, b) in raw.clients.iter().zip(&f.clients) {
+        assert_eq!(ids(&a.train), ids(&b.train));
+        assert_eq!(a.train.row(0)[0], 500.0 + 80.0 * ids(&a.train)[0] as f32);
+    }
+    // Built-in data sets and synthetic sources have no such switch.
+    let e = Scenario::parse("[data]\nsource = \"mnist\"\nstandardize = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("data.standardize is for own data"), "{e}");
 }

@@ -240,6 +240,7 @@ impl Scenario {
                 (d.label_column.is_some(), "label_column"),
                 (d.silo_column.is_some(), "silo_column"),
                 (d.classes.is_some(), "classes"),
+                (d.standardize.is_some(), "standardize"),
             ];
             if let Some((_, f)) = stray.iter().find(|(on, _)| *on) {
                 return Err(ScenarioError::Invalid(format!(

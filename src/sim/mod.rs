@@ -273,6 +273,8 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
 /// What every run of a seed starts from.
 struct Setup {
     fed: Federation,
+    /// The constants `fed`'s features were standardized with, if any (`data.standardize`).
+    scale: Option<crate::learn::FeatureScale>,
     spec: ModelSpec,
     /// One learner workspace per silo.
     learners: Vec<Learner>,
@@ -286,7 +288,7 @@ fn setup(
     seed: u64,
     real: Option<&crate::scenario::Loaded>,
 ) -> Result<Setup, SimError> {
-    let fed = scenario.federation(real, &mut Scenario::data_rng(seed))?;
+    let (fed, scale) = scenario.federation_scaled(real, &mut Scenario::data_rng(seed))?;
     let first = &fed.clients[0].train;
     let spec = scenario.model_spec(&first.sample_shape, first.num_classes())?;
     let learners = (0..fed.clients.len())
@@ -303,6 +305,7 @@ fn setup(
         .collect();
     Ok(Setup {
         fed,
+        scale,
         spec,
         learners,
         init,

@@ -78,11 +78,16 @@ pub(super) fn run_seed(
 ) -> Result<SeedRun, SimError> {
     let Setup {
         fed,
+        scale,
         spec,
         learners,
         init,
     } = setup(scenario, seed, real)?;
     write_json(&dir.join("partition.json"), &fed.report())?;
+    if let Some(scale) = &scale {
+        // Exported models read standardized features: `predict --scale` applies these.
+        write_json(&dir.join("scale.json"), scale)?;
+    }
     let regression = spec.is_regression();
     let num_params = init[0].len();
     let mut ctx = Ctx {

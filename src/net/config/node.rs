@@ -104,6 +104,12 @@ pub struct DataSource {
     /// this silo's class folders).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
+    /// CSV: the federation's feature constants (a `scale.json`: a mean and a std per column,
+    /// the same file at every silo), applied to the training and test rows as they are read.
+    /// Columns in their own units (years, mmHg, a sensor's counts) train badly; `init` and
+    /// `partition` write one for a CSV scenario (`docs/data.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<PathBuf>,
 }
 
 impl DataSource {
@@ -113,6 +119,11 @@ impl DataSource {
             (Some(_), None) => {
                 if !self.train.is_empty() || !self.test.is_empty() {
                     return Err("data: give either shard or format with train/test files, not both".into());
+                }
+                if self.scale.is_some() {
+                    return Err(
+                        "data.scale is for format \"csv\": a shard's rows were standardized when it was written".into(),
+                    );
                 }
                 Ok(())
             }
@@ -132,6 +143,11 @@ impl DataSource {
                             DataFormat::Csv => "one file each",
                             DataFormat::Images => "one folder each",
                         }
+                    ));
+                }
+                if self.scale.is_some() && f != DataFormat::Csv {
+                    return Err(format!(
+                        "data.scale is for format \"csv\" (rows in their own units), not {f:?}"
                     ));
                 }
                 if f == DataFormat::Csv && self.classes.is_none_or(|c| c < 2) {
@@ -179,12 +195,17 @@ impl DataSource {
                 Err(crate::learn::DataError::Invalid("data: no source".into()))
             }
         };
-        let (train, test) = (part(&self.train)?, part(&self.test)?);
+        let (mut train, mut test) = (part(&self.train)?, part(&self.test)?);
         if train.sample_shape != test.sample_shape {
             return Err(crate::learn::DataError::Invalid(format!(
                 "data: train samples are {:?} but test samples are {:?}",
                 train.sample_shape, test.sample_shape
             )));
+        }
+        if let Some(path) = &self.scale {
+            let scale = crate::learn::FeatureScale::read(path)?;
+            scale.apply_checked(&mut train, &self.train[0].display().to_string())?;
+            scale.apply_checked(&mut test, &self.test[0].display().to_string())?;
         }
         Ok(crate::learn::ClientData {
             train,
@@ -294,6 +315,7 @@ impl NodeConfig {
         let paths = [&mut cfg.key, &mut cfg.manifest, &mut cfg.state_dir]
             .into_iter()
             .chain(data.shard.as_mut())
+            .chain(data.scale.as_mut())
             .chain(data.train.iter_mut())
             .chain(data.test.iter_mut());
         for p in paths {
@@ -494,6 +516,14 @@ shard = "a.shard"
                 "data.classes",
             ),
             ("", "data needs shard"),
+            (
+                "shard = \"a\"\nscale = \"s.json\"",
+                "a shard's rows were standardized",
+            ),
+            (
+                "format = \"idx\"\ntrain = [\"a\", \"b\"]\ntest = [\"c\", \"d\"]\nscale = \"s.json\"",
+                "data.scale is for format \"csv\"",
+            ),
         ] {
             let text = GOOD.replace("shard = \"a.shard\"", data);
             let c: NodeConfig = toml::from_str(&text).unwrap();
@@ -511,5 +541,43 @@ shard = "a.shard"
         let bad = format!("bootstrap = [\"/ip4/1.2.3.4/tcp/1\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().contains("/p2p/"));
+    }
+
+    #[test]
+    fn a_csv_silo_applies_the_federations_scale_to_both_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = "age,pressure,label\n40,120,0\n60,140,1\n";
+        std::fs::write(dir.path().join("train.csv"), csv).unwrap();
+        std::fs::write(
+            dir.path().join("test.csv"),
+            "age,pressure,label\n50,130,1\n",
+        )
+        .unwrap();
+        let scale = r#"{"mean": [50.0, 130.0], "std": [10.0, 20.0]}"#;
+        std::fs::write(dir.path().join("scale.json"), scale).unwrap();
+        let data = "format = \"csv\"\ntrain = [\"train.csv\"]\ntest = [\"test.csv\"]\n\
+                    classes = 2\nscale = \"scale.json\"";
+        let text = GOOD.replace("shard = \"a.shard\"", data);
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, &text).unwrap();
+        // Relative to the config, as every path in it.
+        let cfg = NodeConfig::load(&path).unwrap();
+        assert_eq!(
+            cfg.data.scale.as_deref(),
+            Some(dir.path().join("scale.json").as_path())
+        );
+        let d = cfg.data.load().unwrap();
+        assert_eq!(d.train.features, vec![-1.0, -0.5, 1.0, 0.5]);
+        assert_eq!(d.test.features, vec![0.0, 0.0]);
+        // A scale for other columns, or a broken one, stops the node with the file's name.
+        for (bad, why) in [
+            (r#"{"mean": [50.0], "std": [10.0]}"#, "rows of 2 features"),
+            (r#"{"mean": [50.0, 1.0], "std": [10.0, 0.0]}"#, "std 0"),
+            (r#"{"mean": [50.0, 1.0]}"#, "not a feature scale"),
+        ] {
+            std::fs::write(dir.path().join("scale.json"), bad).unwrap();
+            let e = cfg.data.load().unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }
