@@ -469,18 +469,11 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
     };
     let scale = read("shards/scale.json");
     assert_eq!(scale, read("run/seed-1/scale.json"));
-    let mean: Vec<f64> = scale["mean"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    let std: Vec<f64> = scale["std"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
+    let values = |key: &str| -> Vec<f64> {
+        let list = scale[key].as_array().unwrap();
+        list.iter().map(|v| v.as_f64().unwrap()).collect()
+    };
+    let (mean, std) = (values("mean"), values("std"));
     assert_eq!(mean.len(), 6);
     assert!(mean.iter().all(|m| (300.0..700.0).contains(m)), "{mean:?}");
     assert!(std.iter().all(|s| (40.0..200.0).contains(s)), "{std:?}");
