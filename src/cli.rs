@@ -161,9 +161,10 @@ pub struct PredictArgs {
     /// Shards: predict on the training split instead of the test split.
     #[arg(long)]
     pub train_split: bool,
-    /// The feature constants the model was trained with (`scale.json`, written beside the
-    /// shards by `init`/`partition` and per seed by `simulate` where `data.standardize` is on):
-    /// applied to the rows read before predicting. Not for shards, which hold standardized rows.
+    /// The feature constants to apply to the rows read before predicting (a `scale.json`, as
+    /// `init`/`partition` write beside the shards and `simulate` per seed where
+    /// `data.standardize` is on) [default: those in the model's card, which a model trained on
+    /// standardized columns carries]. Not for shards, which hold standardized rows.
     #[arg(long)]
     pub scale: Option<PathBuf>,
     /// Write the predictions here instead of stdout.
@@ -497,6 +498,11 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         }
         crate::learn::FeatureScale::read(path)?
             .apply_checked(&mut data, &files[0].display().to_string())?;
+    } else if let (Some(scale), false) = (&model.card.scale, format == PredictFormat::Shard) {
+        // The model learned on standardized columns: new rows come in their own units.
+        scale
+            .apply_checked(&mut data, &files[0].display().to_string())
+            .with_context(|| format!("the feature scale in {}", args.model.display()))?;
     }
     let mixed = model.predict(&mut learner, &data)?;
     let width = learner.outputs();

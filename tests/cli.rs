@@ -513,9 +513,24 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
             .collect::<Vec<_>>()
     };
     assert_eq!(column(&from_raw), column(&from_shard));
-    // Without the scale the raw rows are far from what the model learned on.
-    let unscaled = ok(&["predict", "--model", model, "--data", "new.csv"]);
-    assert_ne!(column(&unscaled), column(&from_shard));
+    // The model's card carries the constants, so the raw rows need no --scale.
+    assert_eq!(read(model)["scale"], scale);
+    let from_card = ok(&["predict", "--model", model, "--data", "new.csv"]);
+    assert_eq!(column(&from_card), column(&from_shard));
+    // A scale for other rows is refused, naming the file.
+    std::fs::write(
+        dir.path().join("bad.json"),
+        r#"{"mean": [0.0, 0.0], "std": [1.0, 1.0]}"#,
+    )
+    .unwrap();
+    let out = run(&[
+        "predict", "--model", model, "--data", "new.csv", "--scale", "bad.json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("new.csv") && err.contains("has 2"),
+        "{err}"
+    );
     let out = run(&[
         "predict",
         "--model",

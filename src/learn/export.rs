@@ -8,7 +8,7 @@
 //! §5.3); a coordinated silo's is one part of weight 1.
 //! Must not: decide what to export (the drivers do) or run a model (the [`Learner`] does).
 
-use super::{Dataset, LearnError, Learner, ModelSpec};
+use super::{Dataset, FeatureScale, LearnError, Learner, ModelSpec};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -47,6 +47,10 @@ pub struct ModelCard {
     pub test_accuracy: Option<f64>,
     /// The safetensors file, relative to this one.
     pub weights: String,
+    /// The feature constants the parts were trained with (standardized CSV columns), which
+    /// `predict` applies to rows in their own units; absent when the rows were used as read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<FeatureScale>,
 }
 
 /// A predictor read back: the card and each part's flat parameters.
@@ -78,7 +82,7 @@ fn err(path: &Path, what: impl std::fmt::Display) -> LearnError {
 
 /// Writes `<dir>/model.safetensors` and `<dir>/model.json` (each through a temporary file and a
 /// rename, the JSON last: a reader never sees a card without its weights). `parts` are
-/// `(owner, parameters, weight)`.
+/// `(owner, parameters, weight)`; `scale`, the feature constants of the silo's rows, if any.
 pub fn write(
     dir: &Path,
     learner: &Learner,
@@ -86,6 +90,7 @@ pub fn write(
     parts: &[(String, &[f32], f64)],
     round: u64,
     test_accuracy: Option<f64>,
+    scale: Option<&FeatureScale>,
 ) -> Result<PathBuf, LearnError> {
     let layout = learner.layout();
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
@@ -126,6 +131,7 @@ pub fn write(
         round,
         test_accuracy,
         weights: "model.safetensors".into(),
+        scale: scale.cloned(),
     };
     let json = dir.join("model.json");
     let text = serde_json::to_string_pretty(&card).map_err(|e| err(&json, e))? + "\n";
@@ -286,9 +292,25 @@ mod tests {
             ("silo-0".to_string(), a.as_slice(), 0.25),
             ("silo-3".to_string(), b.as_slice(), 0.75),
         ];
-        let json = write(dir.path(), &learner, "silo-0", &parts, 7, Some(0.5)).unwrap();
-        let (got, mut learner) = read(&json).unwrap();
+        let scale = FeatureScale {
+            mean: vec![0.5; 4],
+            std: vec![2.0; 4],
+        };
+        let json = write(
+            dir.path(),
+            &learner,
+            "silo-0",
+            &parts,
+            7,
+            Some(0.5),
+            Some(&scale),
+        );
+        let (got, _) = read(&json.unwrap()).unwrap();
         assert_eq!(got.params, vec![a.clone(), b.clone()]);
+        assert_eq!(got.card.scale, Some(scale));
+        let json = write(dir.path(), &learner, "silo-0", &parts, 7, Some(0.5), None).unwrap();
+        let (got, mut learner) = read(&json).unwrap();
+        assert_eq!(got.card.scale, None, "no scale: rows used as read");
         assert_eq!(got.card.parts[1].owner, "silo-3");
         let data = Dataset::new(
             (0..40).map(|i| (i as f32 * 0.3).sin()).collect(),

@@ -68,6 +68,8 @@ pub(crate) struct Trainer {
     checkpoint: PathBuf,
     /// This silo's name (for the exported model's description).
     name: String,
+    /// The constants this silo's rows were standardized with, if any (for the exported card).
+    scale: Option<crate::learn::FeatureScale>,
 }
 
 impl Trainer {
@@ -87,7 +89,14 @@ impl Trainer {
             peer_id,
             checkpoint,
             name,
+            scale: None,
         })
+    }
+
+    /// The constants this silo's rows were standardized with, written into exported cards.
+    pub(crate) fn with_scale(mut self, scale: Option<crate::learn::FeatureScale>) -> Self {
+        self.scale = scale;
+        self
     }
 
     /// Runs jobs until the job channel closes; each result goes to `done`.
@@ -150,6 +159,7 @@ impl Trainer {
                     &parts,
                     round,
                     accuracy,
+                    self.scale.as_ref(),
                 )
                 .map_err(|e| e.to_string());
                 Ok(Output::Exported { round, written })
@@ -295,10 +305,21 @@ pub(crate) async fn export_one<S: Send + 'static>(
     let dir = cfg.state_dir.clone();
     let name = cfg.name.clone();
     let card = dir.join("model.json");
+    // A scale that cannot be read now was readable when the data loaded; without it the card
+    // says the rows were used as read.
+    let scale = cfg.feature_scale().ok().flatten();
     let written = worker
         .run(move |s| {
             let parts = [(name.clone(), params.as_slice(), 1.0)];
-            crate::learn::export::write(&dir, learner(s), &name, &parts, round, Some(accuracy))
+            crate::learn::export::write(
+                &dir,
+                learner(s),
+                &name,
+                &parts,
+                round,
+                Some(accuracy),
+                scale.as_ref(),
+            )
         })
         .await;
     match written {

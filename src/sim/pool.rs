@@ -52,6 +52,8 @@ pub(crate) struct ExportTo {
     pub(crate) dir: std::path::PathBuf,
     /// The round the models are of.
     pub(crate) round: u64,
+    /// The constants the run's features were standardized with, if any (into every card).
+    pub(crate) scale: Option<crate::learn::FeatureScale>,
 }
 
 impl ExportTo {
@@ -78,6 +80,7 @@ impl ExportTo {
             &named,
             self.round,
             accuracy,
+            self.scale.as_ref(),
         )?;
         Ok(())
     }

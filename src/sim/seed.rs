@@ -191,6 +191,7 @@ pub(super) fn run_seed(
                 ctx.export = (export && round == scenario.rounds).then(|| ExportTo {
                     dir: dir.join("models").join(a.name()),
                     round: round as u64,
+                    scale: scale.clone(),
                 });
                 let t = Instant::now();
                 let clients = match a {

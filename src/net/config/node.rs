@@ -5,6 +5,7 @@
 //! Must not: open files other than the config itself, or start anything.
 
 use crate::core::FedericoConfig;
+use crate::learn::FeatureScale;
 use crate::scenario::{ModelConfig, TrainConfig};
 use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
@@ -298,6 +299,24 @@ fn default_eval_every() -> u64 {
 }
 
 impl NodeConfig {
+    /// The constants this silo's rows were standardized with, for its exported model: the
+    /// config's `data.scale`, else the `scale.json` that `init` and `partition` write beside a
+    /// shard of standardized rows; `None` when the rows are used as read.
+    pub fn feature_scale(&self) -> Result<Option<FeatureScale>, crate::learn::DataError> {
+        let beside_shard = self
+            .data
+            .shard
+            .as_ref()
+            .map(|s| s.with_file_name("scale.json"))
+            .filter(|p| p.is_file());
+        self.data
+            .scale
+            .clone()
+            .or(beside_shard)
+            .map(|p| FeatureScale::read(&p))
+            .transpose()
+    }
+
     /// Reads, validates and resolves a config file (relative paths are relative to it).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
@@ -566,6 +585,17 @@ shard = "a.shard"
             cfg.data.scale.as_deref(),
             Some(dir.path().join("scale.json").as_path())
         );
+        let fitted = cfg.feature_scale().unwrap().unwrap();
+        assert_eq!((fitted.mean[1], fitted.std[1]), (130.0, 20.0));
+        // A shard's silo finds the scale.json that init and partition write beside the shards,
+        // and one without it has none.
+        let shard = GOOD.replace("a.shard", "shards/silo-0.shard");
+        std::fs::write(&path, &shard).unwrap();
+        let beside = NodeConfig::load(&path).unwrap();
+        assert_eq!(beside.feature_scale().unwrap(), None);
+        std::fs::create_dir(dir.path().join("shards")).unwrap();
+        std::fs::write(dir.path().join("shards/scale.json"), scale).unwrap();
+        assert_eq!(beside.feature_scale().unwrap(), Some(fitted.clone()));
         let d = cfg.data.load().unwrap();
         assert_eq!(d.train.features, vec![-1.0, -0.5, 1.0, 0.5]);
         assert_eq!(d.test.features, vec![0.0, 0.0]);

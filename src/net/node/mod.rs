@@ -167,6 +167,7 @@ pub(crate) async fn run_from(
     let manifest = Manifest::load(&cfg.manifest)?;
     let me = setup::member_of(&cfg, &manifest, peer_id)?;
     let data = setup::load_data(&cfg, me)?;
+    let scale = cfg.feature_scale()?;
     let train = &data.train;
     let spec = cfg
         .model
@@ -271,7 +272,8 @@ pub(crate) async fn run_from(
         ckpt_path,
         cfg.name.clone(),
     )
-    .map_err(fatal)?;
+    .map_err(fatal)?
+    .with_scale(scale);
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
         .spawn(move || trainer.run(job_rx, done_tx))
