@@ -488,21 +488,22 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         },
     };
     let mut data = input.load(learner.outputs())?;
-    if let Some(path) = &args.scale {
-        if format == PredictFormat::Shard {
-            anyhow::bail!(
-                "--scale is for rows in their own units: {} is a shard, whose rows were \
-                 standardized when it was written; drop --scale",
-                files[0].display()
-            );
-        }
-        crate::learn::FeatureScale::read(path)?
-            .apply_checked(&mut data, &files[0].display().to_string())?;
-    } else if let (Some(scale), false) = (&model.card.scale, format == PredictFormat::Shard) {
-        // The model learned on standardized columns: new rows come in their own units.
+    // A model that learned on standardized columns carries their constants; new rows come in
+    // their own units. A shard's rows were standardized when it was written.
+    let scale = match (&args.scale, format == PredictFormat::Shard) {
+        (Some(_), true) => anyhow::bail!(
+            "--scale is for rows in their own units: {} is a shard, whose rows were \
+             standardized when it was written; drop --scale",
+            files[0].display()
+        ),
+        (Some(path), false) => Some((crate::learn::FeatureScale::read(path)?, path)),
+        (None, false) => model.card.scale.clone().map(|s| (s, &args.model)),
+        (None, true) => None,
+    };
+    if let Some((scale, from)) = scale {
         scale
             .apply_checked(&mut data, &files[0].display().to_string())
-            .with_context(|| format!("the feature scale in {}", args.model.display()))?;
+            .with_context(|| format!("the feature scale in {}", from.display()))?;
     }
     let mixed = model.predict(&mut learner, &data)?;
     let width = learner.outputs();

@@ -4,12 +4,13 @@
 //! Owns: [`FeatureScale`] (fitting, applying, its JSON file `scale.json` and its checks) and [`standardize`] for a whole
 //! federation. Why: features as they come from a user's files (an age in years, a pressure in
 //! mmHg, a sensor at an offset of 500) make every model's training ill-conditioned, and mixing
-//! such models fails first; `docs/quality.md` ("Own data at its own scale") has the numbers.
+//! such models fails first; `docs/quality.md` ("Own data in its own units") has the numbers.
 //! Fitting on one silo alone is not offered: label skew moves each silo's means, so silos that
 //! standardize apart no longer speak the same features (measured there too). The constants are
 //! what silos would obtain by sharing per-feature counts, sums and sums of squares of their
 //! training rows, never a row; test rows never enter them.
-//! Must not: choose when to standardize (the scenario does) or read files.
+//! Must not: choose when to standardize (the scenario does) or find a `scale.json` (the
+//! callers name the file).
 
 use super::{DataError, Dataset, Federation};
 use serde::{Deserialize, Serialize};
