@@ -151,11 +151,15 @@ pub struct PredictArgs {
     /// The data's format [default: from the file names].
     #[arg(long, value_enum)]
     pub format: Option<PredictFormat>,
-    /// CSV: the label column, a header name or a 0-based position [default: the last].
+    /// CSV: the label column, a header name or a 0-based position [default: the last, when
+    /// a row has one column more than the model's features; rows as wide as the model's
+    /// input have no label, and are only predicted]
     #[arg(long)]
     pub label_column: Option<crate::learn::loaders::Column>,
-    /// Images: the federation's class names in class-id order, comma-separated (a node's
-    /// `data.class_names`) [default: the folder's class sub-folders, sorted]
+    /// The federation's class names in class-id order, comma-separated (a node's
+    /// `data.class_names`): CSV labels and image folders are read by them and predictions
+    /// written with them [default: those in the model's card, where its labels had names;
+    /// images: else the folder's class sub-folders, sorted]
     #[arg(long, value_delimiter = ',')]
     pub class_names: Option<Vec<String>>,
     /// Shards: predict on the training split instead of the test split.
@@ -487,7 +491,23 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             class_names: args.class_names.clone(),
         },
     };
-    let mut data = input.load(learner.outputs())?;
+    let names = args
+        .class_names
+        .as_ref()
+        .or(model.card.class_names.as_ref());
+    if let Some(names) = names
+        && names.len() != learner.outputs()
+    {
+        anyhow::bail!(
+            "--class-names lists {} names, but the model has {} classes",
+            names.len(),
+            learner.outputs()
+        );
+    }
+    let inputs = model.card.input_shape.iter().product();
+    let rows = input.load(inputs, learner.outputs(), names.map(Vec::as_slice))?;
+    let labelled = rows.labelled;
+    let mut data = rows.data;
     // A model that learned on standardized columns carries their constants; new rows come in
     // their own units. A shard's rows were standardized when it was written.
     let scale = match (&args.scale, format == PredictFormat::Shard) {
@@ -509,17 +529,30 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
     let width = learner.outputs();
     let mut text = String::new();
     let mut correct = 0usize;
+    // A class by its name where the model's labels had names, else by its id.
+    let class = |id: usize| match names {
+        Some(n) => csv_cell(&n[id]),
+        None => id.to_string(),
+    };
     match &data.labels {
         Labels::Class { ids, .. } => {
-            text += "row,predicted,label\n";
+            text += if labelled {
+                "row,predicted,probability,label\n"
+            } else {
+                "row,predicted,probability\n"
+            };
             for (i, (row, &y)) in mixed.chunks(width).zip(ids).enumerate() {
-                let best = row
+                let (best, p) = row
                     .iter()
                     .enumerate()
                     .max_by(|a, b| a.1.total_cmp(b.1))
-                    .map_or(0, |b| b.0);
-                correct += usize::from(best == y as usize);
-                text += &format!("{i},{best},{y}\n");
+                    .map_or((0, 0.0), |(c, &p)| (c, p));
+                text += &format!("{i},{},{p:.4}", class(best));
+                if labelled {
+                    correct += usize::from(best == y as usize);
+                    text += &format!(",{}", class(y as usize));
+                }
+                text += "\n";
             }
         }
         Labels::Real(ys) => {
@@ -549,7 +582,9 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         parts.join(", "),
         data.len()
     );
-    if matches!(data.labels, Labels::Class { .. }) && !data.is_empty() {
+    if !labelled {
+        summary += " (no label column: predictions only)";
+    } else if matches!(data.labels, Labels::Class { .. }) && !data.is_empty() {
         summary += &format!(
             ", accuracy {:.2} % ({correct} correct)",
             100.0 * correct as f64 / data.len() as f64
@@ -758,4 +793,13 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     // A reader that went away (`| head`) is not an error: the results are on disk.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
+}
+
+/// `s` as one CSV cell: quoted (with `"` doubled) where it holds a comma, a quote or a line break.
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }

@@ -517,6 +517,62 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
     assert_eq!(read(model)["scale"], scale);
     let from_card = ok(&["predict", "--model", model, "--data", "new.csv"]);
     assert_eq!(column(&from_card), column(&from_shard));
+    // The outcomes are text: the card and the shards' classes.json name the class ids, and
+    // predictions come out by name.
+    let names = ["healthy", "mild", "severe"];
+    assert_eq!(read(model)["class_names"], serde_json::json!(names));
+    assert_eq!(read("shards/classes.json"), serde_json::json!(names));
+    assert!(from_shard.starts_with("row,predicted,probability,label\n"));
+    assert!(
+        column(&from_card)
+            .iter()
+            .all(|c| names.contains(&c.as_str()))
+    );
+    // New rows as a clinic writes them: text outcomes, or none yet.
+    let (mut named, mut unlabelled) = (String::from("a,b,c,d,e,f,outcome\n"), String::new());
+    for l in std::fs::read_to_string(dir.path().join("new.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+    {
+        let (x, y) = l.rsplit_once(',').unwrap();
+        named += &format!("{x},{}\n", names[y.parse::<usize>().unwrap()]);
+        unlabelled += &format!("{x}\n");
+    }
+    std::fs::write(dir.path().join("named.csv"), named).unwrap();
+    std::fs::write(dir.path().join("unlabelled.csv"), unlabelled).unwrap();
+    let accuracy = |args: &[&str]| {
+        let err = String::from_utf8(run(args).stderr).unwrap();
+        err[err.find(" samples").unwrap()..].to_string()
+    };
+    let by_name = ok(&["predict", "--model", model, "--data", "named.csv"]);
+    assert_eq!(by_name, from_card, "text labels read by the card's names");
+    assert_eq!(
+        accuracy(&["predict", "--model", model, "--data", "named.csv"]),
+        accuracy(&["predict", "--model", model, "--data", "shards/silo-0.shard"])
+    );
+    let unknown = ok(&["predict", "--model", model, "--data", "unlabelled.csv"]);
+    assert!(
+        unknown.starts_with("row,predicted,probability\n"),
+        "{unknown}"
+    );
+    assert_eq!(column(&unknown), column(&from_card));
+    let note = accuracy(&["predict", "--model", model, "--data", "unlabelled.csv"]);
+    assert!(note.contains("predictions only"), "{note}");
+    let out = run(&[
+        "predict",
+        "--model",
+        model,
+        "--data",
+        "named.csv",
+        "--class-names",
+        "no,yes",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("2 names, but the model has 3 classes"),
+        "{err}"
+    );
     // A scale for other rows is refused, naming the file.
     std::fs::write(
         dir.path().join("bad.json"),

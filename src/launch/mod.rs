@@ -66,6 +66,12 @@ fn split(
         std::fs::write(&path, serde_json::to_string_pretty(&scale)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(names) = real.as_ref().and_then(|r| r.class_names()) {
+        // The shards' labels are class ids; a node's exported card names them.
+        let path = out.join(crate::learn::export::CLASSES_FILE);
+        std::fs::write(&path, serde_json::to_string(names)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let mut paths = Vec::new();
     for (i, client) in fed.clients.iter().enumerate() {
         let path = out.join(format!("silo-{i}.shard"));

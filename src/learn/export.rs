@@ -3,7 +3,9 @@
 //!
 //! Owns: the file pair's format. The safetensors file holds one set of the architecture's
 //! tensors per part, named `m<j>.<tensor>` (`m0.fc0.weight`, …); the JSON names the
-//! architecture ([`ModelSpec`]) and each part's owner and weight. A FedeRiCo silo's predictor
+//! architecture ([`ModelSpec`]), each part's owner and weight, and what new rows need
+//! ([`CardData`]: the feature constants, the class names). Also the rows `predict` reads
+//! ([`Input`]: a CSV with or without its label column, labels by id or by name). A FedeRiCo silo's predictor
 //! is the mixture Σ w_j · softmax(model_j(x)) of its own and its measured peers' models (spec
 //! §5.3); a coordinated silo's is one part of weight 1.
 //! Must not: decide what to export (the drivers do) or run a model (the [`Learner`] does).
@@ -51,6 +53,49 @@ pub struct ModelCard {
     /// `predict` applies to rows in their own units; absent when the rows were used as read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<FeatureScale>,
+    /// The class names by class id (CSV text labels, image folders): `predict` reads labels
+    /// by these names and writes its predictions with them; absent where the labels are ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_names: Option<Vec<String>>,
+}
+
+/// What a card says about the silo's rows besides the weights: how to read new rows in their
+/// own units and what to call the classes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CardData {
+    /// The feature constants the rows were standardized with, if any.
+    pub scale: Option<FeatureScale>,
+    /// The class names by class id, where the labels had names (CSV text labels, image
+    /// folders); `None` where the class ids are the labels.
+    pub class_names: Option<Vec<String>>,
+}
+
+/// The file `init` and `partition` write beside shards whose labels had names: a JSON list of
+/// the class names by class id.
+pub const CLASSES_FILE: &str = "classes.json";
+
+/// Reads a [`CLASSES_FILE`]: a JSON list of at least two distinct, non-empty names.
+pub fn read_class_names(path: &Path) -> Result<Vec<String>, super::DataError> {
+    let bad = |what: String| super::DataError::Invalid(format!("{}: {what}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|error| super::DataError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let names: Vec<String> = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("not a JSON list of class names: {e}")))?;
+    if names.len() < 2 || names.iter().any(|n| n.is_empty()) {
+        return Err(bad(format!(
+            "needs at least 2 non-empty class names, got {names:?}"
+        )));
+    }
+    if let Some(d) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+    {
+        return Err(bad(format!("lists {d:?} twice")));
+    }
+    Ok(names)
 }
 
 /// A predictor read back: the card and each part's flat parameters.
@@ -82,7 +127,7 @@ fn err(path: &Path, what: impl std::fmt::Display) -> LearnError {
 
 /// Writes `<dir>/model.safetensors` and `<dir>/model.json` (each through a temporary file and a
 /// rename, the JSON last: a reader never sees a card without its weights). `parts` are
-/// `(owner, parameters, weight)`; `scale`, the feature constants of the silo's rows, if any.
+/// `(owner, parameters, weight)`; `data`, what the card says about the silo's rows.
 pub fn write(
     dir: &Path,
     learner: &Learner,
@@ -90,8 +135,17 @@ pub fn write(
     parts: &[(String, &[f32], f64)],
     round: u64,
     test_accuracy: Option<f64>,
-    scale: Option<&FeatureScale>,
+    data: &CardData,
 ) -> Result<PathBuf, LearnError> {
+    if let Some(names) = &data.class_names
+        && names.len() != learner.outputs()
+    {
+        return Err(LearnError::Shape(format!(
+            "{} class names for a model of {} classes",
+            names.len(),
+            learner.outputs()
+        )));
+    }
     let layout = learner.layout();
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     let mut cards = Vec::with_capacity(parts.len());
@@ -131,7 +185,8 @@ pub fn write(
         round,
         test_accuracy,
         weights: "model.safetensors".into(),
-        scale: scale.cloned(),
+        scale: data.scale.clone(),
+        class_names: data.class_names.clone(),
     };
     let json = dir.join("model.json");
     let text = serde_json::to_string_pretty(&card).map_err(|e| err(&json, e))? + "\n";
@@ -219,7 +274,9 @@ pub enum Input {
         /// The training split instead of the test split.
         train: bool,
     },
-    /// CSV with numeric features and an integer label column (default: the last).
+    /// CSV of numeric features, with or without a label column: a row as wide as the model's
+    /// input has no label; one column more has one (`label_column`, default the last), a class
+    /// id or one of the class names.
     Csv {
         /// The CSV file.
         path: PathBuf,
@@ -239,33 +296,141 @@ pub enum Input {
     Images {
         /// The folder.
         dir: PathBuf,
-        /// Class names in class-id order (default: the sub-folders, sorted by name).
+        /// Class names in class-id order (default: the model's, else the sub-folders sorted
+        /// by name).
         class_names: Option<Vec<String>>,
     },
 }
 
+/// Samples read to predict on.
+#[derive(Debug)]
+pub struct Rows {
+    /// The samples (unlabelled rows carry class 0, unused).
+    pub data: Dataset,
+    /// Whether the samples came with labels (CSV rows may not).
+    pub labelled: bool,
+}
+
 impl Input {
-    /// Loads the samples; `classes` is the model's (CSV labels are checked against it).
-    pub fn load(&self, classes: usize) -> Result<Dataset, super::DataError> {
+    /// Loads the samples for a model of `inputs` features per sample (CSV) and `classes`
+    /// classes named `names` (by class id, where the labels had names): CSV and image labels
+    /// are read by these names, CSV labels that are class ids as they are.
+    pub fn load(
+        &self,
+        inputs: usize,
+        classes: usize,
+        names: Option<&[String]>,
+    ) -> Result<Rows, super::DataError> {
         use super::loaders;
+        let labelled = |data| Rows {
+            data,
+            labelled: true,
+        };
         match self {
             Input::Shard { path, train } => {
                 let data = super::Shard::read(path)?.data;
-                Ok(if *train { data.train } else { data.test })
+                Ok(labelled(if *train { data.train } else { data.test }))
             }
             Input::Csv { path, label_column } => {
-                loaders::load_csv_column(path, label_column.as_ref(), classes)
+                read_csv_rows(path, label_column.as_ref(), inputs, classes, names)
             }
             Input::Images { dir, class_names } => {
                 let set = loaders::read_image_folder(dir)?;
-                let (mut sets, _) =
-                    loaders::unify_named(&[&set], Some(classes), class_names.as_deref())?;
-                Ok(sets.pop().expect("unify returns one set per part"))
+                let fixed = class_names.as_deref().or(names);
+                let (mut sets, _) = loaders::unify_named(&[&set], Some(classes), fixed)?;
+                Ok(labelled(
+                    sets.pop().expect("unify returns one set per part"),
+                ))
             }
-            Input::Idx { images, labels } => loaders::load_idx_files(images, labels),
-            Input::Cifar10(files) => loaders::load_cifar_files(files),
+            Input::Idx { images, labels } => loaders::load_idx_files(images, labels).map(labelled),
+            Input::Cifar10(files) => loaders::load_cifar_files(files).map(labelled),
         }
     }
+}
+
+/// A CSV file's rows for a model of `inputs` features: without a label column when a row has
+/// `inputs` columns, with one when it has one more.
+fn read_csv_rows(
+    path: &Path,
+    label_column: Option<&super::loaders::Column>,
+    inputs: usize,
+    classes: usize,
+    names: Option<&[String]>,
+) -> Result<Rows, super::DataError> {
+    use super::loaders::{CsvColumns, read_csv};
+    use super::{DataError, Labels};
+    let corrupt = |what: String| DataError::Invalid(format!("{}: {what}", path.display()));
+    let read = |unlabelled| {
+        read_csv(
+            path,
+            CsvColumns {
+                label: label_column,
+                unlabelled,
+                ..CsvColumns::default()
+            },
+        )
+        .map(|t| t.set)
+    };
+    let set = read(false)?;
+    let width = set.sample_shape.iter().product::<usize>();
+    let (set, labelled) = if width == inputs {
+        (set, true)
+    } else if label_column.is_none() && width + 1 == inputs {
+        (read(true)?, false)
+    } else {
+        return Err(corrupt(format!(
+            "rows of {} columns, but the model takes {inputs} features: a row needs {inputs} \
+             (no label) or {} (features and a label{})",
+            width + 1,
+            inputs + 1,
+            if label_column.is_some() {
+                ", as label_column says"
+            } else {
+                ""
+            }
+        )));
+    };
+    let ids =
+        if labelled {
+            // Each distinct label: its position among the class names, else a class id.
+            let map = set
+            .names
+            .iter()
+            .map(|n| match names.and_then(|l| l.iter().position(|x| x == n)) {
+                Some(id) => Ok(id as u32),
+                None => match n.parse::<u32>() {
+                    Ok(id) if (id as usize) < classes => Ok(id),
+                    Ok(id) => Err(corrupt(format!(
+                        "label {id} is out of range: the model has {classes} classes (0..={})",
+                        classes - 1
+                    ))),
+                    Err(_) => Err(corrupt(match names {
+                        Some(l) => format!(
+                            "label {n:?} is not one of the model's classes ({})",
+                            l.join(", ")
+                        ),
+                        None => format!(
+                            "label {n:?} is not a class id, and the model names no classes: \
+                             give --class-names with the class names in class-id order"
+                        ),
+                    })),
+                },
+            })
+            .collect::<Result<Vec<u32>, _>>()?;
+            set.labels.iter().map(|&l| map[l as usize]).collect()
+        } else {
+            vec![0; set.len()]
+        };
+    let data = Dataset::new(
+        set.features,
+        set.sample_shape,
+        Labels::Class {
+            ids,
+            num_classes: classes,
+        },
+    )
+    .map_err(|e| corrupt(e.to_string()))?;
+    Ok(Rows { data, labelled })
 }
 
 #[cfg(test)]
@@ -296,6 +461,22 @@ mod tests {
             mean: vec![0.5; 4],
             std: vec![2.0; 4],
         };
+        let names = ["no", "yes"].map(String::from).to_vec();
+        let data = CardData {
+            scale: Some(scale.clone()),
+            class_names: Some(names.clone()),
+        };
+        let json = write(dir.path(), &learner, "silo-0", &parts, 7, Some(0.5), &data);
+        let (got, _) = read(&json.unwrap()).unwrap();
+        assert_eq!(got.params, vec![a.clone(), b.clone()]);
+        assert_eq!(got.card.scale, Some(scale));
+        assert_eq!(got.card.class_names, Some(names));
+        let three = CardData {
+            class_names: Some(["a", "b", "c"].map(String::from).to_vec()),
+            ..CardData::default()
+        };
+        let e = write(dir.path(), &learner, "silo-0", &parts, 7, None, &three).unwrap_err();
+        assert!(e.to_string().contains("3 class names"), "{e}");
         let json = write(
             dir.path(),
             &learner,
@@ -303,14 +484,12 @@ mod tests {
             &parts,
             7,
             Some(0.5),
-            Some(&scale),
-        );
-        let (got, _) = read(&json.unwrap()).unwrap();
-        assert_eq!(got.params, vec![a.clone(), b.clone()]);
-        assert_eq!(got.card.scale, Some(scale));
-        let json = write(dir.path(), &learner, "silo-0", &parts, 7, Some(0.5), None).unwrap();
+            &CardData::default(),
+        )
+        .unwrap();
         let (got, mut learner) = read(&json).unwrap();
         assert_eq!(got.card.scale, None, "no scale: rows used as read");
+        assert_eq!(got.card.class_names, None, "labels are ids");
         assert_eq!(got.card.parts[1].owner, "silo-3");
         let data = Dataset::new(
             (0..40).map(|i| (i as f32 * 0.3).sin()).collect(),
@@ -339,5 +518,58 @@ mod tests {
             .expect("a damaged file is refused")
             .to_string();
         assert!(e.contains("model.safetensors"), "{e}");
+    }
+
+    #[test]
+    fn csv_rows_come_with_a_label_by_id_or_name_or_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let names = ["healthy", "mild", "severe"].map(String::from).to_vec();
+        let load = |p: &Path, names: Option<&[String]>| read_csv_rows(p, None, 2, 3, names);
+        let ids = |r: &Rows| match &r.data.labels {
+            Labels::Class { ids, .. } => ids.clone(),
+            Labels::Real(_) => panic!("class labels"),
+        };
+        let by_name = file("named.csv", "a,b,outcome\n1,2,mild\n3,4,severe\n5,6,2\n");
+        let rows = load(&by_name, Some(&names)).unwrap();
+        assert!(rows.labelled);
+        assert_eq!(ids(&rows), [1, 2, 2], "a name by position, an id as it is");
+        assert_eq!(rows.data.features, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let e = load(&by_name, None).unwrap_err().to_string();
+        assert!(
+            e.contains("\"mild\" is not a class id") && e.contains("--class-names"),
+            "{e}"
+        );
+        let other = file("other.csv", "a,b,outcome\n1,2,critical\n");
+        let e = load(&other, Some(&names)).unwrap_err().to_string();
+        assert!(
+            e.contains("other.csv") && e.contains("\"critical\" is not one"),
+            "{e}"
+        );
+        let far = file("far.csv", "1,2,3\n");
+        let e = load(&far, None).unwrap_err().to_string();
+        assert!(e.contains("label 3 is out of range"), "{e}");
+        // As wide as the model's input: new rows, no label.
+        let new = file("new.csv", "a,b\n1,2\n3,4\n");
+        let rows = load(&new, Some(&names)).unwrap();
+        assert!(!rows.labelled);
+        assert_eq!(rows.data.features, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(rows.data.len(), 2);
+        // Any other width names both.
+        let wide = file("wide.csv", "1,2,3,0\n");
+        let e = load(&wide, None).unwrap_err().to_string();
+        assert!(
+            e.contains("rows of 4 columns") && e.contains("takes 2 features"),
+            "{e}"
+        );
+        let col = crate::learn::loaders::Column::Name("b".into());
+        let e = read_csv_rows(&new, Some(&col), 2, 3, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("as label_column says"), "{e}");
     }
 }

@@ -68,8 +68,8 @@ pub(crate) struct Trainer {
     checkpoint: PathBuf,
     /// This silo's name (for the exported model's description).
     name: String,
-    /// The constants this silo's rows were standardized with, if any (for the exported card).
-    scale: Option<crate::learn::FeatureScale>,
+    /// What the exported card says about this silo's rows (feature constants, class names).
+    card_data: crate::learn::export::CardData,
 }
 
 impl Trainer {
@@ -89,13 +89,13 @@ impl Trainer {
             peer_id,
             checkpoint,
             name,
-            scale: None,
+            card_data: Default::default(),
         })
     }
 
-    /// The constants this silo's rows were standardized with, written into exported cards.
-    pub(crate) fn with_scale(mut self, scale: Option<crate::learn::FeatureScale>) -> Self {
-        self.scale = scale;
+    /// What exported cards say about this silo's rows (feature constants, class names).
+    pub(crate) fn with_card_data(mut self, data: crate::learn::export::CardData) -> Self {
+        self.card_data = data;
         self
     }
 
@@ -159,7 +159,7 @@ impl Trainer {
                     &parts,
                     round,
                     accuracy,
-                    self.scale.as_ref(),
+                    &self.card_data,
                 )
                 .map_err(|e| e.to_string());
                 Ok(Output::Exported { round, written })
@@ -305,9 +305,9 @@ pub(crate) async fn export_one<S: Send + 'static>(
     let dir = cfg.state_dir.clone();
     let name = cfg.name.clone();
     let card = dir.join("model.json");
-    // A scale that cannot be read now was readable when the data loaded; without it the card
-    // says the rows were used as read.
-    let scale = cfg.feature_scale().ok().flatten();
+    // A scale or class list that cannot be read now was readable when the data loaded;
+    // without it the card says the rows were used as read and the labels are ids.
+    let data = cfg.card_data().unwrap_or_default();
     let written = worker
         .run(move |s| {
             let parts = [(name.clone(), params.as_slice(), 1.0)];
@@ -318,7 +318,7 @@ pub(crate) async fn export_one<S: Send + 'static>(
                 &parts,
                 round,
                 Some(accuracy),
-                scale.as_ref(),
+                &data,
             )
         })
         .await;

@@ -214,6 +214,24 @@ impl Default for SplitConfig {
     }
 }
 
+impl Loaded {
+    /// The class names by class id where the labels had names (own CSV files with text
+    /// labels, image folders); `None` where the labels are the class ids.
+    pub fn class_names(&self) -> Option<&[String]> {
+        match self {
+            Loaded::Own(own) => {
+                let ids = own
+                    .classes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, n)| *n == i.to_string());
+                (!ids).then_some(own.classes.as_slice())
+            }
+            Loaded::Builtin(_) => None,
+        }
+    }
+}
+
 impl Scenario {
     /// The data directory: `--data-dir`, else `FEDERICO_DATA_DIR`, else `data.dir`, else
     /// `data/` in the working directory when it exists (where `federico data download` puts

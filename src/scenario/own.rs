@@ -160,6 +160,7 @@ impl Scenario {
                         label: self.data.label_column.as_ref(),
                         silo: self.data.silo_column.as_ref(),
                         ids_below: None,
+                        unlabelled: false,
                     },
                 )
             })

@@ -52,8 +52,9 @@ pub(crate) struct ExportTo {
     pub(crate) dir: std::path::PathBuf,
     /// The round the models are of.
     pub(crate) round: u64,
-    /// The constants the run's features were standardized with, if any (into every card).
-    pub(crate) scale: Option<crate::learn::FeatureScale>,
+    /// What every card says about the run's rows: the constants its features were
+    /// standardized with, the class names of its own data.
+    pub(crate) data: crate::learn::export::CardData,
 }
 
 impl ExportTo {
@@ -80,7 +81,7 @@ impl ExportTo {
             &named,
             self.round,
             accuracy,
-            self.scale.as_ref(),
+            &self.data,
         )?;
         Ok(())
     }

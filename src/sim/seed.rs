@@ -191,7 +191,10 @@ pub(super) fn run_seed(
                 ctx.export = (export && round == scenario.rounds).then(|| ExportTo {
                     dir: dir.join("models").join(a.name()),
                     round: round as u64,
-                    scale: scale.clone(),
+                    data: crate::learn::export::CardData {
+                        scale: scale.clone(),
+                        class_names: real.and_then(|r| r.class_names()).map(<[_]>::to_vec),
+                    },
                 });
                 let t = Instant::now();
                 let clients = match a {

@@ -2,8 +2,8 @@
 //! `predict`) and a scenario's own data (`[data] source = "csv"`), read by one function.
 //!
 //! Owns: [`read_csv`] (header detection, the label and silo columns by name or position,
-//! per-cell error messages naming the file, line and column) and [`load_csv`], its form for a
-//! node, whose labels are class ids.
+//! per-cell error messages naming the file, line and column; or no label column at all, for
+//! new rows) and [`load_csv`], its form for a node whose labels are class ids.
 //! Must not: number classes across files (`own.rs`) or look for folders.
 
 use super::own::{Column, Labelled};
@@ -21,6 +21,9 @@ pub struct CsvColumns<'a> {
     pub silo: Option<&'a Column>,
     /// Labels must be integer class ids below this (a node's `data.classes`), checked per line.
     pub ids_below: Option<usize>,
+    /// No label column: every column (but the silo column) is a feature, as in new rows to
+    /// predict on. The rows are then all labelled with one empty name.
+    pub unlabelled: bool,
 }
 
 /// A CSV file read: its samples, and each row's silo when a silo column was asked for.
@@ -44,7 +47,7 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
     let mut silos = cols.silo.map(|_| Vec::new());
     let mut header: Option<Vec<String>> = None;
     // (width, label column, silo column), fixed by the first row.
-    let mut layout: Option<(usize, usize, Option<usize>)> = None;
+    let mut layout: Option<(usize, Option<usize>, Option<usize>)> = None;
     let mut first = true;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -99,21 +102,23 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
                         )),
                     }
                 };
-                let lc = match cols.label {
-                    Some(c) => find(c, "label_column")?,
-                    None => width - 1,
+                let lc = match (cols.label, cols.unlabelled) {
+                    (_, true) => None,
+                    (Some(c), false) => Some(find(c, "label_column")?),
+                    (None, false) => Some(width - 1),
                 };
                 let sc = cols.silo.map(|c| find(c, "silo_column")).transpose()?;
-                if sc == Some(lc) {
+                if sc.is_some() && sc == lc {
                     return Err(corrupt(
                         path,
                         "silo_column and label_column are the same column",
                     ));
                 }
-                let need = 2 + usize::from(sc.is_some());
+                let need = 1 + usize::from(lc.is_some()) + usize::from(sc.is_some());
                 if width < need {
                     return Err(at(format!(
-                        "{width} column(s); need features and a label{}",
+                        "{width} column(s); need features{}{}",
+                        if lc.is_some() { " and a label" } else { "" },
                         if sc.is_some() { " and a silo" } else { "" }
                     )));
                 }
@@ -130,8 +135,15 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
             Some(h) => format!("column {c} ({:?})", h[c]),
             None => format!("column {c}"),
         };
+        if lc.is_none() {
+            // Unlabelled rows: one empty name for all.
+            if names.is_empty() {
+                names.push(String::new());
+            }
+            labels.push(0);
+        }
         for (c, cell) in cells.iter().enumerate() {
-            if c == lc {
+            if Some(c) == lc {
                 if let Some(classes) = cols.ids_below {
                     let y: u32 = cell.parse().map_err(|_| {
                         at(format!("label {cell:?} ({}) is not a class id", name_of(c)))
@@ -170,14 +182,14 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
             }
         }
     }
-    let Some((width, _, sc)) = layout else {
+    let Some((width, lc, sc)) = layout else {
         return Err(corrupt(path, "no samples (no data rows)"));
     };
-    let numbered = names.iter().all(|n| n.parse::<u32>().is_ok());
+    let numbered = lc.is_some() && names.iter().all(|n| n.parse::<u32>().is_ok());
     Ok(CsvTable {
         set: Labelled {
             features,
-            sample_shape: vec![width - 1 - usize::from(sc.is_some())],
+            sample_shape: vec![width - usize::from(lc.is_some()) - usize::from(sc.is_some())],
             labels,
             names,
             numbered,
@@ -211,6 +223,7 @@ pub fn load_csv_column(
             label: label_column,
             silo: None,
             ids_below: Some(classes),
+            unlabelled: false,
         },
     )?;
     let set = table.set;
@@ -236,6 +249,27 @@ pub fn load_csv_column(
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn unlabelled_rows_are_all_features() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("new.csv");
+        std::fs::write(&p, "age,bmi\n40,21.5\n\n61,30\n").unwrap();
+        let cols = CsvColumns {
+            unlabelled: true,
+            ..CsvColumns::default()
+        };
+        let t = read_csv(&p, cols).unwrap();
+        assert_eq!(t.set.sample_shape, [2]);
+        assert_eq!(t.set.features, [40.0, 21.5, 61.0, 30.0]);
+        assert_eq!((t.set.len(), t.set.numbered), (2, false));
+        std::fs::write(&p, "age,bmi\n40,x\n").unwrap();
+        let e = read_csv(&p, cols).unwrap_err().to_string();
+        assert!(
+            e.contains("column 1 (\"bmi\"): \"x\" is not a number"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn csv_reads_features_and_labels_and_names_bad_cells() {

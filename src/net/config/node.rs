@@ -100,9 +100,12 @@ pub struct DataSource {
     /// at least the number of class folders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
-    /// Images: the federation's class names in class-id order (every silo must list the same),
-    /// so that silos holding different classes number them alike (default: the sorted names of
-    /// this silo's class folders).
+    /// The federation's class names in class-id order (every silo lists the same), so that
+    /// silos holding different classes number them alike. Images: the class folders' names
+    /// (default: the sorted names of this silo's folders). CSV: the label column's values
+    /// (`["healthy", "mild", "severe"]`; then `classes` may be left out). With any source they
+    /// go into the exported `model.json`, so that `predict` reads and writes labels by name
+    /// (a shard's default: the `classes.json` that `init` and `partition` write beside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
     /// CSV: the federation's feature constants (a `scale.json`: a mean and a std per column,
@@ -126,7 +129,7 @@ impl DataSource {
                         "data.scale is for format \"csv\": a shard's rows were standardized when it was written".into(),
                     );
                 }
-                Ok(())
+                self.check_class_names()
             }
             (None, Some(f)) => {
                 let (train, test) = (self.train.len(), self.test.len());
@@ -151,10 +154,16 @@ impl DataSource {
                         "data.scale is for format \"csv\" (rows in their own units), not {f:?}"
                     ));
                 }
-                if f == DataFormat::Csv && self.classes.is_none_or(|c| c < 2) {
-                    return Err("data.classes must be given (>= 2) for format \"csv\"".into());
+                if f == DataFormat::Csv
+                    && self.class_names.is_none()
+                    && self.classes.is_none_or(|c| c < 2)
+                {
+                    return Err(
+                        "data.classes (>= 2) or data.class_names must be given for format \"csv\""
+                            .into(),
+                    );
                 }
-                Ok(())
+                self.check_class_names()
             }
             (Some(_), Some(_)) => Err("data: give either shard or format, not both".into()),
             (None, None) => Err(
@@ -164,11 +173,53 @@ impl DataSource {
         }
     }
 
+    /// `class_names`: at least two, none empty, none twice, and no more than `classes`.
+    fn check_class_names(&self) -> Result<(), String> {
+        let Some(names) = &self.class_names else {
+            return Ok(());
+        };
+        if names.len() < 2 {
+            return Err(format!(
+                "data.class_names needs at least 2 names, got {}",
+                names.len()
+            ));
+        }
+        if names.iter().any(|n| n.trim().is_empty()) {
+            return Err("data.class_names holds an empty name".into());
+        }
+        if let Some(d) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+        {
+            return Err(format!("data.class_names lists {d:?} twice"));
+        }
+        if let Some(c) = self.classes
+            && c != names.len()
+        {
+            return Err(format!(
+                "data.classes = {c}, but data.class_names lists {} names (give one of the two)",
+                names.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Loads the silo's data (checked: counts, labels, finiteness for CSV).
     pub fn load(&self) -> Result<crate::learn::ClientData, crate::learn::DataError> {
         use crate::learn::loaders;
         if let Some(shard) = &self.shard {
-            return Ok(crate::learn::Shard::read(shard)?.data);
+            let data = crate::learn::Shard::read(shard)?.data;
+            if let (Some(names), Some(classes)) = (&self.class_names, data.train.num_classes())
+                && classes != names.len()
+            {
+                return Err(crate::learn::DataError::Invalid(format!(
+                    "data.class_names lists {} names, but {} has {classes} classes",
+                    names.len(),
+                    shard.display(),
+                )));
+            }
+            return Ok(data);
         }
         if self.format == Some(DataFormat::Images) {
             // One numbering of the classes for both folders (sorted names over both).
@@ -184,19 +235,13 @@ impl DataSource {
                 group: None,
             });
         }
-        let part = |files: &[PathBuf]| match self.format {
-            Some(DataFormat::Idx) => loaders::load_idx_files(&files[0], &files[1]),
-            Some(DataFormat::Cifar10) => loaders::load_cifar_files(files),
-            Some(DataFormat::Csv) => loaders::load_csv_column(
-                &files[0],
-                self.label_column.as_ref(),
-                self.classes.unwrap_or(0),
-            ),
-            Some(DataFormat::Images) | None => {
-                Err(crate::learn::DataError::Invalid("data: no source".into()))
+        let (mut train, mut test) = match (&self.class_names, self.format) {
+            (Some(names), Some(DataFormat::Csv)) => self.load_named_csv(names)?,
+            _ => {
+                let part = |files: &[PathBuf]| self.load_part(files);
+                (part(&self.train)?, part(&self.test)?)
             }
         };
-        let (mut train, mut test) = (part(&self.train)?, part(&self.test)?);
         if train.sample_shape != test.sample_shape {
             return Err(crate::learn::DataError::Invalid(format!(
                 "data: train samples are {:?} but test samples are {:?}",
@@ -213,6 +258,50 @@ impl DataSource {
             test,
             group: None,
         })
+    }
+
+    /// One part (`train` or `test`) of a format whose labels are class ids.
+    fn load_part(
+        &self,
+        files: &[PathBuf],
+    ) -> Result<crate::learn::Dataset, crate::learn::DataError> {
+        use crate::learn::loaders;
+        match self.format {
+            Some(DataFormat::Idx) => loaders::load_idx_files(&files[0], &files[1]),
+            Some(DataFormat::Cifar10) => loaders::load_cifar_files(files),
+            Some(DataFormat::Csv) => loaders::load_csv_column(
+                &files[0],
+                self.label_column.as_ref(),
+                self.classes.unwrap_or(0),
+            ),
+            Some(DataFormat::Images) | None => {
+                Err(crate::learn::DataError::Invalid("data: no source".into()))
+            }
+        }
+    }
+
+    /// CSV train and test files whose labels are the names in `names` (a label's class id is
+    /// its position); every label must be listed.
+    fn load_named_csv(
+        &self,
+        names: &[String],
+    ) -> Result<(crate::learn::Dataset, crate::learn::Dataset), crate::learn::DataError> {
+        use crate::learn::loaders::{self, CsvColumns};
+        let read = |path: &PathBuf| {
+            loaders::read_csv(
+                path,
+                CsvColumns {
+                    label: self.label_column.as_ref(),
+                    ..CsvColumns::default()
+                },
+            )
+            .map(|t| t.set)
+        };
+        let (train, test) = (read(&self.train[0])?, read(&self.test[0])?);
+        let (mut sets, _) = loaders::unify_named(&[&train, &test], self.classes, Some(names))?;
+        let test = sets.pop().expect("unify returns one set per part");
+        let train = sets.pop().expect("unify returns one set per part");
+        Ok((train, test))
     }
 }
 
@@ -315,6 +404,34 @@ impl NodeConfig {
             .or(beside_shard)
             .map(|p| FeatureScale::read(&p))
             .transpose()
+    }
+
+    /// The federation's class names, for its exported model: the config's `data.class_names`,
+    /// else the `classes.json` that `init` and `partition` write beside a shard whose labels
+    /// had names; `None` where the labels are class ids.
+    pub fn class_names(&self) -> Result<Option<Vec<String>>, crate::learn::DataError> {
+        if let Some(names) = &self.data.class_names {
+            return Ok(Some(names.clone()));
+        }
+        let Some(path) = self
+            .data
+            .shard
+            .as_ref()
+            .map(|s| s.with_file_name(crate::learn::export::CLASSES_FILE))
+            .filter(|p| p.is_file())
+        else {
+            return Ok(None);
+        };
+        crate::learn::export::read_class_names(&path).map(Some)
+    }
+
+    /// What this silo's exported cards say about its rows: [`Self::feature_scale`] and
+    /// [`Self::class_names`].
+    pub fn card_data(&self) -> Result<crate::learn::export::CardData, crate::learn::DataError> {
+        Ok(crate::learn::export::CardData {
+            scale: self.feature_scale()?,
+            class_names: self.class_names()?,
+        })
     }
 
     /// Reads, validates and resolves a config file (relative paths are relative to it).
@@ -486,6 +603,68 @@ shard = "a.shard"
         d.class_names = Some(vec!["dog".into(), "cat".into()]);
         let e = d.load().unwrap_err().to_string();
         assert!(e.contains("\"emu\" is not in data.class_names"), "{e}");
+    }
+
+    #[test]
+    fn a_csv_silo_reads_text_labels_by_the_federations_class_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let (train, test) = (dir.path().join("train.csv"), dir.path().join("test.csv"));
+        std::fs::write(&train, "age,outcome\n1,mild\n2,healthy\n3,mild\n").unwrap();
+        std::fs::write(&test, "age,outcome\n4,mild\n").unwrap();
+        let mut d = DataSource {
+            format: Some(DataFormat::Csv),
+            train: vec![train.clone()],
+            test: vec![test],
+            class_names: Some(["healthy", "mild", "severe"].map(String::from).to_vec()),
+            ..Default::default()
+        };
+        d.validate().unwrap();
+        // "severe" is nowhere in this silo's files, yet it is class 2 here as everywhere.
+        let own = d.load().unwrap();
+        assert_eq!(own.train.class_counts(), [1, 2, 0]);
+        assert_eq!(own.test.class_counts(), [0, 1, 0]);
+        // Without the names, text labels are refused; a label not listed names itself.
+        d.class_names = None;
+        d.classes = Some(3);
+        let e = d.load().unwrap_err().to_string();
+        assert!(
+            e.contains("\"mild\"") && e.contains("not a class id"),
+            "{e}"
+        );
+        d.class_names = Some(vec!["healthy".into(), "severe".into()]);
+        d.classes = None;
+        let e = d.load().unwrap_err().to_string();
+        assert!(e.contains("\"mild\" is not in data.class_names"), "{e}");
+        // Bad lists are refused before anything is read.
+        for (names, classes, why) in [
+            (vec!["a"], None, "at least 2 names"),
+            (vec!["a", "b", "a"], None, "\"a\" twice"),
+            (vec!["a", ""], None, "empty name"),
+            (
+                vec!["a", "b"],
+                Some(3),
+                "data.classes = 3, but data.class_names lists 2",
+            ),
+        ] {
+            d.class_names = Some(names.into_iter().map(String::from).collect());
+            d.classes = classes;
+            let e = d.validate().unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        // A shard's silo names its classes by the classes.json beside the shards.
+        let cfg_path = dir.path().join("node.toml");
+        let shard = GOOD.replace("a.shard", "shards/silo-0.shard");
+        std::fs::write(&cfg_path, &shard).unwrap();
+        let cfg = NodeConfig::load(&cfg_path).unwrap();
+        assert_eq!(cfg.class_names().unwrap(), None);
+        std::fs::create_dir(dir.path().join("shards")).unwrap();
+        let listed = dir.path().join("shards/classes.json");
+        std::fs::write(&listed, r#"["healthy", "mild", "severe"]"#).unwrap();
+        let names = cfg.card_data().unwrap().class_names.unwrap();
+        assert_eq!(names, ["healthy", "mild", "severe"]);
+        std::fs::write(&listed, r#"["healthy", "healthy"]"#).unwrap();
+        let e = cfg.class_names().unwrap_err().to_string();
+        assert!(e.contains("classes.json") && e.contains("twice"), "{e}");
     }
 
     #[test]

@@ -167,7 +167,7 @@ pub(crate) async fn run_from(
     let manifest = Manifest::load(&cfg.manifest)?;
     let me = setup::member_of(&cfg, &manifest, peer_id)?;
     let data = setup::load_data(&cfg, me)?;
-    let scale = cfg.feature_scale()?;
+    let card_data = cfg.card_data()?;
     let train = &data.train;
     let spec = cfg
         .model
@@ -273,7 +273,7 @@ pub(crate) async fn run_from(
         cfg.name.clone(),
     )
     .map_err(fatal)?
-    .with_scale(scale);
+    .with_card_data(card_data);
     let trainer_thread = std::thread::Builder::new()
         .name("trainer".into())
         .spawn(move || trainer.run(job_rx, done_tx))
