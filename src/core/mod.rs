@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The E-step temperature κ (spec §5.1): ℓ_ib = κ · mean per-sample loss of φ_b on D_i.
-/// Written `"mean"`, `"sum"` or a positive number in files.
+/// Written `"mean"`, `"sum"`, `"auto"` or a positive number in files.
 ///
 /// Binary formats (checkpoints) store it as a plain enum: they cannot tell a name from a number
 /// without a schema.
@@ -46,6 +46,14 @@ pub enum LossScale {
     Sum,
     /// A fixed κ, e.g. a mini-batch size.
     Fixed(f64),
+    /// Beyond the paper, set from the data: κ_i = n_i / P, the silo's training samples per
+    /// model parameter, where that is above the default's temperature (1, or `soften`'s factor
+    /// once it acts); else the default. The summed loss n_i · L (the EM posterior's) compared
+    /// in units of P nats, about what fitting P parameters lowers a training loss by (AIC):
+    /// a model with more parameters than the silo has samples (every model of the quality
+    /// suite) keeps κ = 1 exactly; a small model on many rows (a softmax regression on a
+    /// clinic's table) sees its loss gaps, which are real there, sharpened.
+    Auto,
 }
 
 /// How a [`LossScale`] is written: a name or a number.
@@ -62,12 +70,13 @@ impl TryFrom<LossScaleRepr> for LossScale {
         match r {
             LossScaleRepr::Name(n) if n == "mean" => Ok(LossScale::Mean),
             LossScaleRepr::Name(n) if n == "sum" => Ok(LossScale::Sum),
+            LossScaleRepr::Name(n) if n == "auto" => Ok(LossScale::Auto),
             LossScaleRepr::Number(k) if k.is_finite() && k > 0.0 => Ok(LossScale::Fixed(k)),
             LossScaleRepr::Name(n) => Err(format!(
-                "loss_scale must be \"mean\", \"sum\" or a positive number, got \"{n}\""
+                "loss_scale must be \"mean\", \"sum\", \"auto\" or a positive number, got \"{n}\""
             )),
             LossScaleRepr::Number(k) => Err(format!(
-                "loss_scale must be \"mean\", \"sum\" or a positive number, got {k}"
+                "loss_scale must be \"mean\", \"sum\", \"auto\" or a positive number, got {k}"
             )),
         }
     }
@@ -79,6 +88,7 @@ impl From<LossScale> for LossScaleRepr {
             LossScale::Mean => LossScaleRepr::Name("mean".into()),
             LossScale::Sum => LossScaleRepr::Name("sum".into()),
             LossScale::Fixed(k) => LossScaleRepr::Number(k),
+            LossScale::Auto => LossScaleRepr::Name("auto".into()),
         }
     }
 }
@@ -89,6 +99,7 @@ enum LossScaleBin {
     Mean,
     Sum,
     Fixed(f64),
+    Auto,
 }
 
 impl Serialize for LossScale {
@@ -100,6 +111,7 @@ impl Serialize for LossScale {
                 LossScale::Mean => LossScaleBin::Mean,
                 LossScale::Sum => LossScaleBin::Sum,
                 LossScale::Fixed(k) => LossScaleBin::Fixed(k),
+                LossScale::Auto => LossScaleBin::Auto,
             }
             .serialize(s)
         }
@@ -115,6 +127,7 @@ impl<'de> Deserialize<'de> for LossScale {
                 LossScaleBin::Mean => LossScaleRepr::Name("mean".into()),
                 LossScaleBin::Sum => LossScaleRepr::Name("sum".into()),
                 LossScaleBin::Fixed(k) => LossScaleRepr::Number(k),
+                LossScaleBin::Auto => LossScaleRepr::Name("auto".into()),
             }
         };
         LossScale::try_from(repr).map_err(serde::de::Error::custom)
@@ -122,10 +135,12 @@ impl<'de> Deserialize<'de> for LossScale {
 }
 
 impl LossScale {
-    /// κ for a silo with `n_train` training samples.
+    /// The κ that scales the losses entering the tracked loss, for a silo with `n_train`
+    /// training samples. [`LossScale::Auto`] scales them by 1 and acts on the weights instead
+    /// ([`Peer::handle_losses`]).
     pub fn kappa(self, n_train: usize) -> f64 {
         match self {
-            LossScale::Mean => 1.0,
+            LossScale::Mean | LossScale::Auto => 1.0,
             LossScale::Sum => n_train as f64,
             LossScale::Fixed(k) => k,
         }
@@ -189,8 +204,10 @@ pub struct FedericoConfig {
     pub epsilon: f64,
     /// β: weight of the *new* loss in the EMA.
     pub beta: f64,
-    /// κ of the E-step.
-    pub loss_scale: LossScale,
+    /// κ of the E-step. Absent: `"auto"` for `variant = "federico"` (the default κ = 1 where
+    /// a model has more parameters than the silo has samples), `"mean"` (κ = 1) for `"paper"`.
+    /// See [`FedericoConfig::loss_scale`].
+    pub loss_scale: Option<LossScale>,
     /// Per-slot or per-round ε coin.
     pub sampling: SamplingMode,
     /// EMA (Algorithm 1) or accumulated loss (ablation).
@@ -260,7 +277,7 @@ impl Default for FedericoConfig {
             neighbours: 3,
             epsilon: 0.3,
             beta: 0.6,
-            loss_scale: LossScale::Mean,
+            loss_scale: None,
             sampling: SamplingMode::PerSlot,
             loss_tracking: LossTracking::Ema,
             infer_min_weight: 1e-3,
@@ -299,6 +316,14 @@ impl FedericoConfig {
                 _ => None,
             },
         }
+    }
+
+    /// The κ rule in force: the one given, else the variant's.
+    pub fn loss_scale(&self) -> LossScale {
+        self.loss_scale.unwrap_or(match self.variant {
+            Variant::Federico => LossScale::Auto,
+            Variant::Paper => LossScale::Mean,
+        })
     }
 
     /// The M-step in force: the one given, else the variant's.
@@ -349,12 +374,19 @@ impl FedericoConfig {
         if !(self.beta > 0.0 && self.beta <= 1.0) {
             return Err(format!("beta must be in (0, 1], got {}", self.beta));
         }
-        if let LossScale::Fixed(k) = self.loss_scale {
+        if let Some(LossScale::Fixed(k)) = self.loss_scale {
             if !(k.is_finite() && k > 0.0) {
                 return Err(format!(
-                    "loss_scale must be \"mean\", \"sum\" or a positive number, got {k}"
+                    "loss_scale must be \"mean\", \"sum\", \"auto\" or a positive number, got {k}"
                 ));
             }
+        }
+        if self.variant == Variant::Paper && self.loss_scale == Some(LossScale::Auto) {
+            return Err(
+                "loss_scale = \"auto\" is not the paper's algorithm: variant = \"paper\" runs \
+                 a fixed κ (drop one of the two)"
+                    .into(),
+            );
         }
         if !(0.0..1.0).contains(&self.infer_min_weight) {
             return Err(format!(
@@ -460,6 +492,11 @@ pub struct Peer {
     failures: BTreeMap<NodeId, Failures>,
     /// E-steps completed.
     rounds: u64,
+    /// Training samples per model parameter, n_i / P, for [`LossScale::Auto`] (0 until the
+    /// driver says: [`Peer::set_data_ratio`]). Derived from the data and the model, so not
+    /// kept in checkpoints: a resumed driver sets it again.
+    #[serde(skip)]
+    data_ratio: f64,
 }
 
 impl Clone for Peer {
@@ -472,6 +509,7 @@ impl Clone for Peer {
             table: self.table.clone(),
             failures: self.failures.clone(),
             rounds: self.rounds,
+            data_ratio: self.data_ratio,
         }
     }
 }
@@ -494,6 +532,27 @@ impl Peer {
             table,
             failures: BTreeMap::new(),
             rounds: 0,
+            data_ratio: 0.0,
+        }
+    }
+
+    /// The silo's `n_train` training samples and its model's `num_params` parameters, which
+    /// [`LossScale::Auto`] sets κ from. Drivers call it before the first E-step.
+    pub fn set_data_ratio(&mut self, n_train: usize, num_params: usize) {
+        self.data_ratio = if num_params == 0 {
+            0.0
+        } else {
+            n_train as f64 / num_params as f64
+        };
+    }
+
+    /// The multiplier of the tracked losses in the weights of E-step `round`: `soften`'s
+    /// ([`FedericoConfig::sharpness`]), raised to n_i / P under [`LossScale::Auto`].
+    fn sharpness(&self, round: u64) -> f64 {
+        let a = self.cfg.sharpness(round, self.table.len());
+        match self.cfg.loss_scale() {
+            LossScale::Auto => a.max(self.data_ratio),
+            _ => a,
         }
     }
 
@@ -515,7 +574,7 @@ impl Peer {
     /// A peer became known (discovery, late join): it enters with ℓ = L̂ = 0 and `seen = false`,
     /// so greedy slots try it soon (spec §6, late joiners). Known peers are left as they are.
     pub fn handle_peer_joined(&mut self, peer: NodeId) {
-        let a = self.cfg.sharpness(self.rounds, self.table.len());
+        let a = self.sharpness(self.rounds);
         self.table.insert(peer, a);
     }
 
@@ -551,13 +610,13 @@ impl Peer {
     /// loss is updated and the weights recomputed. Non-finite losses are ignored (a model that
     /// gives NaN on our data is treated as not measured).
     pub fn handle_losses(&mut self, n_train: usize, measured: &[(NodeId, f64)]) {
-        let kappa = self.cfg.loss_scale.kappa(n_train);
+        let kappa = self.cfg.loss_scale().kappa(n_train);
         let scaled: Vec<(NodeId, f64)> = measured
             .iter()
             .filter(|(_, l)| l.is_finite())
             .map(|&(id, l)| (id, kappa * l))
             .collect();
-        let a = self.cfg.sharpness(self.rounds + 1, self.table.len());
+        let a = self.sharpness(self.rounds + 1);
         self.table
             .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking, a);
         self.rounds += 1;

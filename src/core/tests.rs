@@ -108,7 +108,7 @@ fn loss_scale_sum_sharpens_weights() {
             0,
             2,
             FedericoConfig {
-                loss_scale: scale,
+                loss_scale: Some(scale),
                 ..Default::default()
             },
         );
@@ -119,6 +119,67 @@ fn loss_scale_sum_sharpens_weights() {
     let sum = run(LossScale::Sum);
     assert!(mean < 0.51 && sum > 0.99, "mean {mean} sum {sum}");
     assert_eq!(LossScale::Fixed(50.0).kappa(500), 50.0);
+}
+
+/// `"auto"`, the default of `variant = "federico"`: κ = n_i / P where that exceeds the
+/// default's temperature, else exactly the default.
+#[test]
+fn auto_loss_scale_sharpens_only_where_samples_outnumber_parameters() {
+    // Eight silos, so that the default softens from round 5 (members > M + 1).
+    let losses: Vec<(NodeId, f64)> = (0..8).map(|j| (NodeId(j), 0.5 + 0.02 * j as f64)).collect();
+    let weights = |cfg: FedericoConfig, n: usize, params: usize| {
+        let mut p = peer(0, 8, cfg);
+        p.set_data_ratio(n, params);
+        let mut rows = Vec::new();
+        for _ in 0..8 {
+            p.handle_losses(n, &losses);
+            rows.push([0, 1, 7].map(|j| p.weight(NodeId(j))));
+        }
+        rows
+    };
+    let default = FedericoConfig::default();
+    assert_eq!(default.loss_scale(), LossScale::Auto);
+    let mean = FedericoConfig {
+        loss_scale: Some(LossScale::Mean),
+        ..Default::default()
+    };
+    // More parameters than samples (every model of the quality suite): bit for bit κ = 1,
+    // `soften` included (it halves the default's κ from round 5 here).
+    assert_eq!(
+        weights(default.clone(), 600, 159_010),
+        weights(mean.clone(), 600, 159_010)
+    );
+    // A softmax regression of 21 parameters on 120 rows: κ = 120 / 21 in every round.
+    let fixed = FedericoConfig {
+        loss_scale: Some(LossScale::Fixed(120.0 / 21.0)),
+        soften: Some(Soften {
+            from_round: 1,
+            factor: 1.0,
+        }),
+        ..Default::default()
+    };
+    let auto = weights(default.clone(), 120, 21);
+    for (a, f) in auto.iter().zip(weights(fixed, 120, 21)) {
+        for (x, y) in a.iter().zip(f) {
+            assert!((x - y).abs() < 1e-12, "{a:?} against {f:?}");
+        }
+    }
+    assert!(auto[7][0] > weights(mean, 120, 21)[7][0] + 0.05, "{auto:?}");
+    // The paper's variant keeps κ = 1 and refuses "auto".
+    let paper = FedericoConfig {
+        variant: Variant::Paper,
+        ..Default::default()
+    };
+    assert_eq!(paper.loss_scale(), LossScale::Mean);
+    let bad = FedericoConfig {
+        loss_scale: Some(LossScale::Auto),
+        ..paper
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .contains("\"auto\" is not the paper's")
+    );
 }
 
 #[test]
@@ -283,7 +344,7 @@ fn config_validation_names_the_field() {
     };
     assert!(bad.validate().unwrap_err().contains("beta"));
     let bad = FedericoConfig {
-        loss_scale: LossScale::Fixed(-1.0),
+        loss_scale: Some(LossScale::Fixed(-1.0)),
         ..Default::default()
     };
     assert!(bad.validate().unwrap_err().contains("loss_scale"));

@@ -156,10 +156,12 @@ fn fedcollab_section_defaults_and_unknown_fields() {
 #[test]
 fn loss_scale_and_mstep_forms() {
     let s = Scenario::parse("[federico]\nloss_scale = 50\nmstep = { minibatch = 4 }\n").unwrap();
-    assert_eq!(s.federico.loss_scale, crate::core::LossScale::Fixed(50.0));
+    assert_eq!(s.federico.loss_scale(), crate::core::LossScale::Fixed(50.0));
     assert_eq!(s.federico.mstep(), MStep::Minibatch(4));
     let s = Scenario::parse("[federico]\nloss_scale = \"sum\"\nmstep = \"epoch\"\n").unwrap();
-    assert_eq!(s.federico.loss_scale, crate::core::LossScale::Sum);
+    assert_eq!(s.federico.loss_scale(), crate::core::LossScale::Sum);
+    let s = Scenario::parse("[federico]\nloss_scale = \"auto\"\n").unwrap();
+    assert_eq!(s.federico.loss_scale, Some(crate::core::LossScale::Auto));
     assert_eq!(s.federico.mstep(), MStep::Epoch);
     let s = Scenario::parse_with(
         "",
@@ -187,7 +189,7 @@ fn overrides_set_nested_fields_and_are_validated() {
         ],
     )
     .unwrap();
-    assert_eq!(s.federico.loss_scale, crate::core::LossScale::Fixed(10.0));
+    assert_eq!(s.federico.loss_scale(), crate::core::LossScale::Fixed(10.0));
     assert_eq!(s.seeds, vec![4, 5]);
     assert_eq!(s.data.source, Source::Sine);
     let e = Scenario::parse_with("", &["federico.epsilon=2".into()])

@@ -205,7 +205,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 4: `FedericoConfig` gained `variant` and `push_cut`.
 /// 5: `FedericoConfig::mstep` became optional (absent: the variant's); `foreign_cap`.
 /// 6: `FedericoConfig` gained `soften`.
-const VERSION: u32 = 6;
+/// 7: `FedericoConfig::loss_scale` became optional (absent: the variant's) and gained `auto`.
+const VERSION: u32 = 7;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals

@@ -198,6 +198,8 @@ impl<H> Round<H> {
         params: Arc<Vec<f32>>,
         now: Instant,
     ) -> Self {
+        let mut peer = peer;
+        peer.set_data_ratio(cfg.n_train, cfg.num_params);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)
             .with_foreign_cap(cfg.me, cfg.foreign_cap);
