@@ -3,6 +3,7 @@
 //! Must not: hold algorithm or simulation logic.
 
 mod data;
+mod scale;
 mod suite;
 
 pub use data::{DataArgs, DataCommand, DataDownloadArgs, DataVerifyArgs};
@@ -55,6 +56,9 @@ pub enum Command {
     /// Run a quality suite: a grid of simulate runs (data sets × splits × training samples per
     /// silo, FedeRiCo variants beside them) and one table over it (`<out>/table.md`).
     Suite(SuiteArgs),
+    /// The federation's feature constants (`scale.json`) without sharing rows: `summarize`
+    /// one silo's training CSV per column, then `combine` every silo's summary.
+    Scale(scale::ScaleArgs),
 }
 
 /// `federico report`.
@@ -272,6 +276,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Report(args) => report(args),
         Command::Suite(args) => suite::suite(args),
+        Command::Scale(args) => scale::scale(args),
     }
 }
 
@@ -536,8 +541,9 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
     };
     match &data.labels {
         Labels::Class { ids, .. } => {
+            // The label before the probability, as before the probability was added.
             text += if labelled {
-                "row,predicted,probability,label\n"
+                "row,predicted,label,probability\n"
             } else {
                 "row,predicted,probability\n"
             };
@@ -547,12 +553,12 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
                     .enumerate()
                     .max_by(|a, b| a.1.total_cmp(b.1))
                     .map_or((0, 0.0), |(c, &p)| (c, p));
-                text += &format!("{i},{},{p:.4}", class(best));
+                text += &format!("{i},{}", class(best));
                 if labelled {
                     correct += usize::from(best == y as usize);
                     text += &format!(",{}", class(y as usize));
                 }
-                text += "\n";
+                text += &format!(",{p:.4}\n");
             }
         }
         Labels::Real(ys) => {

@@ -522,7 +522,7 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
     let names = ["healthy", "mild", "severe"];
     assert_eq!(read(model)["class_names"], serde_json::json!(names));
     assert_eq!(read("shards/classes.json"), serde_json::json!(names));
-    assert!(from_shard.starts_with("row,predicted,probability,label\n"));
+    assert!(from_shard.starts_with("row,predicted,label,probability\n"));
     assert!(
         column(&from_card)
             .iter()
@@ -602,6 +602,82 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
         err.contains("is a shard") && err.contains("drop --scale"),
         "{err}"
     );
+}
+
+/// `federico scale`: each silo summarises its own training CSV, the summaries pool into the
+/// constants of all the rows together, and a node config reads the result.
+#[test]
+fn scale_summaries_pool_into_the_federations_constants() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "a.csv",
+        "age,pressure,outcome\n40,120,healthy\n60,140,mild\n",
+    );
+    write(
+        "b.csv",
+        "age,pressure,outcome\n50,170,severe\n70,130,mild\n90,150,mild\n",
+    );
+    write("c.csv", "pressure,age,outcome\n120,40,healthy\n");
+    let run = |args: &[&str]| {
+        federico()
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    for silo in ["a", "b", "c"] {
+        let out = run(&[
+            "scale",
+            "summarize",
+            &format!("{silo}.csv"),
+            "--label-column",
+            "outcome",
+            "--out",
+            &format!("{silo}.sums.json"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A summary holds counts, means and sums of squares, never a row.
+    let sums = std::fs::read_to_string(dir.path().join("b.sums.json")).unwrap();
+    assert!(
+        sums.contains("\"rows\": 3") && !sums.contains("170"),
+        "{sums}"
+    );
+    let out = run(&["scale", "combine", "a.sums.json", "b.sums.json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scale = federico::learn::FeatureScale::read(&dir.path().join("scale.json")).unwrap();
+    // Ages 40, 60, 50, 70, 90: mean 62, population std √(1480 / 5) = √296; pressures 120,
+    // 140, 170, 130, 150: mean 142, the same deviations.
+    for (f, mean) in [(0, 62.0), (1, 142.0)] {
+        assert!((scale.mean[f] - mean).abs() < 1e-4, "{scale:?}");
+        assert!((scale.std[f] - 296f32.sqrt()).abs() < 1e-4, "{scale:?}");
+    }
+    // A silo whose columns come in another order is refused, naming both files.
+    let out = run(&[
+        "scale",
+        "combine",
+        "a.sums.json",
+        "c.sums.json",
+        "--out",
+        "x.json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err
+                .contains("c.sums.json names its columns pressure, age, a.sums.json age, pressure"),
+        "{err}"
+    );
+    assert!(!dir.path().join("x.json").exists());
 }
 
 /// `federico suite --no-variants` runs the columns alone; without it the suite file's FedeRiCo

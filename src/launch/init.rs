@@ -33,7 +33,8 @@ const CONFIG_HEAD: &str = "\
 # /ip4/0.0.0.0/tcp/<port> (or the host's address) instead of 127.0.0.1, point [data] at this
 # silo's own files (format = \"csv\" | \"idx\" | \"cifar10\", see the README) or a shard, and keep
 # `key` on this machine only. CSV columns in their own units need the federation's
-# `scale = \"<scale.json>\"` (docs/data.md), the same file at every silo; text labels, its
+# `scale = \"<scale.json>\"` (docs/data.md: `federico scale` makes it from per-silo column
+# sums), the same file at every silo; text labels, its
 # `class_names = [...]` in class-id order.
 ";
 

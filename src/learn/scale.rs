@@ -1,8 +1,10 @@
 //! Putting features on one scale: per-feature standardization (z-scores) with constants fitted
 //! on the training parts of every silo together, applied to every part.
 //!
-//! Owns: [`FeatureScale`] (fitting, applying, its JSON file `scale.json` and its checks) and [`standardize`] for a whole
-//! federation. Why: features as they come from a user's files (an age in years, a pressure in
+//! Owns: [`FeatureScale`] (fitting, applying, its JSON file `scale.json` and its checks),
+//! [`standardize`] for a whole federation, and [`ColumnSums`]: one silo's per-column row count,
+//! mean and sum of squared deviations, which silos exchange instead of rows and
+//! [`FeatureScale::combine`] pools into the same constants (`federico scale`). Why: features as they come from a user's files (an age in years, a pressure in
 //! mmHg, a sensor at an offset of 500) make every model's training ill-conditioned, and mixing
 //! such models fails first; `docs/quality.md` ("Own data in its own units") has the numbers.
 //! Fitting on one silo alone is not offered: label skew moves each silo's means, so silos that
@@ -57,17 +59,7 @@ impl FeatureScale {
                 }
             }
         }
-        let std = sq
-            .iter()
-            .map(|s| {
-                let sd = (s / n as f64).sqrt();
-                if sd > 1e-12 && sd.is_finite() {
-                    sd as f32
-                } else {
-                    1.0
-                }
-            })
-            .collect();
+        let std = sq.iter().map(|s| std_of(s / n as f64)).collect();
         Some(Self {
             mean: mean.iter().map(|&m| m as f32).collect(),
             std,
@@ -132,6 +124,158 @@ impl FeatureScale {
                 *x = (*x - m) / s;
             }
         }
+    }
+}
+
+/// A feature's std from its population variance: 1 where the feature is constant.
+fn std_of(variance: f64) -> f32 {
+    let sd = variance.max(0.0).sqrt();
+    if sd > 1e-12 && sd.is_finite() {
+        sd as f32
+    } else {
+        1.0
+    }
+}
+
+/// The `format` of a [`ColumnSums`] file.
+pub const SUMS_FORMAT: &str = "federico-column-sums/1";
+
+/// One silo's training rows summarised per feature column, all a federation needs to fit its
+/// [`FeatureScale`] without a row leaving a silo: the row count, each column's mean and its
+/// sum of squared deviations from that mean (with the count, the same as its sum and sum of
+/// squares). The feature columns' header names, when the file had a header, let the pooling
+/// check that every silo lists its columns in one order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColumnSums {
+    /// Always [`SUMS_FORMAT`].
+    pub format: String,
+    /// Training rows summarised.
+    pub rows: u64,
+    /// Each feature column's mean.
+    pub mean: Vec<f64>,
+    /// Each feature column's sum of squared deviations from its mean.
+    pub m2: Vec<f64>,
+    /// The feature columns' names (the label column left out), when the file had a header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+}
+
+impl ColumnSums {
+    /// Summarises `data`'s rows (two passes, f64); `columns` names its features.
+    pub fn of(data: &Dataset, columns: Option<Vec<String>>) -> Self {
+        let d = data.feature_len();
+        let n = data.len();
+        let mut mean = vec![0f64; d];
+        for row in data.features.chunks_exact(d) {
+            for (m, &x) in mean.iter_mut().zip(row) {
+                *m += f64::from(x);
+            }
+        }
+        for m in &mut mean {
+            *m /= n.max(1) as f64;
+        }
+        let mut m2 = vec![0f64; d];
+        for row in data.features.chunks_exact(d) {
+            for ((s, &x), m) in m2.iter_mut().zip(row).zip(&mean) {
+                let dev = f64::from(x) - m;
+                *s += dev * dev;
+            }
+        }
+        Self {
+            format: SUMS_FORMAT.into(),
+            rows: n as u64,
+            mean,
+            m2,
+            columns,
+        }
+    }
+
+    /// Reads a sums file and checks it: its format, at least one row, as many means as sums
+    /// of squares (and column names, if any), every value finite, no negative sum of squares.
+    pub fn read(path: &Path) -> Result<Self, DataError> {
+        let bad = |why: String| DataError::Invalid(format!("{}: {why}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|error| DataError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let sums: Self = serde_json::from_str(&text).map_err(|e| {
+            bad(format!(
+                "not a column summary (`federico scale summarize`): {e}"
+            ))
+        })?;
+        if sums.format != SUMS_FORMAT {
+            return Err(bad(format!(
+                "format {:?}, expected {SUMS_FORMAT:?}",
+                sums.format
+            )));
+        }
+        if sums.rows == 0 {
+            return Err(bad("summarises no rows".into()));
+        }
+        let d = sums.mean.len();
+        if d == 0 || sums.m2.len() != d || sums.columns.as_ref().is_some_and(|c| c.len() != d) {
+            return Err(bad(format!(
+                "{d} means, {} sums of squares{}",
+                sums.m2.len(),
+                sums.columns
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" and {} column names", c.len()))
+            )));
+        }
+        if sums.mean.iter().chain(&sums.m2).any(|v| !v.is_finite())
+            || sums.m2.iter().any(|&v| v < 0.0)
+        {
+            return Err(bad(
+                "holds a value that is not a finite number (or a negative sum of squares)".into(),
+            ));
+        }
+        Ok(sums)
+    }
+}
+
+impl FeatureScale {
+    /// Pools silos' [`ColumnSums`] (each with a name for messages) into the constants
+    /// [`FeatureScale::fit`] gives on their rows together, up to rounding (Chan et al.'s
+    /// pairwise update, in the order given). Refuses summaries of different column counts or
+    /// names.
+    pub fn combine(parts: &[(ColumnSums, String)]) -> Result<Self, DataError> {
+        let Some((first, first_name)) = parts.first() else {
+            return Err(DataError::Invalid("no column summaries to combine".into()));
+        };
+        let d = first.mean.len();
+        for (p, name) in &parts[1..] {
+            if p.mean.len() != d {
+                return Err(DataError::Invalid(format!(
+                    "{name} summarises {} feature columns, {first_name} {d}",
+                    p.mean.len()
+                )));
+            }
+            if let (Some(a), Some(b)) = (&first.columns, &p.columns)
+                && a != b
+            {
+                return Err(DataError::Invalid(format!(
+                    "{name} names its columns {}, {first_name} {}: every silo must list the \
+                     same features in the same order",
+                    b.join(", "),
+                    a.join(", ")
+                )));
+            }
+        }
+        let (mut n, mut mean, mut m2) = (0f64, vec![0f64; d], vec![0f64; d]);
+        for (p, _) in parts {
+            let nb = p.rows as f64;
+            let total = n + nb;
+            for f in 0..d {
+                let delta = p.mean[f] - mean[f];
+                mean[f] += delta * nb / total;
+                m2[f] += p.m2[f] + delta * delta * n * nb / total;
+            }
+            n = total;
+        }
+        Ok(Self {
+            mean: mean.iter().map(|&m| m as f32).collect(),
+            std: m2.iter().map(|&s| std_of(s / n)).collect(),
+        })
     }
 }
 
@@ -236,5 +380,72 @@ mod tests {
         )
         .unwrap();
         assert_eq!(FeatureScale::fit(&[&set(&[[1.0, 2.0]]), &three]), None);
+    }
+
+    #[test]
+    fn silos_column_sums_pool_into_the_constants_of_their_rows_together() {
+        let a = set(&[[500.0, 7.0], [520.0, 7.0], [610.5, 7.0]]);
+        let b = set(&[[580.0, 7.0], [600.0, 7.0]]);
+        let c = set(&[[433.25, 7.0]]);
+        let fitted = FeatureScale::fit(&[&a, &b, &c]).unwrap();
+        let named = |d: &Dataset, n: &str| (ColumnSums::of(d, None), n.to_string());
+        let pooled =
+            FeatureScale::combine(&[named(&a, "a"), named(&b, "b"), named(&c, "c")]).unwrap();
+        for (x, y) in pooled.mean.iter().zip(&fitted.mean) {
+            assert!((x - y).abs() <= 1e-4, "{pooled:?} against {fitted:?}");
+        }
+        for (x, y) in pooled.std.iter().zip(&fitted.std) {
+            assert!((x - y).abs() <= 1e-4 * y, "{pooled:?} against {fitted:?}");
+        }
+        assert_eq!(pooled.std[1], 1.0, "a constant column keeps std 1");
+        // A file round trip, and what a bad one says.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        let cols = Some(vec!["age".to_string(), "dose".to_string()]);
+        let sums = ColumnSums::of(&a, cols.clone());
+        std::fs::write(&path, serde_json::to_string(&sums).unwrap()).unwrap();
+        assert_eq!(ColumnSums::read(&path).unwrap(), sums);
+        for (text, why) in [
+            (
+                r#"{"format": "x", "rows": 1, "mean": [0.0], "m2": [0.0]}"#,
+                "format \"x\"",
+            ),
+            (
+                r#"{"format": "federico-column-sums/1", "rows": 0, "mean": [0.0], "m2": [0.0]}"#,
+                "no rows",
+            ),
+            (
+                r#"{"format": "federico-column-sums/1", "rows": 2, "mean": [0.0], "m2": []}"#,
+                "1 means, 0 sums",
+            ),
+            (
+                r#"{"format": "federico-column-sums/1", "rows": 2, "mean": [0.0], "m2": [-1.0]}"#,
+                "negative",
+            ),
+            ("[1, 2]", "not a column summary"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = ColumnSums::read(&path).unwrap_err().to_string();
+            assert!(e.contains("a.json") && e.contains(why), "{e}");
+        }
+        // Silos that list their columns differently, or another count, are refused by name.
+        let swapped = ColumnSums::of(&b, Some(vec!["dose".to_string(), "age".to_string()]));
+        let e = FeatureScale::combine(&[(sums.clone(), "a".into()), (swapped, "b".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("b names its columns dose, age, a age, dose"),
+            "{e}"
+        );
+        let labels = Labels::Class {
+            ids: vec![0],
+            num_classes: 2,
+        };
+        let one = Dataset::new(vec![1.0], vec![1], labels).unwrap();
+        let e =
+            FeatureScale::combine(&[(sums, "a".into()), (ColumnSums::of(&one, None), "z".into())])
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("z summarises 1 feature columns, a 2"), "{e}");
     }
 }

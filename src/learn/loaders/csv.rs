@@ -33,6 +33,8 @@ pub struct CsvTable {
     pub set: Labelled,
     /// Per row, the silo column's text.
     pub silos: Option<Vec<String>>,
+    /// The feature columns' names, in order, when the file has a header as wide as its rows.
+    pub columns: Option<Vec<String>>,
 }
 
 /// Reads `path`: one sample per line, comma-separated; every column other than the label (and
@@ -186,6 +188,13 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
         return Err(corrupt(path, "no samples (no data rows)"));
     };
     let numbered = lc.is_some() && names.iter().all(|n| n.parse::<u32>().is_ok());
+    let columns = header.filter(|h| h.len() == width).map(|h| {
+        h.into_iter()
+            .enumerate()
+            .filter(|&(c, _)| Some(c) != lc && Some(c) != sc)
+            .map(|(_, name)| name)
+            .collect()
+    });
     Ok(CsvTable {
         set: Labelled {
             features,
@@ -196,6 +205,7 @@ pub fn read_csv(path: &Path, cols: CsvColumns<'_>) -> Result<CsvTable, DataError
             path: path.to_path_buf(),
         },
         silos,
+        columns,
     })
 }
 

@@ -173,6 +173,16 @@ pub(crate) async fn run_from(
         .model
         .spec(&train.sample_shape, train.num_classes())
         .map_err(fatal)?;
+    if let Some(names) = &card_data.class_names
+        && Some(names.len()) != train.num_classes()
+    {
+        return Err(fatal(format!(
+            "{} class names (data.class_names, or the classes.json beside the shard) for data \
+             of {} classes",
+            names.len(),
+            train.num_classes().unwrap_or(0)
+        )));
+    }
     let fingerprint = spec.fingerprint();
     let n_train = train.len();
     std::fs::create_dir_all(&cfg.state_dir)

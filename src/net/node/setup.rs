@@ -67,8 +67,43 @@ pub(super) fn load_data(cfg: &NodeConfig, me: NodeId) -> Result<ClientData, Node
             }
             shard.data
         }
-        None => cfg.data.load()?,
+        None => {
+            let data = cfg.data.load()?;
+            if cfg.data.scale.is_none() {
+                warn_unscaled(cfg, &data.train);
+            }
+            data
+        }
     })
+}
+
+/// A CSV silo without the federation's `data.scale` whose columns are plainly in their own
+/// units (a mean or a standard deviation above 10) trains badly, and every model mixed with
+/// it too (`docs/quality.md`, "Own data in its own units"): say so, naming the column.
+fn warn_unscaled(cfg: &NodeConfig, train: &crate::learn::Dataset) {
+    if cfg.data.format != Some(crate::net::config::DataFormat::Csv) {
+        return;
+    }
+    let Some(fit) = crate::learn::FeatureScale::fit(&[train]) else {
+        return;
+    };
+    if let Some((column, (mean, std))) = fit
+        .mean
+        .iter()
+        .zip(&fit.std)
+        .enumerate()
+        .find(|(_, (m, s))| m.abs() > 10.0 || **s > 10.0)
+    {
+        warn!(
+            column,
+            mean = %format!("{mean:.3}"),
+            std = %format!("{std:.3}"),
+            file = %cfg.data.train[0].display(),
+            "CSV columns in their own units and no data.scale: models train badly on them; \
+             give the federation's scale.json (`federico scale summarize` at every silo, then \
+             `federico scale combine`; docs/data.md)"
+        );
+    }
 }
 
 /// The node's state: from its checkpoint when there is one, else fresh (from `start`, or the
