@@ -106,9 +106,11 @@ fn combine(args: CombineArgs) -> anyhow::Result<()> {
     crate::store::write_atomic(&args.out, text.as_bytes())
         .with_context(|| format!("writing {}", args.out.display()))?;
     let rows: u64 = parts.iter().map(|(s, _)| s.rows).sum();
+    let largest = parts.iter().map(|(s, _)| s.rows).max().unwrap_or(0);
     eprintln!(
         "{} silos, {rows} rows: {} ({} columns); every node reads it with `scale = \"{}\"` \
-         in its [data]",
+         in its [data]\nthe largest silo has {largest} training rows: the manifest's \
+         epoch_steps (mstep = \"epoch\") is {largest} / batch_size rounded up",
         parts.len(),
         args.out.display(),
         scale.mean.len(),
