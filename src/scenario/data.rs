@@ -216,7 +216,8 @@ impl Default for SplitConfig {
 
 impl Loaded {
     /// The class names by class id where the labels had names (own CSV files with text
-    /// labels, image folders); `None` where the labels are the class ids.
+    /// labels, image folders; classes that `data.classes` adds beyond them are named by their
+    /// ids); `None` where the labels are the class ids.
     pub fn class_names(&self) -> Option<&[String]> {
         match self {
             Loaded::Own(own) => {

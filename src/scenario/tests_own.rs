@@ -385,3 +385,30 @@ fn csv_features_are_standardized_on_the_silos_training_rows_unless_turned_off() 
         .to_string();
     assert!(e.contains("data.standardize is for own data"), "{e}");
 }
+
+#[test]
+fn text_labels_name_the_classes_that_exported_models_carry() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_csv(&tmp.path().join("pool.csv"), 60);
+    let text = "[data]\nsource = \"csv\"\nfiles = [\"pool.csv\"]\nlabel_column = \"label\"\n\
+                silo_column = \"site\"\n[split]\nkind = \"natural\"\n";
+    let s = load(tmp.path(), text).unwrap();
+    let names = ["cat", "dog", "emu"].map(String::from);
+    assert_eq!(
+        s.load_real(None).unwrap().unwrap().class_names(),
+        Some(&names[..])
+    );
+    // A class beyond the names found (`data.classes`) is named by its id: one name a class,
+    // as a card needs.
+    let more = load(tmp.path(), &text.replace("[split]", "classes = 4\n[split]")).unwrap();
+    let loaded = more.load_real(None).unwrap().unwrap();
+    assert_eq!(loaded.class_names().unwrap(), ["cat", "dog", "emu", "3"]);
+    // Integer labels are the class ids themselves.
+    std::fs::write(
+        tmp.path().join("ids.csv"),
+        "x,site,label\n1,a,0\n2,a,1\n3,b,1\n4,b,0\n",
+    )
+    .unwrap();
+    let ids = load(tmp.path(), &text.replace("pool.csv", "ids.csv")).unwrap();
+    assert_eq!(ids.load_real(None).unwrap().unwrap().class_names(), None);
+}
