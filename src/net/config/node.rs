@@ -103,7 +103,8 @@ pub struct DataSource {
     /// The federation's class names in class-id order (every silo lists the same), so that
     /// silos holding different classes number them alike. Images: the class folders' names
     /// (default: the sorted names of this silo's folders). CSV: the label column's values
-    /// (`["healthy", "mild", "severe"]`; then `classes` may be left out). With any source they
+    /// (`["healthy", "mild", "severe"]`; then `classes` may be left out), or, where the labels
+    /// are class ids, the names of ids 0, 1, …. With any source they
     /// go into the exported `model.json`, so that `predict` reads and writes labels by name
     /// (a shard's default: the `classes.json` that `init` and `partition` write beside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -281,7 +282,9 @@ impl DataSource {
     }
 
     /// CSV train and test files whose labels are the names in `names` (a label's class id is
-    /// its position); every label must be listed.
+    /// its position); every label must be listed. Files whose labels are all class ids below
+    /// `names.len()`, none of them a listed name, are read by id (the names then only name the
+    /// classes), as `predict` reads them.
     fn load_named_csv(
         &self,
         names: &[String],
@@ -298,7 +301,13 @@ impl DataSource {
             .map(|t| t.set)
         };
         let (train, test) = (read(&self.train[0])?, read(&self.test[0])?);
-        let (mut sets, _) = loaders::unify_named(&[&train, &test], self.classes, Some(names))?;
+        let by_id = [&train, &test].iter().all(|p| {
+            p.names
+                .iter()
+                .all(|n| !names.contains(n) && n.parse::<usize>().is_ok_and(|id| id < names.len()))
+        });
+        let fixed = (!by_id).then_some(names);
+        let (mut sets, _) = loaders::unify_named(&[&train, &test], Some(names.len()), fixed)?;
         let test = sets.pop().expect("unify returns one set per part");
         let train = sets.pop().expect("unify returns one set per part");
         Ok((train, test))
@@ -623,6 +632,15 @@ shard = "a.shard"
         let own = d.load().unwrap();
         assert_eq!(own.train.class_counts(), [1, 2, 0]);
         assert_eq!(own.test.class_counts(), [0, 1, 0]);
+        // Labels that are class ids are read by id: the names only name them.
+        let ids = dir.path().join("ids.csv");
+        std::fs::write(&ids, "age,outcome\n1,1\n2,0\n3,1\n").unwrap();
+        let by_id = DataSource {
+            train: vec![ids.clone()],
+            test: vec![ids],
+            ..d.clone()
+        };
+        assert_eq!(by_id.load().unwrap().train.class_counts(), [1, 2, 0]);
         // Without the names, text labels are refused; a label not listed names itself.
         d.class_names = None;
         d.classes = Some(3);
