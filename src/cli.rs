@@ -496,15 +496,16 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             class_names: args.class_names.clone(),
         },
     };
-    let names = args
-        .class_names
-        .as_ref()
-        .or(model.card.class_names.as_ref());
+    let (names, from) = match (&args.class_names, &model.card.class_names) {
+        (Some(n), _) => (Some(n), "--class-names".to_string()),
+        (None, Some(n)) => (Some(n), format!("{}'s class_names", args.model.display())),
+        (None, None) => (None, String::new()),
+    };
     if let Some(names) = names
         && names.len() != learner.outputs()
     {
         anyhow::bail!(
-            "--class-names lists {} names, but the model has {} classes",
+            "{from} lists {} names, but the model has {} classes",
             names.len(),
             learner.outputs()
         );

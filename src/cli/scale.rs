@@ -71,16 +71,7 @@ fn summarize(args: SummarizeArgs) -> anyhow::Result<()> {
         },
     )?;
     let set = &table.set;
-    let data = crate::learn::Dataset::new(
-        set.features.clone(),
-        set.sample_shape.clone(),
-        crate::learn::Labels::Class {
-            ids: vec![0; set.len()],
-            num_classes: 1,
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("{}: {e}", args.data.display()))?;
-    let sums = ColumnSums::of(&data, table.columns);
+    let sums = ColumnSums::of(&set.features, set.sample_shape[0], table.columns);
     let text = serde_json::to_string_pretty(&sums)? + "\n";
     crate::store::write_atomic(&args.out, text.as_bytes())
         .with_context(|| format!("writing {}", args.out.display()))?;

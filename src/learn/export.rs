@@ -74,7 +74,26 @@ pub struct CardData {
 /// the class names by class id.
 pub const CLASSES_FILE: &str = "classes.json";
 
-/// Reads a [`CLASSES_FILE`]: a JSON list of at least two distinct, non-empty names.
+/// Checks a list of class names: at least two, none empty, none twice. The message says what
+/// is wrong; the caller says where the list came from.
+pub fn check_class_names(names: &[String]) -> Result<(), String> {
+    if names.len() < 2 {
+        return Err(format!("needs at least 2 names, got {}", names.len()));
+    }
+    if names.iter().any(|n| n.trim().is_empty()) {
+        return Err("holds an empty name".into());
+    }
+    match names
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+    {
+        Some(d) => Err(format!("lists {d:?} twice")),
+        None => Ok(()),
+    }
+}
+
+/// Reads a [`CLASSES_FILE`]: a JSON list of class names ([`check_class_names`]).
 pub fn read_class_names(path: &Path) -> Result<Vec<String>, super::DataError> {
     let bad = |what: String| super::DataError::Invalid(format!("{}: {what}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|error| super::DataError::Io {
@@ -83,18 +102,7 @@ pub fn read_class_names(path: &Path) -> Result<Vec<String>, super::DataError> {
     })?;
     let names: Vec<String> = serde_json::from_str(&text)
         .map_err(|e| bad(format!("not a JSON list of class names: {e}")))?;
-    if names.len() < 2 || names.iter().any(|n| n.is_empty()) {
-        return Err(bad(format!(
-            "needs at least 2 non-empty class names, got {names:?}"
-        )));
-    }
-    if let Some(d) = names
-        .iter()
-        .enumerate()
-        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
-    {
-        return Err(bad(format!("lists {d:?} twice")));
-    }
+    check_class_names(&names).map_err(bad)?;
     Ok(names)
 }
 
@@ -348,6 +356,29 @@ impl Input {
     }
 }
 
+/// A label's class id for a model of `classes` classes named `names`: its position among the
+/// names, else the label read as a class id.
+fn class_id(label: &str, classes: usize, names: Option<&[String]>) -> Result<u32, String> {
+    if let Some(id) = names.and_then(|l| l.iter().position(|x| x == label)) {
+        return Ok(id as u32);
+    }
+    match (label.parse::<u32>(), names) {
+        (Ok(id), _) if (id as usize) < classes => Ok(id),
+        (Ok(id), _) => Err(format!(
+            "label {id} is out of range: the model has {classes} classes (0..={})",
+            classes - 1
+        )),
+        (Err(_), Some(l)) => Err(format!(
+            "label {label:?} is not one of the model's classes ({})",
+            l.join(", ")
+        )),
+        (Err(_), None) => Err(format!(
+            "label {label:?} is not a class id, and the model names no classes: give \
+             --class-names with the class names in class-id order"
+        )),
+    }
+}
+
 /// A CSV file's rows for a model of `inputs` features: without a label column when a row has
 /// `inputs` columns, with one when it has one more.
 fn read_csv_rows(
@@ -390,37 +421,16 @@ fn read_csv_rows(
             }
         )));
     };
-    let ids =
-        if labelled {
-            // Each distinct label: its position among the class names, else a class id.
-            let map = set
+    let ids = if labelled {
+        let map = set
             .names
             .iter()
-            .map(|n| match names.and_then(|l| l.iter().position(|x| x == n)) {
-                Some(id) => Ok(id as u32),
-                None => match n.parse::<u32>() {
-                    Ok(id) if (id as usize) < classes => Ok(id),
-                    Ok(id) => Err(corrupt(format!(
-                        "label {id} is out of range: the model has {classes} classes (0..={})",
-                        classes - 1
-                    ))),
-                    Err(_) => Err(corrupt(match names {
-                        Some(l) => format!(
-                            "label {n:?} is not one of the model's classes ({})",
-                            l.join(", ")
-                        ),
-                        None => format!(
-                            "label {n:?} is not a class id, and the model names no classes: \
-                             give --class-names with the class names in class-id order"
-                        ),
-                    })),
-                },
-            })
+            .map(|n| class_id(n, classes, names).map_err(corrupt))
             .collect::<Result<Vec<u32>, _>>()?;
-            set.labels.iter().map(|&l| map[l as usize]).collect()
-        } else {
-            vec![0; set.len()]
-        };
+        set.labels.iter().map(|&l| map[l as usize]).collect()
+    } else {
+        vec![0; set.len()]
+    };
     let data = Dataset::new(
         set.features,
         set.sample_shape,

@@ -36,28 +36,10 @@ impl FeatureScale {
         if parts.iter().any(|p| p.feature_len() != d) {
             return None;
         }
-        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let features: Vec<&[f32]> = parts.iter().map(|p| p.features.as_slice()).collect();
+        let (n, mean, sq) = moments(&features, d);
         if n == 0 {
             return None;
-        }
-        let mut sum = vec![0f64; d];
-        for p in parts {
-            for row in p.features.chunks_exact(d) {
-                for (s, &x) in sum.iter_mut().zip(row) {
-                    *s += f64::from(x);
-                }
-            }
-        }
-        let mean: Vec<f64> = sum.iter().map(|s| s / n as f64).collect();
-        // Two passes: the sum of squared deviations does not cancel as Σx² − n·mean² can.
-        let mut sq = vec![0f64; d];
-        for p in parts {
-            for row in p.features.chunks_exact(d) {
-                for ((s, &x), m) in sq.iter_mut().zip(row).zip(&mean) {
-                    let dev = f64::from(x) - m;
-                    *s += dev * dev;
-                }
-            }
         }
         let std = sq.iter().map(|s| std_of(s / n as f64)).collect();
         Some(Self {
@@ -127,6 +109,31 @@ impl FeatureScale {
     }
 }
 
+/// The rows of `parts` (row-major, `d` values a row) together: their count, each feature's
+/// mean and each feature's sum of squared deviations from it, in f64. Two passes: the sum of
+/// squared deviations does not cancel as Σx² − n·mean² can.
+fn moments(parts: &[&[f32]], d: usize) -> (usize, Vec<f64>, Vec<f64>) {
+    let rows = || parts.iter().flat_map(|p| p.chunks_exact(d));
+    let n = rows().count();
+    let mut mean = vec![0f64; d];
+    for row in rows() {
+        for (m, &x) in mean.iter_mut().zip(row) {
+            *m += f64::from(x);
+        }
+    }
+    for m in &mut mean {
+        *m /= n.max(1) as f64;
+    }
+    let mut m2 = vec![0f64; d];
+    for row in rows() {
+        for ((s, &x), m) in m2.iter_mut().zip(row).zip(&mean) {
+            let dev = f64::from(x) - m;
+            *s += dev * dev;
+        }
+    }
+    (n, mean, m2)
+}
+
 /// A feature's std from its population variance: 1 where the feature is constant.
 fn std_of(variance: f64) -> f32 {
     let sd = variance.max(0.0).sqrt();
@@ -161,26 +168,10 @@ pub struct ColumnSums {
 }
 
 impl ColumnSums {
-    /// Summarises `data`'s rows (two passes, f64); `columns` names its features.
-    pub fn of(data: &Dataset, columns: Option<Vec<String>>) -> Self {
-        let d = data.feature_len();
-        let n = data.len();
-        let mut mean = vec![0f64; d];
-        for row in data.features.chunks_exact(d) {
-            for (m, &x) in mean.iter_mut().zip(row) {
-                *m += f64::from(x);
-            }
-        }
-        for m in &mut mean {
-            *m /= n.max(1) as f64;
-        }
-        let mut m2 = vec![0f64; d];
-        for row in data.features.chunks_exact(d) {
-            for ((s, &x), m) in m2.iter_mut().zip(row).zip(&mean) {
-                let dev = f64::from(x) - m;
-                *s += dev * dev;
-            }
-        }
+    /// Summarises rows of `d` features each (row-major `features`), as [`FeatureScale::fit`]
+    /// does; `columns` names the features.
+    pub fn of(features: &[f32], d: usize, columns: Option<Vec<String>>) -> Self {
+        let (n, mean, m2) = moments(&[features], d);
         Self {
             format: SUMS_FORMAT.into(),
             rows: n as u64,
@@ -388,7 +379,7 @@ mod tests {
         let b = set(&[[580.0, 7.0], [600.0, 7.0]]);
         let c = set(&[[433.25, 7.0]]);
         let fitted = FeatureScale::fit(&[&a, &b, &c]).unwrap();
-        let named = |d: &Dataset, n: &str| (ColumnSums::of(d, None), n.to_string());
+        let named = |d: &Dataset, n: &str| (ColumnSums::of(&d.features, 2, None), n.to_string());
         let pooled =
             FeatureScale::combine(&[named(&a, "a"), named(&b, "b"), named(&c, "c")]).unwrap();
         for (x, y) in pooled.mean.iter().zip(&fitted.mean) {
@@ -402,7 +393,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.json");
         let cols = Some(vec!["age".to_string(), "dose".to_string()]);
-        let sums = ColumnSums::of(&a, cols.clone());
+        let sums = ColumnSums::of(&a.features, 2, cols.clone());
         std::fs::write(&path, serde_json::to_string(&sums).unwrap()).unwrap();
         assert_eq!(ColumnSums::read(&path).unwrap(), sums);
         for (text, why) in [
@@ -429,7 +420,11 @@ mod tests {
             assert!(e.contains("a.json") && e.contains(why), "{e}");
         }
         // Silos that list their columns differently, or another count, are refused by name.
-        let swapped = ColumnSums::of(&b, Some(vec!["dose".to_string(), "age".to_string()]));
+        let swapped = ColumnSums::of(
+            &b.features,
+            2,
+            Some(vec!["dose".to_string(), "age".to_string()]),
+        );
         let e = FeatureScale::combine(&[(sums.clone(), "a".into()), (swapped, "b".into())])
             .unwrap_err()
             .to_string();
@@ -442,10 +437,12 @@ mod tests {
             num_classes: 2,
         };
         let one = Dataset::new(vec![1.0], vec![1], labels).unwrap();
-        let e =
-            FeatureScale::combine(&[(sums, "a".into()), (ColumnSums::of(&one, None), "z".into())])
-                .unwrap_err()
-                .to_string();
+        let e = FeatureScale::combine(&[
+            (sums, "a".into()),
+            (ColumnSums::of(&one.features, 1, None), "z".into()),
+        ])
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("z summarises 1 feature columns, a 2"), "{e}");
     }
 }

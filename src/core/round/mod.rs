@@ -192,13 +192,12 @@ impl<H> Round<H> {
     /// fresh peer: 0, 0). Round 1 (or the next) waits for the members until `now + start`.
     pub fn new(
         cfg: RoundConfig,
-        peer: Peer,
+        mut peer: Peer,
         round: u64,
         version: u64,
         params: Arc<Vec<f32>>,
         now: Instant,
     ) -> Self {
-        let mut peer = peer;
         peer.set_data_ratio(cfg.n_train, cfg.num_params);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)

@@ -179,22 +179,8 @@ impl DataSource {
         let Some(names) = &self.class_names else {
             return Ok(());
         };
-        if names.len() < 2 {
-            return Err(format!(
-                "data.class_names needs at least 2 names, got {}",
-                names.len()
-            ));
-        }
-        if names.iter().any(|n| n.trim().is_empty()) {
-            return Err("data.class_names holds an empty name".into());
-        }
-        if let Some(d) = names
-            .iter()
-            .enumerate()
-            .find_map(|(i, n)| names[..i].contains(n).then_some(n))
-        {
-            return Err(format!("data.class_names lists {d:?} twice"));
-        }
+        crate::learn::export::check_class_names(names)
+            .map_err(|e| format!("data.class_names {e}"))?;
         if let Some(c) = self.classes
             && c != names.len()
         {
