@@ -6,6 +6,11 @@ fn federico() -> Command {
     Command::new(env!("CARGO_BIN_EXE_federico"))
 }
 
+/// `federico ARGS` run in `dir`, its output.
+fn run_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    federico().args(args).current_dir(dir).output().unwrap()
+}
+
 #[test]
 fn bad_scenario_fails_naming_the_field_and_allowed_values() {
     let dir = tempfile::tempdir().unwrap();
@@ -444,13 +449,7 @@ fn raw_csv_columns_are_standardized_and_predict_applies_the_same_scale() {
          [federico]\nneighbours = 2\n",
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        federico()
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| run_in(dir.path(), args);
     let ok = |args: &[&str]| {
         let out = run(args);
         assert!(
@@ -619,13 +618,7 @@ fn scale_summaries_pool_into_the_federations_constants() {
         "age,pressure,outcome\n50,170,severe\n70,130,mild\n90,150,mild\n",
     );
     write("c.csv", "pressure,age,outcome\n120,40,healthy\n");
-    let run = |args: &[&str]| {
-        federico()
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| run_in(dir.path(), args);
     for silo in ["a", "b", "c"] {
         let out = run(&[
             "scale",
