@@ -92,6 +92,21 @@ fn a_three_silo_swarm_with_the_foreign_cap_makes_the_simulators_decisions() {
     ]);
 }
 
+/// The option `own_floor` (a silo trains its own model with weight at least 0.25) travels to
+/// every node: the same decisions as in the simulator, over four sub-steps per round (the
+/// floor acts here: it changes the weights of 99 of the 100 rounds of seed 1).
+#[test]
+fn a_swarm_with_a_floor_under_the_own_gradient_makes_the_simulators_decisions() {
+    swarm_makes_the_simulators_decisions(&[
+        "--set",
+        "federico.mstep=\"epoch\"",
+        "--set",
+        "train.batch_size=10",
+        "--set",
+        "federico.own_floor=0.25",
+    ]);
+}
+
 /// Four clinics' own CSV rows, a softmax regression of 21 parameters on 120 rows a clinic:
 /// `loss_scale = "auto"` sets κ = 120 / 21 on every node as in the simulator.
 #[test]

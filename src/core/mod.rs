@@ -251,6 +251,16 @@ pub struct FedericoConfig {
     /// [`DEFAULT_SOFTEN`] where members > `neighbours` + 1, off otherwise; off for `"paper"`;
     /// `factor = 1` turns it off. See [`FedericoConfig::soften`].
     pub soften: Option<Soften>,
+    /// Beyond the paper, an option (0, the default, is off): a silo's gradient on its own model
+    /// is scaled by at least `own_floor` (`max(w_ii, own_floor)`), so its own model keeps
+    /// learning its data while its row relies on other models. Without it, a silo whose row
+    /// locks on to a foreign model scales its own gradient by w_ii ≈ 0 and its model stops
+    /// learning its data. The E-step, the mixture and the gradients to other models are
+    /// unchanged. It rescues federations whose rows collapse on to another group's model
+    /// (features left in their own units) and is about neutral on the quality suite, which
+    /// chose the defaults (`docs/quality.md`, "A floor under the own gradient"), so it is not
+    /// one of them.
+    pub own_floor: f64,
 }
 
 /// Which FedeRiCo runs: the paper's Algorithm 1, or it with this crate's remedies.
@@ -288,6 +298,7 @@ impl Default for FedericoConfig {
             push_cut: None,
             foreign_cap: None,
             soften: None,
+            own_floor: 0.0,
         }
     }
 }
@@ -366,6 +377,17 @@ impl FedericoConfig {
         }
     }
 
+    /// Refuses a remedy `name` switched on (`value` > 0) with `variant = "paper"`.
+    fn beyond_the_paper(&self, name: &str, value: f64) -> Result<(), String> {
+        if self.variant == Variant::Paper && value > 0.0 {
+            return Err(format!(
+                "{name} = {value} is not the paper's algorithm: variant = \"paper\" runs \
+                 without it (drop one of the two)"
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks every field; the error names the field, the allowed range and the value.
     pub fn validate(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.epsilon) {
@@ -401,12 +423,7 @@ impl FedericoConfig {
             if !(0.0..=1.0).contains(&c) {
                 return Err(format!("push_cut must be in [0, 1], got {c}"));
             }
-            if self.variant == Variant::Paper && c > 0.0 {
-                return Err(format!(
-                    "push_cut = {c} is not the paper's algorithm: variant = \"paper\" runs \
-                     without it (drop one of the two)"
-                ));
-            }
+            self.beyond_the_paper("push_cut", c)?;
         }
         if let Some(c) = self.foreign_cap {
             if !(c.is_finite() && c >= 0.0) {
@@ -414,13 +431,13 @@ impl FedericoConfig {
                     "foreign_cap must be 0 (off) or a positive number, got {c}"
                 ));
             }
-            if self.variant == Variant::Paper && c > 0.0 {
-                return Err(format!(
-                    "foreign_cap = {c} is not the paper's algorithm: variant = \"paper\" runs \
-                     without it (drop one of the two)"
-                ));
-            }
+            self.beyond_the_paper("foreign_cap", c)?;
         }
+        let f = self.own_floor;
+        if !(0.0..=1.0).contains(&f) {
+            return Err(format!("own_floor must be in [0, 1] (0: off), got {f}"));
+        }
+        self.beyond_the_paper("own_floor", f)?;
         if let Some(s) = self.soften {
             if !(s.factor.is_finite() && s.factor > 0.0) {
                 return Err(format!(
@@ -629,11 +646,15 @@ impl Peer {
 
     /// The factor of the gradient this silo sends to `peer`'s model this round: w_ij (spec
     /// §3.2 step 5), or `None` when `push_cut` holds it back (the weight is below `push_cut`
-    /// times the row's largest) and a `Skip` goes instead. Its own model always gets one.
+    /// times the row's largest) and a `Skip` goes instead. Its own model always gets one,
+    /// scaled by at least `own_floor` (0 unless set).
     pub fn push_weight(&self, peer: NodeId) -> Option<f64> {
         let w = self.weight(peer);
+        if peer == self.me {
+            return Some(w.max(self.cfg.own_floor));
+        }
         let cut = self.cfg.push_cut();
-        if peer == self.me || cut <= 0.0 {
+        if cut <= 0.0 {
             return Some(w);
         }
         let top = self

@@ -387,6 +387,41 @@ fn push_cut_holds_gradients_back_from_models_below_the_cut_but_never_from_self()
     // Self is e^-0.9 ≈ 0.41 of the top: below the cut, yet it always trains its own model.
     assert!(p.weight(NodeId(0)) < 0.5 * top);
     assert_eq!(p.push_weight(NodeId(0)), Some(p.weight(NodeId(0))));
+    assert_eq!(paper.push_weight(NodeId(0)), Some(paper.weight(NodeId(0))));
+    // `own_floor` (off by default) scales its own gradient by at least the floor: far below
+    // it, the floor; above it, its weight.
+    let far = [(NodeId(0), 5.0), (NodeId(1), 0.5), (NodeId(2), 3.0)];
+    let floor = FedericoConfig {
+        own_floor: 0.25,
+        ..Default::default()
+    };
+    assert!(floor.validate().is_ok());
+    let mut q = peer(0, 3, floor.clone());
+    q.handle_losses(10, &far);
+    assert!(q.weight(NodeId(0)) < 0.1);
+    assert_eq!(q.push_weight(NodeId(0)), Some(0.25));
+    assert_eq!(q.push_weight(NodeId(1)), Some(q.weight(NodeId(1))));
+    let mut top1 = peer(1, 3, floor);
+    top1.handle_losses(10, &far);
+    assert!(top1.weight(NodeId(1)) > 0.25);
+    assert_eq!(top1.push_weight(NodeId(1)), Some(top1.weight(NodeId(1))));
+    let mut off = peer(0, 3, FedericoConfig::default());
+    off.handle_losses(10, &far);
+    assert_eq!(off.push_weight(NodeId(0)), Some(off.weight(NodeId(0))));
+    // Checked like every other field, and refused with the paper's algorithm.
+    for f in [-0.1, 1.5, f64::NAN] {
+        let bad = FedericoConfig {
+            own_floor: f,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("own_floor"), "{f}");
+    }
+    let paper_floor = FedericoConfig {
+        variant: Variant::Paper,
+        own_floor: 0.25,
+        ..Default::default()
+    };
+    assert!(paper_floor.validate().unwrap_err().contains("own_floor"));
     // The cut is checked like every other field.
     let bad = FedericoConfig {
         push_cut: Some(1.5),

@@ -206,7 +206,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 5: `FedericoConfig::mstep` became optional (absent: the variant's); `foreign_cap`.
 /// 6: `FedericoConfig` gained `soften`.
 /// 7: `FedericoConfig::loss_scale` became optional (absent: the variant's) and gained `auto`.
-const VERSION: u32 = 7;
+/// 8: `FedericoConfig` gained `own_floor`.
+const VERSION: u32 = 8;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals

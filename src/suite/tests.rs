@@ -334,6 +334,15 @@ fn stamps_compare_the_federico_settings_in_force() {
         &unset,
         &stamp(8, r#""beta": 0.6, "push_cut": 0.5"#)
     ));
+    // `own_floor` is off unless set: a stamp from before it existed matches 0, not a floor.
+    assert!(same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "own_floor": 0.0"#)
+    ));
+    assert!(!same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "own_floor": 0.25"#)
+    ));
     assert!(!same_scenario(&old, &stamp(8, r#""beta": 0.5"#)));
     assert!(!same_scenario("not json", &old));
 }
