@@ -4,9 +4,11 @@
 //! Owns: [`FeatureScale`] (fitting, applying, its JSON file `scale.json` and its checks),
 //! [`standardize`] for a whole federation, and [`ColumnSums`]: one silo's per-column row count,
 //! mean and sum of squared deviations, which silos exchange instead of rows and
-//! [`FeatureScale::combine`] pools into the same constants (`federico scale`). Why: features as they come from a user's files (an age in years, a pressure in
-//! mmHg, a sensor at an offset of 500) make every model's training ill-conditioned, and mixing
-//! such models fails first; `docs/quality.md` ("Own data in its own units") has the numbers.
+//! [`FeatureScale::combine`] pools into the same constants (`federico scale`).
+//!
+//! Why: features as they come from a user's files (an age in years, a pressure in mmHg, a
+//! sensor at an offset of 500) make every model's training ill-conditioned, and mixing such
+//! models fails first; `docs/quality.md` ("Own data in its own units") has the numbers.
 //! Fitting on one silo alone is not offered: label skew moves each silo's means, so silos that
 //! standardize apart no longer speak the same features (measured there too). The constants are
 //! what silos would obtain by sharing per-feature counts, sums and sums of squares of their
