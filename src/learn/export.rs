@@ -53,8 +53,10 @@ pub struct ModelCard {
     /// `predict` applies to rows in their own units; absent when the rows were used as read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<FeatureScale>,
-    /// The class names by class id (CSV text labels, image folders): `predict` reads labels
-    /// by these names and writes its predictions with them; absent where the labels are ids.
+    /// The class names by class id: `predict` reads labels (CSV cells, image folders) by
+    /// these names and writes its predictions with them. Every classifier's card has them
+    /// (where the labels were class ids, `"0"`, `"1"`, …); absent for regression, and in
+    /// cards written before this rule, where the labels were ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
 }
@@ -194,7 +196,13 @@ pub fn write(
         test_accuracy,
         weights: "model.safetensors".into(),
         scale: data.scale.clone(),
-        class_names: data.class_names.clone(),
+        class_names: data.class_names.clone().or_else(|| {
+            // Every classifier names its classes, so that `predict` maps labels (CSV cells,
+            // image folders) by name, never by position: where the labels were class ids,
+            // a class's name is its id.
+            (!learner.spec().is_regression())
+                .then(|| (0..learner.outputs()).map(|i| i.to_string()).collect())
+        }),
     };
     let json = dir.join("model.json");
     let text = serde_json::to_string_pretty(&card).map_err(|e| err(&json, e))? + "\n";
@@ -344,8 +352,9 @@ impl Input {
             }
             Input::Images { dir, class_names } => {
                 let set = loaders::read_image_folder(dir)?;
-                let fixed = class_names.as_deref().or(names);
-                let (mut sets, _) = loaders::unify_named(&[&set], Some(classes), fixed)?;
+                let list =
+                    image_classes(dir, &set.names, classes, class_names.as_deref().or(names))?;
+                let (mut sets, _) = loaders::unify_named(&[&set], Some(classes), Some(&list))?;
                 Ok(labelled(
                     sets.pop().expect("unify returns one set per part"),
                 ))
@@ -354,6 +363,45 @@ impl Input {
             Input::Cifar10(files) => loaders::load_cifar_files(files).map(labelled),
         }
     }
+}
+
+/// The model's class names by id for an image folder whose class sub-folders are `found`: a
+/// folder is its class by name, never by its position among the folders (a folder holding
+/// classes 5 to 9 must not read `5` as class 0). `names` are the model's (or `--class-names`);
+/// a card without them (written before every card named its classes) is read as naming class
+/// `i` `"i"` where every folder's name is a class id, and refused otherwise. A folder that is
+/// not one of the model's classes is an error naming it and the classes.
+fn image_classes(
+    dir: &Path,
+    found: &[String],
+    classes: usize,
+    names: Option<&[String]>,
+) -> Result<Vec<String>, super::DataError> {
+    let bad = |what: String| super::DataError::Invalid(format!("{}: {what}", dir.display()));
+    let list: Vec<String> = match names {
+        Some(n) => n.to_vec(),
+        None if found
+            .iter()
+            .all(|n| n.parse::<usize>().is_ok_and(|id| id < classes)) =>
+        {
+            (0..classes).map(|i| i.to_string()).collect()
+        }
+        None => {
+            return Err(bad(format!(
+                "the model names no classes, so its class folders ({}) cannot be matched to \
+                 its {classes} classes: give --class-names with the class names in class-id \
+                 order",
+                found.join(", ")
+            )));
+        }
+    };
+    if let Some(n) = found.iter().find(|n| !list.contains(n)) {
+        return Err(bad(format!(
+            "class folder {n:?} is not one of the model's classes ({})",
+            list.join(", ")
+        )));
+    }
+    Ok(list)
 }
 
 /// A label's class id for a model of `classes` classes named `names`: its position among the
@@ -499,7 +547,11 @@ mod tests {
         .unwrap();
         let (got, mut learner) = read(&json).unwrap();
         assert_eq!(got.card.scale, None, "no scale: rows used as read");
-        assert_eq!(got.card.class_names, None, "labels are ids");
+        assert_eq!(
+            got.card.class_names,
+            Some(vec!["0".to_string(), "1".to_string()]),
+            "labels that were ids name their classes by id"
+        );
         assert_eq!(got.card.parts[1].owner, "silo-3");
         let data = Dataset::new(
             (0..40).map(|i| (i as f32 * 0.3).sin()).collect(),
@@ -528,6 +580,52 @@ mod tests {
             .expect("a damaged file is refused")
             .to_string();
         assert!(e.contains("model.safetensors"), "{e}");
+    }
+
+    /// An image folder's classes by name: folders `5` and `7` are classes 5 and 7 of a
+    /// ten-class model, not 0 and 1 (the folders' positions), with or without names on the
+    /// card; text names map to their position in the card's list; a folder the model does not
+    /// know is refused by name, and so are text folders for a card that names no classes.
+    #[test]
+    fn image_folders_are_read_by_class_name_never_by_position() {
+        use crate::learn::loaders::write_image_folder as write_folder;
+        let ids = |r: Rows| match r.data.labels {
+            Labels::Class { ids, .. } => ids,
+            Labels::Real(_) => panic!("class labels"),
+        };
+        let digits: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        write_folder(tmp.path(), &["5", "7"], 2, 2, 2, false);
+        let input = Input::Images {
+            dir: tmp.path().to_path_buf(),
+            class_names: None,
+        };
+        assert_eq!(ids(input.load(4, 10, Some(&digits)).unwrap()), [5, 5, 7, 7]);
+        assert_eq!(
+            ids(input.load(4, 10, None).unwrap()),
+            [5, 5, 7, 7],
+            "legacy card"
+        );
+        let e = input.load(4, 6, None).unwrap_err().to_string();
+        assert!(e.contains("--class-names"), "7 is no class of 6: {e}");
+        let tmp = tempfile::tempdir().unwrap();
+        write_folder(tmp.path(), &["dog", "emu"], 1, 2, 2, false);
+        let pets = ["cat", "dog", "emu"].map(String::from).to_vec();
+        let input = Input::Images {
+            dir: tmp.path().to_path_buf(),
+            class_names: None,
+        };
+        assert_eq!(ids(input.load(4, 3, Some(&pets)).unwrap()), [1, 2]);
+        let e = input.load(4, 3, None).unwrap_err().to_string();
+        assert!(
+            e.contains("names no classes") && e.contains("dog, emu"),
+            "{e}"
+        );
+        let e = input.load(4, 10, Some(&digits)).unwrap_err().to_string();
+        assert!(
+            e.contains("class folder \"dog\" is not one of the model's classes (0, 1,"),
+            "{e}"
+        );
     }
 
     #[test]
