@@ -28,36 +28,91 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a scenario in-process: all silos in one process, lock-step rounds, deterministic.
+    #[command(after_help = "Examples:
+  federico simulate simulations/quickstart.toml
+  federico simulate simulations/quickstart.toml --seed 1 --rounds 20 --out runs/try
+  federico simulate simulations/own-csv.toml --set federico.epsilon=0.1 --export")]
     Simulate(SimulateArgs),
     /// Write a new silo keypair (its peer ID is printed; put it in the manifest).
+    #[command(after_help = "Examples:
+  federico keygen --out keys/hospital-a.key    # prints the peer ID for the manifest")]
     Keygen(KeygenArgs),
     /// Write one data shard per silo from a scenario's split, for `federico node`.
+    #[command(after_help = "Examples:
+  federico partition simulations/quickstart.toml --out shards
+  federico partition simulations/quickstart.toml --seed 2 --out shards-seed2")]
     Partition(PartitionArgs),
     /// Write a federation of N silos that runs on this machine as printed: keys, a manifest,
-    /// shards and one node config per silo (distinct ports on 127.0.0.1).
+    /// shards and one node config per silo (distinct ports on 127.0.0.1). It starts nothing:
+    /// start each silo with the `federico node` command it prints.
+    #[command(after_help = "Examples:
+  federico init 3 --out federation
+  federico init 4 --out clinics --scenario simulations/own-csv.toml --port 5001")]
     Init(InitArgs),
     /// Run one peer (a silo) over libp2p until its rounds are done or it is stopped.
+    #[command(after_help = "While it runs:
+  Ctrl-C (SIGINT) or SIGTERM stops it; the last checkpoint stands, and the same command
+  resumes from it (only the round in flight is lost).
+  kill -USR1 <pid> asks for the model now: the round in progress ends with an evaluation and
+  <state_dir>/model.json is written (federico predict --model <state_dir>/model.json ...).
+  Before round 1 it waits deadlines.start_s (60 s) for every member; with some there it
+  starts, and with no peer at all it keeps waiting, saying so every start_s, for a silo
+  alone is no federation (deadlines.alone_s lets it train alone after that many seconds).
+  A port another process holds, or a state_dir another federico uses, stops it at once.
+
+Examples:
+  federico node --config federation/silo-0.toml
+  federico node --config federation/silo-0.toml --log-json > silo-0.jsonl")]
     Node(NodeArgs),
     /// Predict with a model a node exported (`<state_dir>/model.json`): predictions as CSV on
     /// stdout, accuracy on stderr.
+    #[command(after_help = "Examples:
+  federico predict --model federation/state/silo-0/model.json --data federation/shards/silo-0.shard
+  federico predict --model clinics/state/silo-0/model.json --data new-patients.csv --out predictions.csv
+  federico predict --model runs/digits/seed-1/models/federico/silo-2/model.json --data my-images/")]
     Predict(PredictArgs),
     /// Run the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a peer of the federation.
-    Coordinator(NodeArgs),
+    #[command(
+        after_help = "Stop it with Ctrl-C (SIGINT); it resumes from its checkpoint.
+
+Examples:
+  federico coordinator --config node-config/coordinator.toml
+  (docs/coordinator-mode.md: the coordinated nodes' configs, and `federico swarm` with a
+  coordinator-mode scenario)"
+    )]
+    Coordinator(CoordinatorArgs),
     /// Run a scenario as N real node processes on 127.0.0.1 (FedeRiCo peer to peer, or FedDisco,
     /// HCCT, FedSaC or FedCollab with a coordinator process) and report like simulate.
+    #[command(after_help = "Examples:
+  federico swarm simulations/quickstart.toml --seed 1
+  federico swarm simulations/partition-heal.toml --seed 1")]
     Swarm(SwarmArgs),
     /// Download the standard data sets (MNIST, Fashion-MNIST, CIFAR-10, optdigits) into a data
     /// directory, or check the ones there against their published SHA-256s.
+    #[command(after_help = "Examples:
+  federico data download fashion-mnist
+  federico data download all --data-dir /srv/data
+  federico data verify")]
     Data(DataArgs),
     /// Write the summary, table and plots that swarm writes from hand-started nodes' run logs
     /// (their state directories, or the federation folder `init` wrote), or again from a
     /// simulate or swarm run directory.
+    #[command(after_help = "Examples:
+  federico report federation
+  federico report federation/state/silo-0 federation/state/silo-1 --out my-report
+  federico report runs/quickstart")]
     Report(ReportArgs),
     /// Run a quality suite: a grid of simulate runs (data sets × splits × training samples per
     /// silo, FedeRiCo variants beside them) and one table over it (`<out>/table.md`).
+    #[command(after_help = "Examples:
+  federico suite simulations/quality/suite.toml --list
+  federico suite simulations/quality/suite.toml --only fmnist --no-variants")]
     Suite(SuiteArgs),
     /// The federation's feature constants (`scale.json`) without sharing rows: `summarize`
     /// one silo's training CSV per column, then `combine` every silo's summary.
+    #[command(after_help = "Examples:
+  federico scale summarize train.csv --label-column diagnosis --out site-0.sums.json
+  federico scale combine site-0.sums.json site-1.sums.json --out scale.json")]
     Scale(scale::ScaleArgs),
 }
 
@@ -81,7 +136,7 @@ pub struct SwarmArgs {
     /// The scenario file (TOML).
     pub scenario: PathBuf,
     /// Run directory [default: runs/<scenario name>-swarm, or -2, -3, … when taken]; an
-    /// explicit one must not hold an earlier swarm.
+    /// explicit one must be missing or empty (a run never overwrites another).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run this single seed instead of the scenario's list.
@@ -217,8 +272,19 @@ pub struct PartitionArgs {
 /// `federico node`.
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
-    /// The config (TOML): a node's (e.g. federation/silo-0.toml from `federico init`), or for
-    /// `coordinator` the coordinator's (e.g. node-config/coordinator.toml). Relative paths in
+    /// The node's config (TOML), e.g. federation/silo-0.toml from `federico init`. Relative
+    /// paths in it are relative to the file.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+/// `federico coordinator`.
+#[derive(Debug, clap::Args)]
+pub struct CoordinatorArgs {
+    /// The coordinator's config (TOML), e.g. node-config/coordinator.toml. Relative paths in
     /// it are relative to the file.
     #[arg(long)]
     pub config: PathBuf,
@@ -232,7 +298,8 @@ pub struct NodeArgs {
 pub struct SimulateArgs {
     /// The scenario file (TOML), e.g. simulations/quickstart.toml.
     pub scenario: PathBuf,
-    /// Output directory [default: runs/<scenario name>].
+    /// Output directory [default: runs/<scenario name>, or -2, -3, … when taken]; an explicit
+    /// one must be missing or empty (a run never overwrites another).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run this single seed instead of the scenario's list.
@@ -261,6 +328,9 @@ pub struct SimulateArgs {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if !matches!(cli.command, Command::Node(_) | Command::Coordinator(_)) {
+        init_warnings();
+    }
     match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Keygen(args) => keygen(args),
@@ -308,18 +378,11 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
 
 fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
     let scenario = load_scenario(&args.scenario, &args.set, args.seed, args.rounds, |_| {})?;
-    // Without --out, a fresh folder: a swarm run's folder holds checkpoints that a second run
-    // would resume from, so the same command run twice must not reuse it.
-    let out = args.out.unwrap_or_else(|| {
-        let base = PathBuf::from("runs").join(format!("{}-swarm", scenario.name));
-        (1..)
-            .map(|n| match n {
-                1 => base.clone(),
-                n => PathBuf::from(format!("{}-{n}", base.display())),
-            })
-            .find(|p| !p.exists())
-            .expect("some suffix is free")
-    });
+    // A swarm run's folder also holds checkpoints that a second run would resume from.
+    let out = run_folder(
+        args.out,
+        PathBuf::from("runs").join(format!("{}-swarm", scenario.name)),
+    )?;
     let started = std::time::Instant::now();
     let outcome = crate::launch::swarm(
         &scenario,
@@ -402,8 +465,25 @@ fn init(args: InitArgs) -> anyhow::Result<()> {
     let mut set = vec![format!("split.clients={n}")];
     let scenario = match &args.scenario {
         Some(path) => {
-            set.extend(args.set.iter().cloned());
-            read_scenario(path, &set)?
+            // Natural partitions: the data says how many silos there are, and the N typed
+            // here must agree (a message about split.clients would blame a field nobody wrote).
+            let plain = read_scenario(path, &args.set)?;
+            if plain.data.source.is_own() && plain.natural() {
+                let m = plain.split.clients;
+                if m != n {
+                    anyhow::bail!(
+                        "init {n}: the data of {} comes as {m} silos (data.silos or \
+                         data.silo_column), so its federation has {m}: run `federico init {m} \
+                         --scenario {}` with the rest of the command as it was",
+                        path.display(),
+                        path.display()
+                    );
+                }
+                plain
+            } else {
+                set.extend(args.set.iter().cloned());
+                read_scenario(path, &set)?
+            }
         }
         None => {
             // The quick start's federation, cut to N silos. Below 6 silos one label group: with
@@ -597,7 +677,10 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             100.0 * correct as f64 / data.len() as f64
         );
         if let Some(a) = card.test_accuracy {
-            summary += &format!("; the node reported {:.2} % on its test split", 100.0 * a);
+            summary += &format!(
+                "; the run that wrote it reported {:.2} % on the silo's test split",
+                100.0 * a
+            );
         }
     }
     eprintln!("{summary}");
@@ -630,6 +713,21 @@ fn partition(args: PartitionArgs) -> anyhow::Result<()> {
         scenario.train.batch_size
     );
     Ok(())
+}
+
+/// Short commands print the library's warnings (a stray colour image, a checkpoint that fell
+/// back) as `WARN <message>` lines on stderr; `RUST_LOG` filters (default `warn`). Nodes and
+/// the coordinator log everything instead ([`init_tracing`]).
+fn init_warnings() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
 
 /// Sets up logging for long-running commands: human text by default, JSON lines on request;
@@ -670,7 +768,7 @@ fn node(args: NodeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn coordinator(args: NodeArgs) -> anyhow::Result<()> {
+fn coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     let cfg = crate::net::coordinator::CoordinatorConfig::load(&args.config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -761,9 +859,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             s.threads = threads;
         }
     })?;
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("runs").join(&scenario.name));
+    let out = run_folder(args.out, PathBuf::from("runs").join(&scenario.name))?;
     let started = std::time::Instant::now();
     let outcome = sim::run(
         &scenario,
@@ -793,13 +889,39 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     );
     if args.export {
         text += &format!(
-            "models in {}/seed-*/models/<algorithm>/silo-*/model.json (federico predict --model …)\n",
-            out.display()
+            "models in {}/seed-*/models/<algorithm>/silo-*/model.json: `federico predict --model \
+             <model.json> --data <rows>`, with new rows of your own, or the silo's shard from \
+             `federico partition {} --seed <s> --out shards`\n",
+            out.display(),
+            args.scenario.display()
         );
     }
     // A reader that went away (`| head`) is not an error: the results are on disk.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
+}
+
+/// Where `simulate` and `swarm` write a run, by the rule `report` follows for its folder: never
+/// over an earlier one. Without `--out`, the first free of `base`, `base-2`, `base-3`, …; an
+/// explicit `--out` must be missing or empty.
+fn run_folder(out: Option<PathBuf>, base: PathBuf) -> anyhow::Result<PathBuf> {
+    if let Some(out) = out {
+        if std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) {
+            anyhow::bail!(
+                "{} already exists and is not empty; choose another --out (a run never \
+                 overwrites another)",
+                out.display()
+            );
+        }
+        return Ok(out);
+    }
+    Ok((1..)
+        .map(|n| match n {
+            1 => base.clone(),
+            n => PathBuf::from(format!("{}-{n}", base.display())),
+        })
+        .find(|p| !p.exists())
+        .expect("some suffix is free"))
 }
 
 /// `s` as one CSV cell: quoted (with `"` doubled) where it holds a comma, a quote or a line break.

@@ -193,3 +193,139 @@ fn own_csv_idx_and_image_folders_run_every_algorithm() {
         check(file, &results);
     }
 }
+
+/// Four silos of image folders, silos 0–1 holding classes 0 and 1 and silos 2–3 classes 2 and
+/// 3, under class folders named `names`.
+fn write_split_folders(dir: &Path, names: [&str; CLASSES]) {
+    let mut g = Gen(17);
+    for s in 0..4 {
+        for k in if s < 2 { [0, 1] } else { [2, 3] } {
+            let d = dir.join(format!("silos/silo-{s}/{}", names[k]));
+            std::fs::create_dir_all(&d).unwrap();
+            for i in 0..30 {
+                image::GrayImage::from_raw(8, 8, image(k, &mut g))
+                    .unwrap()
+                    .save(d.join(format!("{i:03}.png")))
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// `predict` on an image folder maps its class sub-folders to the model's classes by name: a
+/// silo holding classes 2 and 3 (folders `2` and `3`, or `square` and `star`) is scored on
+/// those classes, not on classes 0 and 1 (the folders' positions, which scored 0 % before
+/// every model named its classes), and a folder the model does not know is refused by name.
+#[test]
+fn predict_reads_image_folders_by_class_name_for_numeric_and_text_names() {
+    for names in [["0", "1", "2", "3"], ["circle", "cross", "square", "star"]] {
+        let tmp = tempfile::tempdir().unwrap();
+        write_split_folders(tmp.path(), names);
+        let text = "name = \"split-images\"\nseeds = [1]\nrounds = 10\neval_every = 10\n\
+                    threads = 2\nalgorithms = [\"local\", \"federico\"]\n\n[data]\n\
+                    source = \"images\"\nsilos = \"silos\"\n\n[split]\nkind = \"natural\"\n\n\
+                    [model]\nkind = \"softmax\"\n\n[train]\nlr = 0.05\nbatch_size = 20\n\n\
+                    [federico]\nneighbours = 2\nmstep = \"full\"\n";
+        std::fs::write(tmp.path().join("images.toml"), text).unwrap();
+        let run = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_federico"))
+                .current_dir(tmp.path())
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let out = run(&[
+            "simulate",
+            "images.toml",
+            "--export",
+            "--quiet",
+            "--out",
+            "run",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for alg in ["local", "federico"] {
+            let model = format!("run/seed-1/models/{alg}/silo-2/model.json");
+            let card: Value =
+                serde_json::from_str(&std::fs::read_to_string(tmp.path().join(&model)).unwrap())
+                    .unwrap();
+            assert_eq!(card["class_names"], serde_json::json!(names), "{alg}");
+            let out = run(&["predict", "--model", &model, "--data", "silos/silo-2"]);
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{names:?} {alg}: {said}");
+            let rows = String::from_utf8_lossy(&out.stdout);
+            let (mut right, mut total) = (0, 0);
+            for l in rows.lines().skip(1) {
+                let f: Vec<&str> = l.split(',').collect();
+                assert!(
+                    f[2] == names[2] || f[2] == names[3],
+                    "silo-2's labels are its own classes: {l}"
+                );
+                right += usize::from(f[1] == f[2]);
+                total += 1;
+            }
+            assert_eq!(total, 60);
+            assert!(
+                right as f64 / total as f64 > 0.8,
+                "{names:?} {alg}: {right} of {total} right\n{said}"
+            );
+        }
+        // A class the model never had is refused, naming the folder.
+        let odd = tmp.path().join("odd/ghost");
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::copy(
+            tmp.path()
+                .join(format!("silos/silo-2/{}/000.png", names[2])),
+            odd.join("a.png"),
+        )
+        .unwrap();
+        let out = run(&[
+            "predict",
+            "--model",
+            "run/seed-1/models/local/silo-2/model.json",
+            "--data",
+            "odd",
+        ]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            said.contains("class folder \"ghost\" is not one of the model's classes"),
+            "{said}"
+        );
+    }
+}
+
+/// One RGB image among grey ones turns the whole data set into 3-channel images: the run says
+/// so, naming the file, where it used to widen the data (and the model) silently.
+#[test]
+fn a_colour_image_among_grey_ones_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_split_folders(tmp.path(), ["0", "1", "2", "3"]);
+    let odd = tmp.path().join("silos/silo-1/0/007.png");
+    image::RgbImage::from_pixel(8, 8, image::Rgb([200, 10, 10]))
+        .save(&odd)
+        .unwrap();
+    let text = "name = \"rgb\"\nseeds = [1]\nrounds = 1\nalgorithms = [\"local\"]\n\n[data]\n\
+                source = \"images\"\nsilos = \"silos\"\n\n[split]\nkind = \"natural\"\n\n\
+                [model]\nkind = \"softmax\"\n";
+    std::fs::write(tmp.path().join("rgb.toml"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_federico"))
+        .current_dir(tmp.path())
+        .args(["simulate", "rgb.toml", "--quiet", "--out", "run"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("silos/silo-1: 1 of 60 images are in colour (the first: ")
+            && err.contains("silo-1/0/007.png"),
+        "{err}"
+    );
+    assert!(
+        err.contains("silos/silo-0: grey images read as RGB, 3 channels"),
+        "{err}"
+    );
+}

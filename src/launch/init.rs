@@ -31,10 +31,10 @@ const CONFIG_HEAD: &str = "\
 #   federico node --config {path}
 # Relative paths are relative to this file. For a real host: listen on
 # /ip4/0.0.0.0/tcp/<port> (or the host's address) instead of 127.0.0.1, point [data] at this
-# silo's own files (format = \"csv\" | \"idx\" | \"cifar10\", see the README) or a shard, and keep
-# `key` on this machine only. CSV columns in their own units need the federation's
-# `scale = \"<scale.json>\"` (docs/data.md: `federico scale` makes it from per-silo column
-# sums), the same file at every silo; text labels, its
+# silo's own files (format = \"csv\" | \"idx\" | \"cifar10\" | \"images\", docs/federation.md)
+# or a shard, and keep `key` on this machine only. CSV columns in their own units need the
+# federation's `scale = \"<scale.json>\"` (docs/data.md: `federico scale` makes it from
+# per-silo column sums), the same file at every silo; text labels and image folders, its
 # `class_names = [...]` in class-id order.
 ";
 

@@ -40,7 +40,9 @@ pub fn read_image_folder(dir: &Path) -> Result<Labelled, DataError> {
     let mut pixels: Vec<u8> = Vec::new();
     let mut labels = Vec::new();
     let mut names = Vec::new();
-    let mut colour = false;
+    // The colour images, and the first of them, for the warning when grey ones are widened.
+    let mut colour = 0usize;
+    let mut first_colour: Option<PathBuf> = None;
     for (k, class) in classes.iter().enumerate() {
         let files = sorted_entries(class, |p| {
             p.is_file()
@@ -77,7 +79,10 @@ pub fn read_image_folder(dir: &Path) -> Result<Labelled, DataError> {
                 }
                 _ => {}
             }
-            colour |= img.color().has_color();
+            if img.color().has_color() {
+                colour += 1;
+                first_colour.get_or_insert_with(|| f.clone());
+            }
             let rgb = img.to_rgb8();
             // Planes R, G, B.
             for c in 0..3 {
@@ -88,7 +93,18 @@ pub fn read_image_folder(dir: &Path) -> Result<Labelled, DataError> {
     }
     let (w, h, _) = size.expect("at least one class folder with one image");
     let plane = (w * h) as usize;
-    let channels = if colour { 3 } else { 1 };
+    let channels = if colour > 0 { 3 } else { 1 };
+    if let Some(first) = first_colour.filter(|_| colour < labels.len()) {
+        // A few colour images among grey ones (a stray RGB export) triple the input: say so.
+        tracing::warn!(
+            "{}: {colour} of {} images are in colour (the first: {}), so every image is read \
+             as RGB, 3 channels, the grey ones repeated in each; convert the colour ones to grey \
+             if the data set is grey",
+            dir.display(),
+            labels.len(),
+            first.display()
+        );
+    }
     let features = pixels
         .chunks(3 * plane)
         .flat_map(|img| img[..channels * plane].iter())

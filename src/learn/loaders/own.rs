@@ -188,6 +188,11 @@ pub fn unify_named(
         let mut shape = shape_of(p);
         let mut features = p.features.clone();
         if rgb && shape.len() == 3 && shape[0] == 1 {
+            tracing::warn!(
+                "{}: grey images read as RGB, 3 channels, because another part of the data set \
+                 is in colour; convert the colour images to grey if the data set is grey",
+                p.path.display()
+            );
             let plane = shape[1] * shape[2];
             features = p
                 .features

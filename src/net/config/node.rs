@@ -46,6 +46,11 @@ pub struct Deadlines {
     /// How long to wait at start for the manifest's members to connect, and show they run
     /// FedeRiCo (identify lists its protocol), before round 1.
     pub start_s: f64,
+    /// How long in all a fresh node waits for a first peer before it trains alone. Unset (the
+    /// default): it waits until one comes, saying so once every `start_s`, for a silo alone
+    /// is no federation. A node resuming from a checkpoint never waits for this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alone_s: Option<f64>,
     /// After the last round: how long to keep serving the final model to peers still
     /// evaluating, at most (it leaves earlier once every live peer said it is done).
     pub linger_s: f64,
@@ -57,6 +62,7 @@ impl Default for Deadlines {
             model_s: 60.0,
             gradient_s: 60.0,
             start_s: 60.0,
+            alone_s: None,
             linger_s: 30.0,
         }
     }
@@ -212,6 +218,15 @@ impl DataSource {
             // One numbering of the classes for both folders (sorted names over both).
             let train = loaders::read_image_folder(&self.train[0])?;
             let test = loaders::read_image_folder(&self.test[0])?;
+            if self.class_names.is_none() {
+                // Another silo holding other classes would number its folders otherwise.
+                tracing::warn!(
+                    "data.class_names is not set: classes are numbered by this silo's own \
+                     folder names, sorted ({}); where silos hold different classes, every \
+                     silo must list the federation's class names in data.class_names",
+                    train.names.join(", ")
+                );
+            }
             let (mut sets, _) =
                 loaders::unify_named(&[&train, &test], self.classes, self.class_names.as_deref())?;
             let test = sets.pop().expect("unify returns one set per part");
@@ -507,6 +522,7 @@ impl NodeConfig {
             ("deadlines.gradient_s", d.gradient_s),
             ("deadlines.start_s", d.start_s),
             ("deadlines.linger_s", d.linger_s),
+            ("deadlines.alone_s", d.alone_s.unwrap_or(0.0)),
         ] {
             if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
                 return Err(format!("{name} must be in [0, 86400] seconds, got {v}"));
