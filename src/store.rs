@@ -417,6 +417,57 @@ pub fn write_versioned<T: serde::Serialize>(
     save(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A process's hold on a state directory: while it lives, no other process (and no second
+/// holder in this one) can lock the same directory, so two copies of one silo cannot append
+/// to one run log or overwrite each other's checkpoints. The lock is the operating system's
+/// (`flock` on `<dir>/lock`), so it goes with the process, however that ends: a killed node's
+/// restart is never refused for a stale lock.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+/// The file in a state directory that [`lock_dir`] locks.
+pub const LOCK_FILE: &str = "lock";
+
+/// Locks `dir` (which must exist) for this process, writing its process ID into the lock
+/// file; refuses, naming the directory and the holder's process ID, while another holds it.
+pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(format!("locking {}: {e}", path.display()));
+            }
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (process {pid})"),
+            };
+            return Err(format!(
+                "{} is in use by another federico process{holder}: one silo runs once; stop \
+                 the other process, or give this one another state_dir",
+                dir.display()
+            ));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(DirLock { _file: file })
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -614,5 +665,22 @@ mod tests {
             }
         }
         assert_eq!(refused, good.len() * 255);
+    }
+
+    /// A locked state directory refuses a second holder, naming the holder's process ID, and
+    /// is free again once the first is dropped (as when its process ends).
+    #[cfg(unix)]
+    #[test]
+    fn a_locked_directory_refuses_a_second_holder_until_the_first_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_dir(dir.path()).unwrap();
+        let e = lock_dir(dir.path()).unwrap_err();
+        assert!(
+            e.contains("in use by another federico process")
+                && e.contains(&format!("(process {})", std::process::id())),
+            "{e}"
+        );
+        drop(first);
+        lock_dir(dir.path()).unwrap();
     }
 }

@@ -86,11 +86,39 @@ pub(crate) fn coordination_swarm<B: NetworkBehaviour>(
         let addr: Multiaddr = a
             .parse()
             .map_err(|e| anyhow::anyhow!("listen address {a:?}: {e}"))?;
-        swarm
-            .listen_on(addr.clone())
-            .map_err(|e| anyhow::anyhow!(listen_failed(&addr, e)))?;
+        listen_on(&mut swarm, &addr).map_err(|e| anyhow::anyhow!(e))?;
     }
     Ok(swarm)
+}
+
+/// Listens on `addr`, refusing a TCP port that another process already listens on.
+///
+/// libp2p's TCP transport sets `SO_REUSEPORT` on its listeners, so on Linux a second federico
+/// process listening on the same port *succeeds* and the kernel splits the connections between
+/// the two. A plain bind (no `SO_REUSEPORT`) fails while any socket listens there: it is tried
+/// first and dropped at once (two processes started in the same instant can still both pass;
+/// a node's `state_dir` lock stops two copies of one silo).
+pub(crate) fn listen_on<B: NetworkBehaviour>(
+    swarm: &mut libp2p::Swarm<B>,
+    addr: &Multiaddr,
+) -> Result<(), String> {
+    use libp2p::multiaddr::Protocol;
+    let mut parts = addr.iter();
+    let ip: Option<std::net::IpAddr> = match parts.next() {
+        Some(Protocol::Ip4(a)) => Some(a.into()),
+        Some(Protocol::Ip6(a)) => Some(a.into()),
+        _ => None,
+    };
+    if let (Some(ip), Some(Protocol::Tcp(port))) = (ip, parts.next())
+        && port != 0
+        && let Err(e) = std::net::TcpListener::bind((ip, port))
+    {
+        return Err(listen_failed(addr, libp2p::TransportError::Other(e)));
+    }
+    swarm
+        .listen_on(addr.clone())
+        .map(drop)
+        .map_err(|e| listen_failed(addr, e))
 }
 
 /// Why listening on `addr` failed, in words. libp2p's `TransportError::Other` displays as
@@ -102,8 +130,8 @@ pub(crate) fn listen_failed(addr: &Multiaddr, e: libp2p::TransportError<std::io:
         }
         libp2p::TransportError::Other(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
             format!(
-                "listen on {addr}: {io}: another process holds that port; stop it or choose a \
-                 free port in `listen`"
+                "listen on {addr}: {io}: another process (another federico node?) holds that \
+                 port; stop it or choose a free port in `listen`"
             )
         }
         libp2p::TransportError::Other(io) => format!("listen on {addr}: {io}"),

@@ -126,6 +126,7 @@ pub async fn run(
         );
     }
     std::fs::create_dir_all(&cfg.state_dir)?;
+    let _lock = crate::store::lock_dir(&cfg.state_dir).map_err(|e| anyhow::anyhow!(e))?;
     let ckpt = cfg.state_dir.join("coordinator.bin");
     let state = open_algorithm(&cfg, &ckpt)?;
     if state.round() > 0 || state.registered() > 0 {

@@ -102,6 +102,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(|e| anyhow::anyhow!("{e}"))?;
 
     std::fs::create_dir_all(&cfg.state_dir)?;
+    let _lock = crate::store::lock_dir(&cfg.state_dir).map_err(|e| anyhow::anyhow!(e))?;
     let ckpt = cfg.state_dir.join("fedcollab.bin");
     // Every coalition starts from silo 0's seeded initialisation (spec §5), as in `simulate`.
     let init = || {

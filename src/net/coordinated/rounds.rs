@@ -222,6 +222,7 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
     let register = registration(&cc, &data)?;
 
     std::fs::create_dir_all(&cfg.state_dir)?;
+    let _lock = crate::store::lock_dir(&cfg.state_dir).map_err(|e| anyhow::anyhow!(e))?;
     let ckpt = cfg.state_dir.join("coordinated.bin");
     let init = || {
         let seed = stream_seed(cfg.seed, me, Stream::Init);

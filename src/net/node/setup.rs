@@ -8,7 +8,7 @@ use super::{NodeError, Start, fatal};
 use crate::core::Peer;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Learner, Shard};
-use crate::net::behaviour::{Behaviour, BehaviourConfig, listen_failed};
+use crate::net::behaviour::{Behaviour, BehaviourConfig, listen_on};
 use crate::net::config::NodeConfig;
 use crate::net::control;
 use crate::net::identity::Manifest;
@@ -255,9 +255,7 @@ pub(super) fn build_swarm(
         .build();
     for a in &cfg.listen {
         let addr: Multiaddr = a.parse().map_err(fatal)?;
-        swarm
-            .listen_on(addr.clone())
-            .map_err(|e| fatal(listen_failed(&addr, e)))?;
+        listen_on(&mut swarm, &addr).map_err(fatal)?;
     }
     for (i, m) in manifest.members.iter().enumerate() {
         if i == me.index() {
