@@ -27,7 +27,8 @@ pub struct NodeLog {
 /// Reads a node's `rounds.jsonl`. A missing file is an empty log (a node that never finished a
 /// round). A last line that does not parse and does not end in a newline is the record a
 /// killed node was writing: it is left out, with a warning. Any other line that is not a record
-/// is an error naming the file and the line.
+/// is an error naming the file and the line, and so is a round that does not follow the one
+/// before it (the log of two processes).
 pub fn read_node_log(path: &Path) -> Result<NodeLog, ReportError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -42,12 +43,32 @@ pub fn read_node_log(path: &Path) -> Result<NodeLog, ReportError> {
     let torn_tail = !text.is_empty() && !text.ends_with('\n');
     let lines: Vec<&str> = text.lines().collect();
     let mut log = NodeLog::default();
+    let mut last: Option<(u64, usize)> = None;
     for (n, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         match serde_json::from_str::<NodeRound>(line) {
-            Ok(r) => log.rounds.push(r),
+            // A node cuts its log back to its checkpoint when it starts, so its rounds only
+            // move forward, across restarts too: a round again means two writers.
+            Ok(r) if last.is_some_and(|(round, _)| r.round <= round) => {
+                let (round, at) = last.expect("checked");
+                return Err(ReportError::RunLog {
+                    path: path.to_owned(),
+                    line: n + 1,
+                    reason: format!(
+                        "round {} after round {round} (line {at}): two processes wrote this \
+                         log at once (one silo started twice with one state_dir?), so its \
+                         rounds cannot be told apart; run that silo again with a fresh \
+                         state_dir",
+                        r.round
+                    ),
+                });
+            }
+            Ok(r) => {
+                last = Some((r.round, n + 1));
+                log.rounds.push(r);
+            }
             Err(e) if torn_tail && n + 1 == lines.len() => {
                 log.warning = Some(format!(
                     "{}:{}: left out a torn last line ({e}); the node was probably stopped while writing it",

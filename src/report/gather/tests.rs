@@ -206,6 +206,26 @@ fn a_corrupt_line_is_an_error_naming_file_and_line() {
     );
 }
 
+/// Two copies of silo-0 started with one state_dir append every round twice to one log
+/// (1, 1, 2, 2, …): the report refuses it, naming the file, the line and the state_dir, where
+/// it would otherwise have taken the last copy of each round.
+#[test]
+fn a_log_two_processes_wrote_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fed = federation(dir.path(), 2, 10);
+    let twice: Vec<NodeRound> = (1..=10)
+        .flat_map(|r| [record(0, r, 2, 18, 1.7e9), record(0, r, 2, 3, 1.7e9 + 0.2)])
+        .collect();
+    write_log(&fed.join("state/silo-0/rounds.jsonl"), &twice);
+    let e = err_of(report(std::slice::from_ref(&fed), None));
+    assert!(
+        e.contains("silo-0/rounds.jsonl:2")
+            && e.contains("round 1 after round 1 (line 1)")
+            && e.contains("two processes wrote this log"),
+        "{e}"
+    );
+}
+
 #[test]
 fn folders_without_run_logs_are_refused() {
     let dir = tempfile::tempdir().unwrap();
