@@ -56,6 +56,8 @@ fn deadlines() -> Deadlines {
         model_s: 1.0,
         gradient_s: 1.0,
         start_s: 1.0,
+        // Round 1 at start_s with whoever came, as before nodes waited for a first peer.
+        alone_s: Some(1.0),
         linger_s: 1.0,
     }
 }

@@ -218,6 +218,8 @@ fn federation(max_message_mib: Option<u64>) -> Federation {
         model_s: 60.0,
         gradient_s: 60.0,
         start_s: 2.0,
+        // Round 1 at start_s with whoever came, as before nodes waited for a first peer.
+        alone_s: Some(2.0),
         linger_s: 1.0,
     };
     let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();

@@ -374,6 +374,8 @@ async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
         model_s: 120.0,
         gradient_s: 120.0,
         start_s: 60.0,
+        // Round 1 at start_s with whoever came, as before nodes waited for a first peer.
+        alone_s: Some(60.0),
         linger_s: 1.0,
     };
     let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();
@@ -1229,6 +1231,8 @@ async fn a_member_that_pulls_and_never_pushes_stalls_an_owner_once() {
         model_s: 2.0,
         gradient_s: 2.0,
         start_s: 1.0,
+        // Round 1 at start_s with whoever came, as before nodes waited for a first peer.
+        alone_s: Some(1.0),
         linger_s: 1.0,
     };
     let p = launch::prepare(&scenario, 1, None, &deadlines, dir.path()).unwrap();

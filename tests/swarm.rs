@@ -22,6 +22,8 @@ fn fast_deadlines() -> Deadlines {
         model_s: 3.0,
         gradient_s: 3.0,
         start_s: 10.0,
+        // Round 1 at start_s with whoever came, as before nodes waited for a first peer.
+        alone_s: Some(10.0),
         linger_s: 5.0,
     }
 }

@@ -496,6 +496,9 @@ fn seed_deadlines(scenario: &Scenario, opts: &SwarmOptions) -> Deadlines {
             deadlines.start_s = deadlines.start_s.min(3.0);
         }
     }
+    // Round 1 at the start deadline with whoever came, as `simulate` starts it: the launcher
+    // starts every node itself and watches them, so none waits forever for a first peer.
+    deadlines.alone_s.get_or_insert(deadlines.start_s);
     deadlines
 }
 

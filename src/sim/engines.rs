@@ -66,6 +66,7 @@ impl Engines {
                     model_deadline: day,
                     gradient_deadline: day,
                     start_deadline: day,
+                    alone_after: Some(Duration::ZERO),
                     linger: day,
                     sub_steps,
                     foreign_cap: cfg.foreign_cap(k),

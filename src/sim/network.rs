@@ -170,6 +170,8 @@ impl FaultNet {
             model_deadline: Duration::from_secs_f64(schedule.config.model_deadline_s),
             gradient_deadline: Duration::from_secs_f64(schedule.config.gradient_deadline_s),
             start_deadline: if joiner { START_WITH_JOINER } else { START },
+            // As a swarm's nodes: round 1 at the start deadline with whoever came.
+            alone_after: Some(Duration::ZERO),
             linger: LINGER,
             sub_steps: ctx.federico_sub_steps(),
             foreign_cap: cfg.foreign_cap(k),

@@ -148,6 +148,16 @@ pub struct RoundReport {
 /// Events of a round, for the driver's log.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// Round 1's deadline passed with no peer to train with: the silo keeps waiting (a
+    /// federation of one is no federation) and says so once a start deadline.
+    WaitingForPeers {
+        /// How long it has waited.
+        waited: Duration,
+        /// Connected members (none of them known to run FedeRiCo yet).
+        connected: usize,
+        /// Members, this peer included.
+        members: usize,
+    },
     /// Round 1 starts at its deadline without every member.
     StartingWithout {
         /// Connected members.

@@ -73,8 +73,13 @@ pub struct RoundConfig {
     pub model_deadline: Duration,
     /// τ_grad: how long an owner waits, once its own gradient is in, for the others.
     pub gradient_deadline: Duration,
-    /// How long round 1 waits for the members.
+    /// How long round 1 waits for the members; with no peer by then, how often it says it is
+    /// still waiting.
     pub start_deadline: Duration,
+    /// How long in all round 1 waits for a first peer before the silo trains alone; `None`
+    /// waits until one comes (a node's default: a silo alone is no federation). A peer
+    /// resuming from a checkpoint, or restarted after its last round, never waits here.
+    pub alone_after: Option<Duration>,
     /// How long a finished peer keeps serving its final model at most.
     pub linger: Duration,
     /// The M-step (spec §5.5): `None`, one optimizer step per round on each sampler's
@@ -99,8 +104,8 @@ pub enum RoundError {
 /// Where the peer is in its round.
 #[derive(Debug)]
 enum Phase {
-    /// Waiting for the members to connect before round 1.
-    Starting { until: Instant },
+    /// Waiting for the members to connect before round 1 (since `since`).
+    Starting { until: Instant, since: Instant },
     /// Pulls out, waiting for models.
     Pulling {
         deadline: Instant,
@@ -224,6 +229,7 @@ impl<H> Round<H> {
                     Some(t) if round >= t => now,
                     _ => now + cfg.start_deadline,
                 },
+                since: now,
             },
             round_started: now,
             sampled: Vec::new(),
@@ -309,7 +315,7 @@ impl<H> Round<H> {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Starting { until } | Phase::Lingering { until } => Some(*until),
+            Phase::Starting { until, .. } | Phase::Lingering { until } => Some(*until),
             Phase::Pulling { deadline, .. }
             | Phase::Owning { deadline }
             | Phase::Fetching { deadline, .. } => Some(*deadline),
@@ -606,7 +612,7 @@ impl<H> Round<H> {
     fn advance(&mut self, now: Instant) {
         loop {
             match &self.phase {
-                Phase::Starting { until } => {
+                Phase::Starting { until, since } => {
                     let ready = self.connected.intersection(&self.speaking).count();
                     let all = ready + 1 >= self.cfg.members;
                     // A peer resuming from a checkpoint rejoins a running federation: one
@@ -614,6 +620,26 @@ impl<H> Round<H> {
                     // never a wait for a member that may be down.
                     let rejoining = self.round > 0 && ready > 0;
                     if !(all || rejoining || now >= *until) {
+                        return;
+                    }
+                    // Nobody at all by the deadline: a fresh silo keeps waiting (and says so
+                    // once a deadline) rather than run the whole federation alone.
+                    let waited = now.saturating_duration_since(*since);
+                    if !all
+                        && ready == 0
+                        && self.round == 0
+                        && !self.is_last_round()
+                        && self.cfg.alone_after.is_none_or(|a| waited < a)
+                    {
+                        let next = now + self.cfg.start_deadline;
+                        let until = self.cfg.alone_after.map_or(next, |a| next.min(*since + a));
+                        let since = *since;
+                        self.log(Event::WaitingForPeers {
+                            waited,
+                            connected: self.connected.len(),
+                            members: self.cfg.members,
+                        });
+                        self.phase = Phase::Starting { until, since };
                         return;
                     }
                     if !all && !self.is_last_round() {

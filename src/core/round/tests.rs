@@ -181,6 +181,7 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         model_deadline: TAU_MODEL,
         gradient_deadline: TAU_GRAD,
         start_deadline: Duration::from_secs(5),
+        alone_after: Some(Duration::ZERO),
         linger: Duration::from_secs(5),
         sub_steps: None,
         foreign_cap: None,
@@ -1127,6 +1128,80 @@ fn a_peer_restarted_after_its_last_round_finishes_without_waiting_for_members() 
         "no member is connected: nothing to serve, done at once"
     );
     assert_eq!(r.poll_timeout(), None);
+}
+
+/// The events a driver would log, in order (other actions dropped).
+fn logged(r: &mut Round<()>) -> Vec<Event> {
+    std::iter::from_fn(|| r.poll_action())
+        .filter_map(|a| match a {
+            Action::Log(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A fresh silo with no peer at its start deadline keeps waiting (a node's default,
+/// `alone_after = None`), saying so once a deadline, and starts round 1 as soon as one peer
+/// is there; with `alone_after` it trains alone after that long in all, as a swarm's and the
+/// simulator's engines do at once (`Some(0)`). A lone node used to run its whole run alone
+/// and report it as a finished run.
+#[test]
+fn a_fresh_silo_with_no_peer_waits_for_one_unless_told_to_train_alone() {
+    let t0 = Instant::now();
+    let start = Duration::from_secs(5);
+    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let engine = |alone_after| {
+        let peer = Peer::new(ids[0], ids.iter().copied(), FedericoConfig::default(), 7);
+        let cfg = RoundConfig {
+            alone_after,
+            ..config(0, 3, 6)
+        };
+        Round::<()>::new(cfg, peer, 0, 0, Arc::new(vec![0.0; LEN]), t0)
+    };
+    let mut r = engine(None);
+    for k in 1..=3u32 {
+        let due = r.poll_timeout().expect("a deadline while starting");
+        assert_eq!(due, t0 + start * k);
+        r.handle_timeout(due);
+        assert!(r.is_starting(), "deadline {k}: still waiting for a peer");
+        assert_eq!(
+            logged(&mut r),
+            [Event::WaitingForPeers {
+                waited: start * k,
+                connected: 0,
+                members: 3
+            }]
+        );
+    }
+    let now = t0 + start * 3 + Duration::from_secs(1);
+    r.handle_connected(now, ids[2]);
+    assert!(r.is_starting(), "connected, not yet known to run FedeRiCo");
+    r.handle_speaking(now, ids[2]);
+    assert!(r.is_starting(), "one of two peers: the deadline decides");
+    r.handle_timeout(r.poll_timeout().unwrap());
+    assert!(!r.is_starting(), "one peer is enough at the deadline");
+    assert!(matches!(
+        logged(&mut r).first(),
+        Some(Event::StartingWithout {
+            running: 1,
+            members: 3,
+            ..
+        })
+    ));
+    // Told to train alone after 12 s: one wait at 5 s, one at 10 s, then round 1 at 12 s.
+    let mut r = engine(Some(Duration::from_secs(12)));
+    r.handle_timeout(t0 + start);
+    r.handle_timeout(t0 + start * 2);
+    assert_eq!(logged(&mut r).len(), 2);
+    assert_eq!(r.poll_timeout(), Some(t0 + Duration::from_secs(12)));
+    r.handle_timeout(t0 + Duration::from_secs(12));
+    assert!(!r.is_starting(), "trains alone after alone_after");
+    let mut r = engine(Some(Duration::ZERO));
+    r.handle_timeout(t0 + start);
+    assert!(
+        !r.is_starting(),
+        "alone_after = 0: round 1 at the start deadline"
+    );
 }
 
 /// A silo killed and restarted from its checkpoint while the 7 others run 1 to 7 rounds ahead,

@@ -39,6 +39,19 @@ pub(super) async fn next_signal(_: &mut Option<()>) -> Option<()> {
 /// The engine's events, as log lines.
 pub(super) fn event(e: &Event) {
     match e {
+        Event::WaitingForPeers {
+            waited,
+            connected,
+            members,
+        } => warn!(
+            waited_s = waited.as_secs(),
+            connected,
+            members,
+            "no peer to train with yet: waiting for the other {} member(s) of the manifest \
+             before round 1 (start their nodes, or check their addresses in the manifest); \
+             a silo alone is no federation (deadlines.alone_s lets it train alone after a while)",
+            members.saturating_sub(1)
+        ),
         Event::StartingWithout {
             connected,
             running,

@@ -122,6 +122,10 @@ struct Driver {
     export_asked: Option<u64>,
     /// The latest evaluation: round and accuracy (for the closing summary).
     last_eval: Option<(u64, f64)>,
+    /// Rounds this process ran, and of those the ones where a peer's model arrived (for the
+    /// closing summary: a silo that trained alone must not read as a federation's result).
+    rounds_run: u64,
+    rounds_with_peers: u64,
     /// What the progress line shows now: rounds done, peers connected, last evaluated round.
     on_screen: (u64, usize, Option<u64>),
     log: std::io::BufWriter<std::fs::File>,
@@ -187,6 +191,8 @@ pub(crate) async fn run_from(
     let n_train = train.len();
     std::fs::create_dir_all(&cfg.state_dir)
         .map_err(|e| fatal(format!("creating {}: {e}", cfg.state_dir.display())))?;
+    // Held until this function returns: a second copy of this silo stops here.
+    let _lock = crate::store::lock_dir(&cfg.state_dir).map_err(fatal)?;
     let ckpt_path = cfg.state_dir.join("checkpoint.bin");
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
     let Start { peer, silo, round } =
@@ -256,6 +262,7 @@ pub(crate) async fn run_from(
         model_deadline: cfg.model_deadline(),
         gradient_deadline: cfg.gradient_deadline(),
         start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
+        alone_after: cfg.deadlines.alone_s.map(Duration::from_secs_f64),
         linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
         sub_steps,
         foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
@@ -313,6 +320,8 @@ pub(crate) async fn run_from(
         export: None,
         export_asked: None,
         last_eval: None,
+        rounds_run: 0,
+        rounds_with_peers: 0,
         on_screen: (u64::MAX, 0, None),
         log,
         log_path,
@@ -559,18 +568,40 @@ impl Driver {
         }
     }
 
-    /// The closing lines a person reads: rounds, the last accuracy, where the results are.
+    /// The closing lines a person reads: rounds, the last accuracy, how many rounds had a
+    /// peer in them, where the results are.
     fn summary(&self) {
         let state = &self.cfg.state_dir;
+        let (done, run) = (self.round.rounds_done(), self.rounds_run);
+        if run == 0 {
+            info!(
+                "run already finished: {done} rounds; run log {}, model {}",
+                self.log_path.display(),
+                state.join("model.json").display()
+            );
+            return;
+        }
         let accuracy = self.last_eval.map_or("not evaluated".into(), |(r, a)| {
             format!("accuracy {:.2} % at round {r}", 100.0 * a)
         });
-        info!(
-            "run finished: {} rounds, {accuracy}; run log {}, model {}",
-            self.round.rounds_done(),
+        let paths = format!(
+            "run log {}, model {}",
             self.log_path.display(),
             state.join("model.json").display()
         );
+        if self.rounds_with_peers == 0 {
+            warn!(
+                "run finished: {done} rounds, {accuracy}, but NO PEER TOOK PART in any of the \
+                 {run} rounds this process ran: this silo trained alone (a Local run, not a \
+                 federation); check that the other silos ran and could reach this one; {paths}"
+            );
+        } else {
+            info!(
+                "run finished: {done} rounds, {accuracy}; peers' models arrived in {} of the \
+                 {run} rounds this process ran; {paths}",
+                self.rounds_with_peers
+            );
+        }
     }
 
     /// A node's name: its manifest name, or `node-<i>` for a late joiner.
@@ -744,6 +775,8 @@ impl Driver {
 
     /// Appends one round to the run log and flushes it.
     fn append_log(&mut self, rep: RoundReport) -> Result<(), NodeError> {
+        self.rounds_run += 1;
+        self.rounds_with_peers += u64::from(!rep.answered.is_empty());
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
