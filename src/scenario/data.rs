@@ -182,8 +182,9 @@ pub struct SplitConfig {
     pub groups: usize,
     /// Dirichlet concentration.
     pub alpha: f64,
-    /// Dirichlet: label clusters.
-    pub clusters: usize,
+    /// Dirichlet: label clusters; unset, 4 or the number of classes where that is fewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<usize>,
     /// Shards per client (for `biased_uniform`: whole classes per biased client).
     pub shards_per_client: usize,
     /// `biased_uniform`: clients holding every class equally (the last ones).
@@ -197,6 +198,20 @@ pub struct SplitConfig {
     pub quantity_decay: f64,
 }
 
+/// Dirichlet's label clusters where `split.clusters` is unset: 4, or every class in a
+/// cluster of its own when there are fewer.
+const DEFAULT_CLUSTERS: usize = 4;
+
+impl SplitConfig {
+    /// Dirichlet's label clusters for data of `classes` classes: `clusters` as given (a value
+    /// above `classes` is the partitioner's error, naming it), else
+    /// 4 capped at `classes`.
+    pub fn clusters_for(&self, classes: usize) -> usize {
+        self.clusters
+            .unwrap_or(DEFAULT_CLUSTERS.min(classes.max(1)))
+    }
+}
+
 impl Default for SplitConfig {
     fn default() -> Self {
         Self {
@@ -204,7 +219,7 @@ impl Default for SplitConfig {
             clients: 8,
             groups: 2,
             alpha: 0.4,
-            clusters: 4,
+            clusters: None,
             shards_per_client: 2,
             uniform_clients: 1,
             assign: Assign::Random,
@@ -297,7 +312,7 @@ impl Scenario {
             SplitKind::Dirichlet => partition::dirichlet(
                 pool,
                 sp.clients,
-                sp.clusters,
+                sp.clusters_for(pool.num_classes().unwrap_or(0)),
                 sp.alpha,
                 sp.train_fraction,
                 rng,

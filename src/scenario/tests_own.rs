@@ -412,3 +412,30 @@ fn text_labels_name_the_classes_that_exported_models_carry() {
     let ids = load(tmp.path(), &text.replace("pool.csv", "ids.csv")).unwrap();
     assert_eq!(ids.load_real(None).unwrap().unwrap().class_names(), None);
 }
+
+/// A Dirichlet split of a 3-class CSV with `split.clusters` unset runs (the default follows the
+/// data: 4 clusters, or one a class where fewer); a `clusters` the user wrote that the data
+/// cannot hold is refused naming `split.clusters`. The default used to be 4 whatever the data,
+/// so the user got an error about a field they never wrote.
+#[test]
+fn dirichlet_clusters_default_to_the_data_and_a_written_one_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rows = String::from("x0,x1,label\n");
+    for i in 0..300 {
+        rows += &format!("{},{},{}\n", i % 3, i % 7, ["cat", "dog", "emu"][i % 3]);
+    }
+    std::fs::write(tmp.path().join("pool.csv"), rows).unwrap();
+    let text = "[data]\nsource = \"csv\"\nfiles = [\"pool.csv\"]\nlabel_column = \"label\"\n\
+                [split]\nkind = \"dirichlet\"\nclients = 4\nalpha = 0.5\n";
+    let s = load(tmp.path(), text).unwrap();
+    assert_eq!(s.split.clusters, None);
+    assert_eq!(s.split.clusters_for(3), 3);
+    assert_eq!(s.split.clusters_for(10), 4);
+    let f = federation(&s, 1);
+    assert_eq!(f.clients.len(), 4);
+    let e = federation_err(tmp.path(), &format!("{text}clusters = 4\n"));
+    assert!(
+        e.contains("split.clusters = 4 is outside the allowed range 1..=3"),
+        "{e}"
+    );
+}

@@ -60,8 +60,11 @@ impl Scenario {
         check(sp.alpha > 0.0 && sp.alpha.is_finite(), || {
             format!("split.alpha must be positive, got {}", sp.alpha)
         })?;
-        check(sp.clusters >= 1, || {
-            format!("split.clusters must be at least 1, got {}", sp.clusters)
+        check(sp.clusters.is_none_or(|c| c >= 1), || {
+            format!(
+                "split.clusters must be at least 1, got {}",
+                sp.clusters.unwrap_or(0)
+            )
         })?;
         check(sp.shards_per_client >= 1, || {
             format!(

@@ -49,7 +49,7 @@ pub fn dirichlet(
     check_fraction(train_fraction)?;
     if clusters == 0 || clusters > num_classes {
         return Err(DataError::Invalid(format!(
-            "dirichlet: clusters = {clusters} is outside the allowed range 1..={num_classes} (the number of classes)"
+            "split.clusters = {clusters} is outside the allowed range 1..={num_classes} (the number of classes of the data)"
         )));
     }
     if !(alpha > 0.0 && alpha.is_finite()) {
