@@ -670,3 +670,70 @@ fn cli_downloads_into_a_relative_data_dir_and_refuses_a_bad_file() {
         String::from_utf8_lossy(&out.stdout).contains("optdigits: complete, 2 of 2 files verified")
     );
 }
+
+/// `download all` against a mirror that serves only optdigits (as the newcomer's did, a served
+/// data directory without the CIFAR-10 archive): every set is tried, each failure is said as it
+/// happens, and the last line names them all; optdigits, last in the table, is not skipped
+/// because an earlier set failed (it used to stop at the first failure). The optdigits served
+/// are right-sized zeros (their hashes fail) without real data, the real files with it.
+#[test]
+fn download_all_tries_every_set_and_names_each_failure() {
+    let optdigits = SETS.iter().find(|s| s.name == "optdigits").unwrap();
+    let data = common::data_dir(
+        "download_all_tries_every_set (real optdigits)",
+        &["optdigits"],
+    );
+    let files: Vec<(String, Vec<u8>)> = optdigits
+        .files
+        .iter()
+        .map(|f| {
+            let bytes = match &data {
+                Some(d) => std::fs::read(d.join(f.path)).unwrap(),
+                None => vec![b'0'; f.bytes as usize],
+            };
+            (f.path.to_string(), bytes)
+        })
+        .collect();
+    let server = Server::start(files, honouring());
+    let cwd = tempfile::tempdir().unwrap();
+    let out = federico()
+        .current_dir(cwd.path())
+        .args([
+            "data",
+            "download",
+            "all",
+            "--quiet",
+            "--base-url",
+            &server.url(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for set in ["mnist", "fashion-mnist", "cifar-10"] {
+        assert!(
+            err.contains(&format!("error: downloading {set}: ")),
+            "{err}"
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    if data.is_some() {
+        assert!(
+            text.contains("optdigits: 2 files in data/optdigits, downloaded, verified"),
+            "{text}\n{err}"
+        );
+        assert!(
+            err.contains("3 of the data sets failed (mnist, fashion-mnist, cifar-10;"),
+            "{err}"
+        );
+    } else {
+        assert!(
+            err.contains("error: downloading optdigits: ") && err.contains("SHA-256 mismatch"),
+            "optdigits was tried after the others failed: {err}"
+        );
+        assert!(
+            err.contains("4 of the data sets failed (mnist, fashion-mnist, cifar-10, optdigits;"),
+            "{err}"
+        );
+    }
+}

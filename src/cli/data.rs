@@ -3,7 +3,6 @@
 //! Owns: the subcommand's flags, the data directory's default (`data/`), and what it prints.
 //! Must not: fetch, hash or unpack anything itself (that is `crate::datasets`).
 
-use anyhow::Context;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -20,9 +19,17 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Download data sets into the data directory, in the layout federico reads. Files already
     /// there and verified are skipped; an interrupted download resumes; every file is checked
-    /// by its SHA-256 before it is put in place.
+    /// by its SHA-256 before it is put in place. Every named set is tried; those that failed
+    /// are listed at the end.
+    #[command(after_help = "Examples:
+  federico data download fashion-mnist
+  federico data download mnist optdigits --data-dir /srv/data
+  federico data download all --base-url http://mirror.example/federico-data")]
     Download(DataDownloadArgs),
     /// Check the data sets' files in the data directory against their published SHA-256s.
+    #[command(after_help = "Examples:
+  federico data verify
+  federico data verify fashion-mnist --data-dir /srv/data")]
     Verify(DataVerifyArgs),
 }
 
@@ -84,15 +91,37 @@ pub(super) fn download(args: DataDownloadArgs) -> anyhow::Result<()> {
     let fetcher = crate::datasets::Fetcher::new();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut printer = crate::datasets::progress::Printer::new(terminal && !args.quiet);
-    for set in data_sets(&args.names) {
-        let report =
-            crate::datasets::download(&fetcher, set, &dir, base_url.as_deref(), &mut |e| {
-                printer.show(e)
-            })
-            .with_context(|| format!("downloading {}", set.name))?;
-        println!("{}", report.render());
+    // Every set is tried: one that fails (a mirror without the CIFAR-10 archive) must not
+    // keep the others from coming. The failures are listed at the end.
+    let sets = data_sets(&args.names);
+    let mut failed: Vec<(&str, anyhow::Error)> = Vec::new();
+    for set in &sets {
+        match crate::datasets::download(&fetcher, set, &dir, base_url.as_deref(), &mut |e| {
+            printer.show(e)
+        }) {
+            Ok(report) => println!("{}", report.render()),
+            Err(e) => {
+                let e = anyhow::Error::new(e).context(format!("downloading {}", set.name));
+                if sets.len() > 1 {
+                    eprintln!("error: {e:#}");
+                }
+                failed.push((set.name, e));
+            }
+        }
     }
-    Ok(())
+    match failed.as_slice() {
+        [] => Ok(()),
+        [(_, e)] if sets.len() == 1 => Err(anyhow::anyhow!("{e:#}")),
+        _ => {
+            let names: Vec<&str> = failed.iter().map(|(n, _)| *n).collect();
+            anyhow::bail!(
+                "{} of the data sets failed ({}; each error above), the others are in {}",
+                failed.len(),
+                names.join(", "),
+                dir.display()
+            )
+        }
+    }
 }
 
 pub(super) fn verify(args: DataVerifyArgs) -> anyhow::Result<()> {
