@@ -9,7 +9,14 @@ use std::path::PathBuf;
 /// With `FEDERICO_REQUIRE_DATA` set (`.ci/run` sets it) a missing data set fails the test
 /// instead, so CI never passes by skipping.
 pub fn data_dir(test: &str, needs: &[&str]) -> Option<PathBuf> {
-    let dir = std::env::var_os("FEDERICO_DATA_DIR").map(PathBuf::from);
+    // As the CLI finds it: FEDERICO_DATA_DIR, else `data/` (where `federico data download`
+    // puts the sets) in the repository, the working directory of `cargo test`.
+    let dir = std::env::var_os("FEDERICO_DATA_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data");
+            d.is_dir().then_some(d)
+        });
     let missing: Vec<&str> = match &dir {
         Some(d) => needs
             .iter()
@@ -23,7 +30,7 @@ pub fn data_dir(test: &str, needs: &[&str]) -> Option<PathBuf> {
     }
     let why = match &dir {
         Some(d) => format!("{} has no {}/", d.display(), missing.join("/, ")),
-        None => "FEDERICO_DATA_DIR is not set".to_string(),
+        None => "FEDERICO_DATA_DIR is not set and there is no data/ here".to_string(),
     };
     let line = format!(
         "SKIPPED {test}: needs {}/ in the data directory ({why}); see README.md, Real data",
