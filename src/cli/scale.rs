@@ -24,9 +24,13 @@ pub struct ScaleArgs {
 pub enum ScaleCommand {
     /// Summarise this silo's training CSV per feature column (row count, mean, sum of squared
     /// deviations; no row) into a small JSON file to send to the federation.
+    #[command(after_help = "Examples:
+  federico scale summarize site-0/train.csv --label-column diagnosis --out site-0.sums.json")]
     Summarize(SummarizeArgs),
     /// Pool every silo's summary into the federation's `scale.json` (the mean and standard
     /// deviation of each column over all silos' training rows), for each node's `data.scale`.
+    #[command(after_help = "Examples:
+  federico scale combine site-*.sums.json --out scale.json")]
     Combine(CombineArgs),
 }
 
