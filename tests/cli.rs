@@ -368,6 +368,101 @@ fn a_node_writes_its_model_when_sent_sigusr1() {
     assert_eq!(card["test_accuracy"].as_f64(), Some(correct / count));
 }
 
+/// A node whose peers never come waits for one, saying so, instead of running the federation's
+/// rounds alone; a second copy of the same silo (the same config in another terminal) is
+/// refused for its locked state_dir, and another silo configured on a port a node holds is
+/// refused for the port (libp2p's listeners set SO_REUSEPORT, so both used to start and share
+/// the port, and two copies of one silo appended every round twice to one run log).
+#[cfg(unix)]
+#[test]
+fn a_lone_node_waits_and_a_second_copy_or_a_taken_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = run_in(
+        dir.path(),
+        &[
+            "init", "2", "--out", "fed", "--port", "47411", "--set", "rounds=3",
+        ],
+    );
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let cfg = dir.path().join("fed/silo-0.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("start_s = 60.0"), "{text}");
+    std::fs::write(&cfg, text.replace("start_s = 60.0", "start_s = 1.0")).unwrap();
+    let log = dir.path().join("silo-0.log");
+    let mut lone = federico()
+        .args(["node", "--config", "fed/silo-0.toml"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    while said().matches("no peer to train with yet").count() < 2
+        && std::time::Instant::now() < until
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let second = run_in(dir.path(), &["node", "--config", "fed/silo-0.toml"]);
+    // silo-1's config on silo-0's port: its own state_dir, a taken port.
+    let other = dir.path().join("fed/silo-1-on-4011.toml");
+    let text = std::fs::read_to_string(dir.path().join("fed/silo-1.toml")).unwrap();
+    assert!(text.contains("/tcp/47412"), "{text}");
+    std::fs::write(&other, text.replace("/tcp/47412", "/tcp/47411")).unwrap();
+    let taken = run_in(dir.path(), &["node", "--config", "fed/silo-1-on-4011.toml"]);
+    let _ = lone.kill();
+    let _ = lone.wait();
+    let said = said();
+    assert!(
+        said.matches("no peer to train with yet").count() >= 2,
+        "the lone node says it waits, once a start deadline:\n{said}"
+    );
+    let rounds = dir.path().join("fed/state/silo-0/rounds.jsonl");
+    assert_eq!(
+        std::fs::read_to_string(&rounds).unwrap_or_default(),
+        "",
+        "no round run alone"
+    );
+    let e = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("state/silo-0 is in use by another federico process (process "),
+        "{e}"
+    );
+    let e = String::from_utf8_lossy(&taken.stderr);
+    assert_eq!(taken.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("listen on /ip4/127.0.0.1/tcp/47411") && e.contains("holds that port"),
+        "{e}"
+    );
+    // Told to train alone after a second (deadlines.alone_s), it runs its 3 rounds, and its
+    // last line says in capitals that no peer took part.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("start_s = 1.0", "start_s = 1.0\nalone_s = 1.0"),
+    )
+    .unwrap();
+    let alone = run_in(dir.path(), &["node", "--config", "fed/silo-0.toml"]);
+    let e = String::from_utf8_lossy(&alone.stderr);
+    assert!(alone.status.success(), "{e}");
+    assert_eq!(std::fs::read_to_string(&rounds).unwrap().lines().count(), 3);
+    let last = e
+        .lines()
+        .rev()
+        .find(|l| l.contains("run finished"))
+        .unwrap_or("");
+    assert!(
+        last.contains("run finished: 3 rounds")
+            && last.contains("NO PEER TOOK PART in any of the 3 rounds"),
+        "{e}"
+    );
+}
+
 /// `simulate --export` writes every silo's final predictor of every algorithm; `predict` on
 /// it, with the shard `partition` cuts for the same seed, gives the accuracy the run reported
 /// for that silo, for all eight algorithms.
@@ -720,4 +815,102 @@ fn suite_runs_variants_unless_told_not_to() {
     let table = suite(&[]);
     assert!(column.join("variant-one-step/summary.json").is_file());
     assert!(table.contains("one step"), "{table}");
+}
+
+/// `simulate`, like `swarm` and `report`, never overwrites a run: without `--out` a second
+/// run goes to `runs/<name>-2`, and an explicit `--out` that holds anything is refused.
+#[test]
+fn simulate_never_overwrites_an_earlier_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/quickstart.toml");
+    let args = [
+        "simulate", scenario, "--seed", "1", "--rounds", "2", "--quiet",
+    ];
+    for want in ["runs/quickstart/", "runs/quickstart-2/"] {
+        let out = run_in(dir.path(), &args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(&format!("results in {want} ")), "{text}");
+    }
+    let before = std::fs::read(dir.path().join("runs/quickstart/summary.json")).unwrap();
+    let out = run_in(
+        dir.path(),
+        &[&args[..], &["--out", "runs/quickstart"]].concat(),
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("runs/quickstart already exists and is not empty"),
+        "{e}"
+    );
+    let after = std::fs::read(dir.path().join("runs/quickstart/summary.json")).unwrap();
+    assert_eq!(before, after);
+}
+
+/// Every subcommand's `--help` ends with examples; `node --help` says how to stop the node,
+/// how to ask it for its model and what happens when its peers do not come.
+#[test]
+fn every_subcommand_help_has_examples_and_node_help_says_how_to_run_one() {
+    let help = |args: &[&str]| {
+        let out = federico().args(args).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = help(&[]);
+    let subcommands: Vec<&str> = top
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(subcommands.len() >= 12, "{top}");
+    for c in subcommands {
+        assert!(help(&[c]).contains("Examples:"), "federico {c} --help");
+    }
+    for c in [
+        ["data", "download"],
+        ["data", "verify"],
+        ["scale", "summarize"],
+        ["scale", "combine"],
+    ] {
+        assert!(help(&c).contains("Examples:"), "federico {c:?} --help");
+    }
+    let node = help(&["node"]);
+    for needle in [
+        "SIGINT",
+        "kill -USR1",
+        "no peer at all",
+        "deadlines.alone_s",
+    ] {
+        assert!(node.contains(needle), "{needle}: {node}");
+    }
+}
+
+/// `init N` on a scenario whose data comes as M silos names the N typed and the command to
+/// type, not a `split.clients` nobody wrote.
+#[test]
+fn init_with_the_wrong_silo_count_for_natural_data_says_which_count_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/own-csv.toml");
+    let out = run_in(
+        dir.path(),
+        &["init", "3", "--out", "fed", "--scenario", scenario],
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("init 3: the data of") && e.contains("run `federico init 4 --scenario"),
+        "{e}"
+    );
+    assert!(!e.contains("split.clients"), "{e}");
+    assert!(!dir.path().join("fed").exists());
 }
