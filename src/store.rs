@@ -2,7 +2,9 @@
 //! directory), so a crash at any instant leaves either the old file or the new one.
 //! Owns: that write discipline; the framed, versioned file header used by shards and
 //! checkpoints; the checksum seal around state files and their previous generation
-//! (`<name>.prev`), with the fallback to it when the latest does not check out.
+//! (`<name>.prev`), with the fallback to it when the latest does not check out; the lock a
+//! process holds on its state directory; the append-only line log that a failed write (a full
+//! disk) neither tears nor loses ([`LineLog`]).
 //! Must not: know what the bytes mean (a caller's decoder says whether they decode).
 //!
 //! A sealed file is [`SEAL`] (8 bytes), a little-endian CRC-32 (IEEE) of the rest, then the
@@ -468,6 +470,108 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
     Ok(DirLock { _file: file })
 }
 
+/// Where a [`LineLog`] writes: a file opened for appending, or in tests a sink that fills up.
+pub trait LineSink {
+    /// Appends `bytes` whole, or fails (possibly after writing part of them).
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Cuts the sink back to `len` bytes.
+    fn cut(&mut self, len: u64) -> std::io::Result<()>;
+    /// Its length now.
+    fn len(&self) -> std::io::Result<u64>;
+}
+
+impl LineSink for std::fs::File {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn cut(&mut self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+}
+
+/// An append-only file of lines (a node's run log) that a failed write never leaves torn and
+/// that loses no line while the failure lasts: a line that could not be written (a full disk)
+/// is kept, in order, and written before the next one, and the file is cut back to its last
+/// whole line. At most [`LineLog::MAX_PENDING`] lines wait; beyond that the oldest go, counted.
+#[derive(Debug)]
+pub struct LineLog<F: LineSink = std::fs::File> {
+    sink: F,
+    /// The sink's length up to its last whole line.
+    good: u64,
+    /// Lines (each with its newline) not written yet, oldest first.
+    pending: std::collections::VecDeque<Vec<u8>>,
+    /// Lines given up because too many waited.
+    dropped: u64,
+}
+
+/// A [`LineLog::append`] that could not write everything: why, and what waits.
+#[derive(Debug)]
+pub struct Unwritten {
+    /// The write's error.
+    pub error: std::io::Error,
+    /// Lines waiting for the next write, the one just given included.
+    pub waiting: usize,
+    /// Lines given up so far because too many waited.
+    pub dropped: u64,
+}
+
+impl<F: LineSink> LineLog<F> {
+    /// Lines kept while writes fail (about 64 MiB of run-log records at most).
+    pub const MAX_PENDING: usize = 65_536;
+
+    /// A log appending to `sink`, which ends with a whole line (or is empty).
+    pub fn new(sink: F) -> std::io::Result<Self> {
+        Ok(Self {
+            good: sink.len()?,
+            sink,
+            pending: std::collections::VecDeque::new(),
+            dropped: 0,
+        })
+    }
+
+    /// Lines waiting for a write that goes through.
+    pub fn waiting(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Appends `line` (without its newline) after the lines still waiting. On a failed write the
+    /// sink is cut back to its last whole line and the lines not written wait for the next call.
+    pub fn append(&mut self, line: &[u8]) -> Result<(), Unwritten> {
+        if self.pending.len() == Self::MAX_PENDING {
+            self.pending.pop_front();
+            self.dropped += 1;
+        }
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line);
+        bytes.push(b'\n');
+        self.pending.push_back(bytes);
+        self.flush()
+    }
+
+    /// Writes the lines still waiting, oldest first.
+    pub fn flush(&mut self) -> Result<(), Unwritten> {
+        while let Some(bytes) = self.pending.front() {
+            if let Err(error) = self.sink.append(bytes) {
+                // Part of the line may be there: a reader must never see a torn line.
+                let _ = self.sink.cut(self.good);
+                return Err(Unwritten {
+                    error,
+                    waiting: self.pending.len(),
+                    dropped: self.dropped,
+                });
+            }
+            self.good += bytes.len() as u64;
+            self.pending.pop_front();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -682,5 +786,67 @@ mod tests {
         );
         drop(first);
         lock_dir(dir.path()).unwrap();
+    }
+
+    /// A sink with room for `room` bytes, like a disk that fills: a write past it puts what fits
+    /// and fails with "no space".
+    struct Filling {
+        bytes: Vec<u8>,
+        room: usize,
+    }
+
+    impl LineSink for Filling {
+        fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            let fits = bytes.len().min(self.room.saturating_sub(self.bytes.len()));
+            self.bytes.extend_from_slice(&bytes[..fits]);
+            if fits < bytes.len() {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            Ok(())
+        }
+
+        fn cut(&mut self, len: u64) -> std::io::Result<()> {
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+
+        fn len(&self) -> std::io::Result<u64> {
+            Ok(self.bytes.len() as u64)
+        }
+    }
+
+    /// A full disk mid-line: the log is cut back to its last whole line, the lines wait in
+    /// order, and once there is room again every one is written, none twice, none torn (a node
+    /// used to die on the first failed append).
+    #[test]
+    fn a_full_disk_neither_tears_nor_loses_a_line() {
+        let mut log = LineLog::new(Filling {
+            bytes: Vec::new(),
+            room: 20,
+        })
+        .unwrap();
+        log.append(b"round 1").unwrap();
+        log.append(b"round 2").unwrap();
+        let e = log.append(b"round 3").unwrap_err();
+        assert_eq!(e.error.raw_os_error(), Some(28));
+        assert_eq!((e.waiting, e.dropped), (1, 0));
+        assert_eq!(log.sink.bytes, b"round 1\nround 2\n", "cut back, not torn");
+        assert_eq!(log.append(b"round 4").unwrap_err().waiting, 2);
+        log.sink.room = 1000;
+        log.append(b"round 5").unwrap();
+        assert_eq!(log.waiting(), 0);
+        assert_eq!(
+            String::from_utf8(log.sink.bytes.clone()).unwrap(),
+            "round 1\nround 2\nround 3\nround 4\nround 5\n"
+        );
+        // Past MAX_PENDING waiting lines the oldest go, counted.
+        log.sink.room = 0;
+        log.sink.bytes.clear();
+        log.good = 0;
+        for i in 0..LineLog::<Filling>::MAX_PENDING + 2 {
+            let _ = log.append(format!("{i}").as_bytes());
+        }
+        let e = log.append(b"last").unwrap_err();
+        assert_eq!((e.waiting, e.dropped), (LineLog::<Filling>::MAX_PENDING, 3));
     }
 }

@@ -914,3 +914,100 @@ fn init_with_the_wrong_silo_count_for_natural_data_says_which_count_to_give() {
     assert!(!e.contains("split.clients"), "{e}");
     assert!(!dir.path().join("fed").exists());
 }
+
+/// A full disk mid-run (insiders review S1: the node died on its first failed run-log append):
+/// silo-0's state_dir is a small tmpfs in a mount namespace of its own; once 50 rounds are
+/// logged a filler takes all its space for half a second, then goes. The node warns, keeps
+/// running, writes the rounds that waited once there is room, and ends with every round in
+/// its log, in order, none torn. Linux as root (CI); elsewhere it says it skips.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_mid_run_loses_no_round_and_does_not_stop_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rounds take a few milliseconds here: the run outlasts the half second of full disk.
+    let rounds = 1000;
+    let init = run_in(
+        dir.path(),
+        &[
+            "init",
+            "2",
+            "--out",
+            "fed",
+            "--port",
+            "47431",
+            "--set",
+            &format!("rounds={rounds}"),
+        ],
+    );
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let state = dir.path().join("fed/state/silo-0");
+    std::fs::create_dir_all(&state).unwrap();
+    let log = state.join("rounds.jsonl");
+    let kept = dir.path().join("silo-0-rounds.jsonl");
+    let script = format!(
+        "mount -t tmpfs -o size=4m tmpfs {s} || exit 97
+         (while [ \"$(cat {log} 2>/dev/null | wc -l)\" -lt 50 ]; do sleep 0.02; done
+          cat /dev/zero > {s}/filler 2>/dev/null; sleep 0.5; rm -f {s}/filler) &
+         {exe} node --config fed/silo-0.toml; rc=$?
+         cp {log} {kept}; exit $rc",
+        s = state.display(),
+        log = log.display(),
+        kept = kept.display(),
+        exe = env!("CARGO_BIN_EXE_federico"),
+    );
+    let victim = federico_in_namespace(dir.path(), &script);
+    let other = federico()
+        .args(["node", "--config", "fed/silo-1.toml"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let (Some(victim), Ok(mut other)) = (victim, other) else {
+        eprintln!("SKIPPED a_full_disk_mid_run: needs unshare(1)");
+        return;
+    };
+    let out = victim.wait_with_output().unwrap();
+    let _ = other.wait();
+    let said = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(97) {
+        eprintln!("SKIPPED a_full_disk_mid_run: cannot mount a tmpfs here (needs root)\n{said}");
+        return;
+    }
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("run log not written (the disk is full?)"),
+        "{said}"
+    );
+    assert!(said.contains("run log written again"), "{said}");
+    let text = std::fs::read_to_string(&kept).unwrap();
+    let got: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["round"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (1..=rounds).collect::<Vec<u64>>(),
+        "every round once, in order"
+    );
+}
+
+/// `sh -c script` in a mount namespace of its own (`unshare -m`), in `dir`; `None` without
+/// `unshare`.
+#[cfg(target_os = "linux")]
+fn federico_in_namespace(dir: &std::path::Path, script: &str) -> Option<std::process::Child> {
+    std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", script])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()
+}

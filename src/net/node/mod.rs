@@ -35,7 +35,6 @@ use libp2p::futures::StreamExt;
 use libp2p::request_response::{OutboundRequestId, ResponseChannel};
 use libp2p::{Multiaddr, PeerId, Swarm};
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -128,7 +127,11 @@ struct Driver {
     rounds_with_peers: u64,
     /// What the progress line shows now: rounds done, peers connected, last evaluated round.
     on_screen: (u64, usize, Option<u64>),
-    log: std::io::BufWriter<std::fs::File>,
+    /// The run log: a failed append (a full disk) is a warning, and its lines wait for the
+    /// next one, in order.
+    log: crate::store::LineLog,
+    /// Since when appends fail, while they do (one warning a failure, one line on recovery).
+    log_failing: Option<u64>,
     log_path: PathBuf,
     /// Failed checkpoint writes (counted, logged, retried next round).
     saves: SaveHealth,
@@ -324,6 +327,7 @@ pub(crate) async fn run_from(
         rounds_with_peers: 0,
         on_screen: (u64::MAX, 0, None),
         log,
+        log_failing: None,
         log_path,
         saves,
         refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
@@ -570,7 +574,15 @@ impl Driver {
 
     /// The closing lines a person reads: rounds, the last accuracy, how many rounds had a
     /// peer in them, where the results are.
-    fn summary(&self) {
+    fn summary(&mut self) {
+        if let Err(u) = self.log.flush() {
+            warn!(
+                error = %u.error,
+                lines = u.waiting,
+                path = %self.log_path.display(),
+                "the run log's last lines could not be written: they are lost"
+            );
+        }
         let state = &self.cfg.state_dir;
         let (done, run) = (self.round.rounds_done(), self.rounds_run);
         if run == 0 {
@@ -787,13 +799,42 @@ impl Driver {
             self.metrics.sent.get(),
             metrics::stream_bytes_sent(&self.registry),
         );
-        let path = &self.log_path;
-        serde_json::to_writer(&mut self.log, &rec)
-            .map_err(|e| fatal(format!("{}: {e}", path.display())))?;
-        writeln!(self.log).map_err(|e| fatal(format!("{}: {e}", path.display())))?;
-        self.log
-            .flush()
-            .map_err(|e| fatal(format!("{}: {e}", path.display())))
+        let line = serde_json::to_vec(&rec)
+            .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
+        let round = rec.round;
+        match self.log.append(&line) {
+            Ok(()) => {
+                if let Some(since) = self.log_failing.take() {
+                    info!(
+                        round,
+                        since_round = since,
+                        "run log written again: the rounds that waited are in it"
+                    );
+                }
+            }
+            Err(u) => {
+                // A full disk must not kill the node: the checkpoint path already survives
+                // one, and the lines wait in memory for the next append.
+                if self.log_failing.is_none() {
+                    warn!(
+                        round,
+                        error = %u.error,
+                        waiting = u.waiting,
+                        path = %self.log_path.display(),
+                        "run log not written (the disk is full?); its lines wait in memory \
+                         and are written once a write goes through"
+                    );
+                    self.log_failing = Some(round);
+                }
+                if u.dropped > 0 {
+                    warn!(
+                        dropped = u.dropped,
+                        "run log: too many lines waited; the oldest were given up"
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     fn update_peer_metrics(&self) {

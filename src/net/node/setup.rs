@@ -312,7 +312,7 @@ pub(super) async fn start_control(
 pub(super) fn open_log(
     cfg: &NodeConfig,
     round: u64,
-) -> Result<(std::io::BufWriter<std::fs::File>, PathBuf), NodeError> {
+) -> Result<(crate::store::LineLog, PathBuf), NodeError> {
     let log_path = cfg.state_dir.join("rounds.jsonl");
     let cut = crate::trace::trim_log(&log_path, round + 1).map_err(fatal)?;
     if cut > 0 {
@@ -326,6 +326,7 @@ pub(super) fn open_log(
         .create(true)
         .append(true)
         .open(&log_path)
+        .and_then(crate::store::LineLog::new)
         .map_err(|e| fatal(format!("{}: {e}", log_path.display())))?;
-    Ok((std::io::BufWriter::new(log), log_path))
+    Ok((log, log_path))
 }
