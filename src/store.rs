@@ -476,8 +476,8 @@ pub trait LineSink {
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
     /// Cuts the sink back to `len` bytes.
     fn cut(&mut self, len: u64) -> std::io::Result<()>;
-    /// Its length now.
-    fn len(&self) -> std::io::Result<u64>;
+    /// Its length in bytes now.
+    fn size(&self) -> std::io::Result<u64>;
 }
 
 impl LineSink for std::fs::File {
@@ -489,7 +489,7 @@ impl LineSink for std::fs::File {
         self.set_len(len)
     }
 
-    fn len(&self) -> std::io::Result<u64> {
+    fn size(&self) -> std::io::Result<u64> {
         self.metadata().map(|m| m.len())
     }
 }
@@ -527,7 +527,7 @@ impl<F: LineSink> LineLog<F> {
     /// A log appending to `sink`, which ends with a whole line (or is empty).
     pub fn new(sink: F) -> std::io::Result<Self> {
         Ok(Self {
-            good: sink.len()?,
+            good: sink.size()?,
             sink,
             pending: std::collections::VecDeque::new(),
             dropped: 0,
@@ -810,7 +810,7 @@ mod tests {
             Ok(())
         }
 
-        fn len(&self) -> std::io::Result<u64> {
+        fn size(&self) -> std::io::Result<u64> {
             Ok(self.bytes.len() as u64)
         }
     }
