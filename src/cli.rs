@@ -379,10 +379,9 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
 fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
     let scenario = load_scenario(&args.scenario, &args.set, args.seed, args.rounds, |_| {})?;
     // A swarm run's folder also holds checkpoints that a second run would resume from.
-    let out = run_folder(
-        args.out,
-        PathBuf::from("runs").join(format!("{}-swarm", scenario.name)),
-    )?;
+    let default = PathBuf::from("runs").join(format!("{}-swarm", scenario.name));
+    let out =
+        crate::store::fresh_folder(args.out.as_deref(), &default).map_err(anyhow::Error::msg)?;
     let started = std::time::Instant::now();
     let outcome = crate::launch::swarm(
         &scenario,
@@ -859,7 +858,10 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             s.threads = threads;
         }
     })?;
-    let out = run_folder(args.out, PathBuf::from("runs").join(&scenario.name))?;
+    // Never over an earlier run, as `swarm` and `report`.
+    let default = PathBuf::from("runs").join(&scenario.name);
+    let out =
+        crate::store::fresh_folder(args.out.as_deref(), &default).map_err(anyhow::Error::msg)?;
     let started = std::time::Instant::now();
     let outcome = sim::run(
         &scenario,
@@ -899,29 +901,6 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     // A reader that went away (`| head`) is not an error: the results are on disk.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
-}
-
-/// Where `simulate` and `swarm` write a run, by the rule `report` follows for its folder: never
-/// over an earlier one. Without `--out`, the first free of `base`, `base-2`, `base-3`, …; an
-/// explicit `--out` must be missing or empty.
-fn run_folder(out: Option<PathBuf>, base: PathBuf) -> anyhow::Result<PathBuf> {
-    if let Some(out) = out {
-        if std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) {
-            anyhow::bail!(
-                "{} already exists and is not empty; choose another --out (a run never \
-                 overwrites another)",
-                out.display()
-            );
-        }
-        return Ok(out);
-    }
-    Ok((1..)
-        .map(|n| match n {
-            1 => base.clone(),
-            n => PathBuf::from(format!("{}-{n}", base.display())),
-        })
-        .find(|p| !p.exists())
-        .expect("some suffix is free"))
 }
 
 /// `s` as one CSV cell: quoted (with `"` doubled) where it holds a comma, a quote or a line break.

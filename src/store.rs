@@ -4,7 +4,8 @@
 //! checkpoints; the checksum seal around state files and their previous generation
 //! (`<name>.prev`), with the fallback to it when the latest does not check out; the lock a
 //! process holds on its state directory; the append-only line log that a failed write (a full
-//! disk) neither tears nor loses ([`LineLog`]).
+//! disk) neither tears nor loses ([`LineLog`]); the rule that an output folder never goes over
+//! an earlier one ([`fresh_folder`]).
 //! Must not: know what the bytes mean (a caller's decoder says whether they decode).
 //!
 //! A sealed file is [`SEAL`] (8 bytes), a little-endian CRC-32 (IEEE) of the rest, then the
@@ -468,6 +469,29 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
         .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(DirLock { _file: file })
+}
+
+/// An output folder that never goes over an earlier run or report: `out` when given and free
+/// (missing or empty), else the first free of `default`, `default-2`, `default-3`, …. The
+/// message names a taken `out`; the caller says what was being written.
+pub fn fresh_folder(out: Option<&Path>, default: &Path) -> Result<PathBuf, String> {
+    if let Some(out) = out {
+        if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(format!(
+                "{} already exists and is not empty; choose another --out (an earlier run or \
+                 report is never overwritten)",
+                out.display()
+            ));
+        }
+        return Ok(out.to_owned());
+    }
+    Ok((1..)
+        .map(|n| match n {
+            1 => default.to_owned(),
+            n => PathBuf::from(format!("{}-{n}", default.display())),
+        })
+        .find(|p| !p.exists())
+        .expect("some suffix is free"))
 }
 
 /// Where a [`LineLog`] writes: a file opened for appending, or in tests a sink that fills up.

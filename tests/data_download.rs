@@ -546,6 +546,23 @@ fn real_table_puts_every_file_where_the_loaders_read_it() {
     }
 }
 
+/// The optdigits files a mirror serves, by path: the real ones from the data directory `real`,
+/// or, without it, right-sized zeros (their SHA-256 fails).
+fn optdigits_files(real: Option<&Path>) -> Vec<(String, Vec<u8>)> {
+    let optdigits = SETS.iter().find(|s| s.name == "optdigits").unwrap();
+    optdigits
+        .files
+        .iter()
+        .map(|f| {
+            let bytes = match real {
+                Some(d) => std::fs::read(d.join(f.path)).unwrap(),
+                None => vec![b'0'; f.bytes as usize],
+            };
+            (f.path.to_string(), bytes)
+        })
+        .collect()
+}
+
 fn federico() -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_federico"));
     cmd.env_remove("FEDERICO_DATA_DIR")
@@ -560,12 +577,7 @@ fn federico() -> std::process::Command {
 #[test]
 fn cli_downloads_into_a_relative_data_dir_and_refuses_a_bad_file() {
     let optdigits = SETS.iter().find(|s| s.name == "optdigits").unwrap();
-    let fakes: Vec<(String, Vec<u8>)> = optdigits
-        .files
-        .iter()
-        .map(|f| (f.path.to_string(), vec![b'0'; f.bytes as usize]))
-        .collect();
-    let server = Server::start(fakes, honouring());
+    let server = Server::start(optdigits_files(None), honouring());
     let cwd = tempfile::tempdir().unwrap();
     let out = federico()
         .current_dir(cwd.path())
@@ -632,17 +644,7 @@ fn cli_downloads_into_a_relative_data_dir_and_refuses_a_bad_file() {
     ) else {
         return;
     };
-    let real: Vec<(String, Vec<u8>)> = optdigits
-        .files
-        .iter()
-        .map(|f| {
-            (
-                f.path.to_string(),
-                std::fs::read(data.join(f.path)).unwrap(),
-            )
-        })
-        .collect();
-    let server = Server::start(real, honouring());
+    let server = Server::start(optdigits_files(Some(&data)), honouring());
     // The base URL from the environment this time, and the default data directory `data`.
     let out = federico()
         .current_dir(cwd.path())
@@ -678,23 +680,11 @@ fn cli_downloads_into_a_relative_data_dir_and_refuses_a_bad_file() {
 /// are right-sized zeros (their hashes fail) without real data, the real files with it.
 #[test]
 fn download_all_tries_every_set_and_names_each_failure() {
-    let optdigits = SETS.iter().find(|s| s.name == "optdigits").unwrap();
     let data = common::data_dir(
         "download_all_tries_every_set (real optdigits)",
         &["optdigits"],
     );
-    let files: Vec<(String, Vec<u8>)> = optdigits
-        .files
-        .iter()
-        .map(|f| {
-            let bytes = match &data {
-                Some(d) => std::fs::read(d.join(f.path)).unwrap(),
-                None => vec![b'0'; f.bytes as usize],
-            };
-            (f.path.to_string(), bytes)
-        })
-        .collect();
-    let server = Server::start(files, honouring());
+    let server = Server::start(optdigits_files(data.as_deref()), honouring());
     let cwd = tempfile::tempdir().unwrap();
     let out = federico()
         .current_dir(cwd.path())

@@ -109,9 +109,9 @@ pub(super) fn download(args: DataDownloadArgs) -> anyhow::Result<()> {
             }
         }
     }
-    match failed.as_slice() {
-        [] => Ok(()),
-        [(_, e)] if sets.len() == 1 => Err(anyhow::anyhow!("{e:#}")),
+    match failed.len() {
+        0 => Ok(()),
+        1 if sets.len() == 1 => Err(failed.remove(0).1),
         _ => {
             let names: Vec<&str> = failed.iter().map(|(n, _)| *n).collect();
             anyhow::bail!(

@@ -196,25 +196,9 @@ fn federation_root(logs: &[PathBuf]) -> Option<PathBuf> {
 }
 
 /// `out` if given and free (missing or empty), else the first free `base/report`,
-/// `base/report-2`, …
+/// `base/report-2`, … ([`crate::store::fresh_folder`]).
 fn output_folder(out: Option<&Path>, base: &Path) -> Result<PathBuf, ReportError> {
-    if let Some(out) = out {
-        let taken = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some());
-        if taken {
-            return Err(input(format!(
-                "{} already exists and is not empty; choose another --out (report never overwrites)",
-                out.display()
-            )));
-        }
-        return Ok(out.to_owned());
-    }
-    Ok((1..)
-        .map(|n| match n {
-            1 => base.join("report"),
-            n => base.join(format!("report-{n}")),
-        })
-        .find(|p| !p.exists())
-        .expect("some suffix is free"))
+    crate::store::fresh_folder(out, &base.join("report")).map_err(input)
 }
 
 /// The silos' logs (read from `paths`), with their paths, in silo order, when they are one
