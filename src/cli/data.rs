@@ -114,11 +114,15 @@ pub(super) fn download(args: DataDownloadArgs) -> anyhow::Result<()> {
         1 if sets.len() == 1 => Err(failed.remove(0).1),
         _ => {
             let names: Vec<&str> = failed.iter().map(|(n, _)| *n).collect();
+            let rest = if failed.len() < sets.len() {
+                format!(", the others are in {}", dir.display())
+            } else {
+                String::new()
+            };
             anyhow::bail!(
-                "{} of the data sets failed ({}; each error above), the others are in {}",
+                "{} of the data sets failed ({}; each error above){rest}",
                 failed.len(),
-                names.join(", "),
-                dir.display()
+                names.join(", ")
             )
         }
     }
