@@ -146,9 +146,17 @@ pub(super) fn resume(
                 cfg.state_dir.display()
             );
         }
+        let mut adam = c.adam;
+        if adam.repair() {
+            warn!(
+                "the checkpoint's optimizer state was not finite (an extreme gradient that an \
+                 older federico took froze this model): its moments are reset, the \
+                 model is kept and learns again"
+            );
+        }
         return Ok(Start {
             peer: c.peer,
-            silo: FedericoSilo::new(c.params, c.adam, c.version),
+            silo: FedericoSilo::new(c.params, adam, c.version),
             round: c.round,
         });
     }
