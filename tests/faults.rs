@@ -226,6 +226,19 @@ fn a_late_joiner_is_found_by_its_group() {
         .as_u64()
         .unwrap();
     assert!(rounds <= 10);
+    // Insiders' review L4: a member that is not there holds no weight in anyone's row once its
+    // pulls have failed `suspect_after` times (before: the optimistic weight of a loss never
+    // measured, the largest of every row).
+    for (i, t) in traces.iter().enumerate().take(7) {
+        for r in t.iter().filter(|r| (10.0..20.0).contains(&r.at)) {
+            let w = r.weights.iter().find(|(j, _)| *j == 7).map_or(0.0, |x| x.1);
+            assert_eq!(
+                w, 0.0,
+                "silo {i} round {}: weight {w} on absent silo 7",
+                r.round
+            );
+        }
+    }
 }
 
 #[test]

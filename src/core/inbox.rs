@@ -1,12 +1,13 @@
 //! The owner's side of the M-step (FedeRiCo spec §3.2 steps 6–7 and §6).
 //! Owns: which weighted gradients an owner waits for, which it accepts, the optional per-sender
-//! norm clipping (spec §6, security), and their sum.
+//! norm clipping (spec §6, security), the norm bound learned from the accepted history
+//! ([`NormBound`]), and their sum.
 //! Must not: apply the optimizer step (the driver's learner does), read clocks (deadlines are
 //! the driver's), or trust its inputs: every rejection is a value, never a panic, and a
 //! rejected gradient or skip leaves the inbox exactly as it was.
 
 use crate::ids::NodeId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Why a gradient (or `Skip`) was not accepted.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -59,6 +60,11 @@ pub struct GradientInbox {
     /// Served while ahead of the owner ([`Self::expect_ahead`]).
     ahead: BTreeSet<NodeId>,
     received: BTreeMap<NodeId, Option<Vec<f32>>>,
+    /// The L2 norm of each received gradient (after `clip_norm`), by sender.
+    norms: BTreeMap<NodeId, f64>,
+    /// `(owner, b)`: every other sender's gradient is scaled down to an L2 norm of at most b
+    /// in [`Self::sum`] ([`NormBound::apply`]).
+    bound: Option<(NodeId, f64)>,
     /// `(owner, c)`: the others' summed gradient is scaled down to at most c times the L2 norm
     /// of the owner's own ([`Self::with_foreign_cap`]).
     foreign_cap: Option<(NodeId, f64)>,
@@ -75,6 +81,8 @@ impl GradientInbox {
             unawaited: BTreeSet::new(),
             ahead: BTreeSet::new(),
             received: BTreeMap::new(),
+            norms: BTreeMap::new(),
+            bound: None,
             foreign_cap: None,
         }
     }
@@ -179,6 +187,7 @@ impl GradientInbox {
         if let Some(clip) = self.clip_norm {
             clip_to_norm(&mut grad, clip);
         }
+        self.norms.insert(from, l2(&grad));
         self.received.insert(from, Some(grad));
         Ok(())
     }
@@ -210,6 +219,8 @@ impl GradientInbox {
 
     /// The sum of the received gradients, added in node-id order so the result does not depend
     /// on arrival order (spec §5.4: one step per model per round on the sum).
+    /// Each other sender's gradient enters scaled down to the owner's norm bound first, when
+    /// one is set ([`NormBound::apply`]).
     pub fn sum(&self) -> Vec<f32> {
         if let Some((me, cap)) = self.foreign_cap
             && let Some(Some(own)) = self.received.get(&me)
@@ -217,12 +228,33 @@ impl GradientInbox {
             return self.capped_sum(me, own, cap);
         }
         let mut total = vec![0f32; self.len];
-        for g in self.received.values().flatten() {
-            for (t, x) in total.iter_mut().zip(g) {
-                *t += x;
+        for (&from, g) in &self.received {
+            if let Some(g) = g {
+                self.add_bounded(&mut total, from, g);
             }
         }
         total
+    }
+
+    /// Adds `g`, from `from`, to `total`, scaled down to the norm bound unless `from` is the
+    /// owner or no bound is set.
+    fn add_bounded(&self, total: &mut [f32], from: NodeId, g: &[f32]) {
+        let scale = match self.bound {
+            Some((me, b)) if from != me => {
+                let n = self.norms.get(&from).copied().unwrap_or(0.0);
+                if n > b { (b / n) as f32 } else { 1.0 }
+            }
+            _ => 1.0,
+        };
+        if scale == 1.0 {
+            for (t, x) in total.iter_mut().zip(g) {
+                *t += x;
+            }
+        } else {
+            for (t, x) in total.iter_mut().zip(g) {
+                *t += x * scale;
+            }
+        }
     }
 }
 
@@ -231,9 +263,9 @@ impl GradientInbox {
     /// `cap` times `own`'s ([`Self::with_foreign_cap`]).
     fn capped_sum(&self, me: NodeId, own: &[f32], cap: f64) -> Vec<f32> {
         let mut foreign = vec![0f32; self.len];
-        for (_, g) in self.received.iter().filter(|(k, _)| **k != me) {
-            for (t, x) in foreign.iter_mut().zip(g.iter().flatten()) {
-                *t += x;
+        for (&from, g) in self.received.iter().filter(|(k, _)| **k != me) {
+            if let Some(g) = g {
+                self.add_bounded(&mut foreign, from, g);
             }
         }
         clip_to_norm(&mut foreign, cap * l2(own));
@@ -254,6 +286,101 @@ fn clip_to_norm(g: &mut [f32], clip: f64) {
         for x in g {
             *x *= scale;
         }
+    }
+}
+
+/// The owner's bound on the size of the others' gradients, learned from the federation itself
+/// (insiders' review P2/P3): at each step every other sender's gradient enters the sum scaled
+/// down (its direction kept) to an L2 norm of at most `k` times the *reference*, the lower
+/// median of the norms of the last [`NormBound::HISTORY`] gradients the owner summed (as
+/// bounded) together with this step's. The owner's own gradient is never scaled and counts in
+/// the reference, so from its first step the owner has a yardstick no sampler chose: a single
+/// gradient of 3.4e38, or ×10⁶ ones, enters at k times a typical honest gradient, and a
+/// minority of senders (below half of the recent gradients) cannot move the reference.
+/// Honest gradients sit well inside k = [`DEFAULT_NORM_BOUND`]: on the quality suite the bound
+/// changes nothing measurable (`docs/insiders.md`).
+#[derive(Clone, Debug)]
+pub struct NormBound {
+    k: Option<f64>,
+    history: VecDeque<f64>,
+    /// Senders whose gradient was scaled down at least once (each is reported once).
+    reported: BTreeSet<NodeId>,
+}
+
+/// The norm bound's k when none is configured: a sender may weigh in at most this many times a
+/// typical gradient of the federation.
+pub const DEFAULT_NORM_BOUND: f64 = 10.0;
+
+/// A gradient [`NormBound::apply`] scaled down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bounded {
+    /// The sender.
+    pub from: NodeId,
+    /// Its gradient's L2 norm.
+    pub norm: f64,
+    /// The bound it was scaled to.
+    pub bound: f64,
+    /// The first time this sender's gradient was bounded.
+    pub first: bool,
+}
+
+impl NormBound {
+    /// Norms of recently summed gradients the reference is taken over.
+    pub const HISTORY: usize = 64;
+
+    /// A bound of `k` times the reference; `None` or 0: no bound (every gradient as it came).
+    pub fn new(k: Option<f64>) -> Self {
+        Self {
+            k: k.filter(|&k| k > 0.0),
+            history: VecDeque::new(),
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// The bound an inbox with these received norms would get (`None` without one).
+    fn bound_for(&self, norms: impl Iterator<Item = f64>) -> Option<f64> {
+        let k = self.k?;
+        let mut all: Vec<f64> = self
+            .history
+            .iter()
+            .copied()
+            .chain(norms)
+            .filter(|n| *n > 0.0)
+            .collect();
+        if all.is_empty() {
+            return None;
+        }
+        all.sort_by(f64::total_cmp);
+        Some(k * all[(all.len() - 1) / 2])
+    }
+
+    /// Sets the bound of `inbox`, the owner `me`'s, before its step, records the gradients it
+    /// sums (in node-id order, so every driver learns the same history), and returns the ones
+    /// it scales down.
+    pub fn apply(&mut self, inbox: &mut GradientInbox, me: NodeId) -> Vec<Bounded> {
+        let Some(b) = self.bound_for(inbox.norms.values().copied()) else {
+            return Vec::new();
+        };
+        inbox.bound = Some((me, b));
+        let mut out = Vec::new();
+        for (&from, &n) in &inbox.norms {
+            let kept = if from != me && n > b {
+                out.push(Bounded {
+                    from,
+                    norm: n,
+                    bound: b,
+                    first: self.reported.insert(from),
+                });
+                b
+            } else {
+                n
+            };
+            self.history.push_back(kept);
+            if self.history.len() > Self::HISTORY {
+                self.history.pop_front();
+            }
+        }
+        out
     }
 }
 
@@ -412,6 +539,79 @@ mod tests {
         inbox.handle_skip(silent, 3).unwrap();
         st.handle_step(&inbox);
         assert!(st.awaits(silent));
+    }
+
+    /// Insiders' review P3 and P2: one gradient of the largest finite f32, and ×10⁶ ones, enter
+    /// the step at k times a typical gradient, from the owner's first step on; honest ones
+    /// pass untouched.
+    #[test]
+    fn the_norm_bound_scales_extreme_gradients_to_a_fair_share_from_the_first_step() {
+        let (me, a, b, mal) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+        let mut nb = NormBound::new(Some(5.0));
+        let mut sums = Vec::new();
+        for v in 0..20u64 {
+            let mut inbox = GradientInbox::new(v, 2);
+            for id in [me, a, b, mal] {
+                inbox.expect(id);
+            }
+            inbox.handle_gradient(me, v, vec![0.3, 0.4]).unwrap(); // norm 0.5
+            inbox.handle_gradient(a, v, vec![0.6, 0.8]).unwrap(); // norm 1
+            inbox.handle_gradient(b, v, vec![-0.3, 0.4]).unwrap(); // norm 0.5
+            let bad = if v % 2 == 0 { f32::MAX } else { -1e6 };
+            inbox.handle_gradient(mal, v, vec![bad, 0.0]).unwrap();
+            let bounded = nb.apply(&mut inbox, me);
+            assert_eq!(bounded.len(), 1, "{bounded:?}");
+            assert_eq!(bounded[0].from, mal);
+            assert_eq!(bounded[0].first, v == 0);
+            // Reference: the lower median of the norms, 0.5; the bound 2.5.
+            assert!((bounded[0].bound - 2.5).abs() < 1e-6, "{bounded:?}");
+            let sum = inbox.sum();
+            assert!(sum.iter().all(|x| x.is_finite()));
+            sums.push(sum);
+        }
+        // Honest part (0.6, 1.6) plus the attacker's ±2.5 along x.
+        for (v, s) in sums.iter().enumerate() {
+            let x = if v % 2 == 0 { 0.6 + 2.5 } else { 0.6 - 2.5 };
+            assert!(
+                (s[0] - x).abs() < 1e-5 && (s[1] - 1.6).abs() < 1e-5,
+                "{v}: {s:?}"
+            );
+        }
+        // Off: the plain sum, as before.
+        let mut inbox = GradientInbox::new(0, 2);
+        inbox.expect(me);
+        inbox.expect(mal);
+        inbox.handle_gradient(me, 0, vec![0.3, 0.4]).unwrap();
+        inbox.handle_gradient(mal, 0, vec![1e6, 0.0]).unwrap();
+        assert!(NormBound::new(None).apply(&mut inbox, me).is_empty());
+        assert_eq!(inbox.sum(), vec![1e6 + 0.3, 0.4]);
+    }
+
+    /// The reference is a lower median: a minority of senders, however large their gradients,
+    /// cannot move it; and the owner's own gradient is never scaled, however large.
+    #[test]
+    fn a_minority_cannot_raise_the_norm_bound_and_the_owner_is_never_bounded() {
+        let me = NodeId(0);
+        let mut nb = NormBound::new(Some(5.0));
+        for v in 0..200u64 {
+            let mut inbox = GradientInbox::new(v, 1);
+            for k in 0..8 {
+                inbox.expect(NodeId(k));
+            }
+            inbox.handle_gradient(me, v, vec![100.0]).unwrap();
+            for k in 1..5 {
+                inbox.handle_gradient(NodeId(k), v, vec![1.0]).unwrap();
+            }
+            // Three colluders send what the last bound allowed, to ratchet it up.
+            for k in 5..8 {
+                inbox.handle_gradient(NodeId(k), v, vec![1e30]).unwrap();
+            }
+            let bounded = nb.apply(&mut inbox, me);
+            assert_eq!(bounded.len(), 3, "round {v}");
+            assert!(bounded.iter().all(|b| b.bound == 5.0), "{bounded:?}");
+            let sum = inbox.sum()[0];
+            assert!((sum - 119.0).abs() < 1e-4, "round {v}: {sum}");
+        }
     }
 
     #[test]

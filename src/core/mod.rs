@@ -21,7 +21,7 @@ mod sampling;
 mod softmax;
 mod table;
 
-pub use inbox::{GradientInbox, Rejection, Stragglers};
+pub use inbox::{Bounded, DEFAULT_NORM_BOUND, GradientInbox, NormBound, Rejection, Stragglers};
 pub use sampling::{SamplingMode, epsilon_greedy};
 pub use softmax::{log_softmax, softmax};
 pub use table::{CollaboratorTable, Entry, LossTracking, ema_update};
@@ -261,6 +261,57 @@ pub struct FedericoConfig {
     /// chose the defaults (`docs/quality.md`, "A floor under the own gradient"), so it is not
     /// one of them.
     pub own_floor: f64,
+}
+
+/// `[defences]`: how much an owner trusts the members that send it gradients (insiders'
+/// review, `docs/insiders.md`). Kept apart from [`FedericoConfig`] (the algorithm, written in
+/// every checkpoint): a defence can change between runs without touching a silo's state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Defences {
+    /// k of the owner's norm bound ([`NormBound`]): every other member's gradient enters the
+    /// step scaled down to at most k times the typical norm of the gradients the owner summed
+    /// recently (a lower median, its own included). 0 turns it off (every gradient as it came,
+    /// the paper's rule). Absent: [`DEFAULT_NORM_BOUND`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm_bound: Option<f64>,
+    /// Whether an absent member — never measured, and its pulls keep failing (`suspect_after`
+    /// in a row: never came, or refuses its model) — keeps the optimistic weight of a loss of 0
+    /// that let 8 absent members take 0.70 of a row (insiders' review L4). `false`: it gets 0
+    /// in the row, the push weights and the push cut until it answers; a member merely not
+    /// sampled yet keeps its optimistic weight, so fault-free runs do not change. Absent:
+    /// `false` for `variant = "federico"`, `true` for `"paper"` (Algorithm 1's row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weigh_absent: Option<bool>,
+}
+
+impl Defences {
+    /// The norm bound's k in force (`None`: off).
+    pub fn norm_bound(&self) -> Option<f64> {
+        match self.norm_bound {
+            Some(k) if k > 0.0 => Some(k),
+            Some(_) => None,
+            None => Some(DEFAULT_NORM_BOUND),
+        }
+    }
+
+    /// Whether absent members keep weight, for a federation running `variant`.
+    pub fn weigh_absent(&self, variant: Variant) -> bool {
+        self.weigh_absent.unwrap_or(variant == Variant::Paper)
+    }
+
+    /// Checks every value; errors name the field (without the `defences.` prefix).
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(k) = self.norm_bound
+            && !(k == 0.0 || (k.is_finite() && k >= 1.0))
+        {
+            return Err(format!(
+                "norm_bound must be 0 (off) or a finite number of at least 1 (times the \
+                 typical gradient norm), got {k}"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Which FedeRiCo runs: the paper's Algorithm 1, or it with this crate's remedies.
@@ -514,6 +565,10 @@ pub struct Peer {
     /// kept in checkpoints: a resumed driver sets it again.
     #[serde(skip)]
     data_ratio: f64,
+    /// No weight for absent members ([`Defences::weigh_absent`] false); a setting of this run,
+    /// not state, so not kept in checkpoints: the driver sets it ([`Peer::set_weigh_absent`]).
+    #[serde(skip)]
+    drop_absent: bool,
 }
 
 impl Clone for Peer {
@@ -527,6 +582,7 @@ impl Clone for Peer {
             failures: self.failures.clone(),
             rounds: self.rounds,
             data_ratio: self.data_ratio,
+            drop_absent: self.drop_absent,
         }
     }
 }
@@ -550,7 +606,21 @@ impl Peer {
             failures: BTreeMap::new(),
             rounds: 0,
             data_ratio: 0.0,
+            drop_absent: false,
         }
+    }
+
+    /// Whether absent members keep weight ([`Defences::weigh_absent`]). When not, a member
+    /// never measured whose pulls keep failing (a suspect) is 0 in the row, the push weights and
+    /// the push cut. Sampling still sees it optimistically (spec §3.1), so it is tried again
+    /// as its backoff allows.
+    pub fn set_weigh_absent(&mut self, weigh: bool) {
+        self.drop_absent = !weigh;
+    }
+
+    /// A member never measured whose pulls keep failing: absent, or refusing its model.
+    fn is_absent(&self, peer: NodeId, e: &Entry) -> bool {
+        !e.seen && self.is_suspect(peer)
     }
 
     /// The silo's `n_train` training samples and its model's `num_params` parameters, which
@@ -639,9 +709,14 @@ impl Peer {
         self.rounds += 1;
     }
 
-    /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`).
+    /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`); 0 for an
+    /// absent member unless absent members keep weight ([`Self::set_weigh_absent`]).
     pub fn weight(&self, peer: NodeId) -> f64 {
-        self.table.weight(peer)
+        if self.drop_absent {
+            self.table.weight_without(peer, |j, e| self.is_absent(j, e))
+        } else {
+            self.table.weight(peer)
+        }
     }
 
     /// The factor of the gradient this silo sends to `peer`'s model this round: w_ij (spec
@@ -665,9 +740,12 @@ impl Peer {
         (w >= cut * top).then_some(w)
     }
 
-    /// The whole row `(peer, weight)`, by id, self included.
+    /// The whole row `(peer, weight)`, by id, self included (as [`Self::weight`] gives them).
     pub fn weights(&self) -> Vec<(NodeId, f64)> {
-        self.table.iter().map(|(id, _, w)| (id, w)).collect()
+        self.table
+            .iter()
+            .map(|(id, _, _)| (id, self.weight(id)))
+            .collect()
     }
 
     /// The table, for reports and checkpoints.

@@ -120,6 +120,26 @@ impl CollaboratorTable {
             .map_or(0.0, |p| self.weights[p])
     }
 
+    /// The weight of `id` in the row without the entries `drop` names (softmax over the others,
+    /// each weight renormalised over them), 0 for a dropped one. A row that would drop every
+    /// entry is the plain row.
+    pub fn weight_without(&self, id: NodeId, drop: impl Fn(NodeId, &Entry) -> bool) -> f64 {
+        if !self.entries.iter().any(|(&j, e)| drop(j, e)) {
+            // Nothing dropped: the row itself, not a renormalised copy (bit for bit).
+            return self.weight(id);
+        }
+        let kept: f64 = self
+            .iter()
+            .filter(|(j, e, _)| !drop(*j, e))
+            .map(|x| x.2)
+            .sum();
+        match self.entries.get(&id) {
+            _ if kept <= 0.0 => self.weight(id),
+            Some(e) if !drop(id, e) => self.weight(id) / kept,
+            _ => 0.0,
+        }
+    }
+
     /// `(id, entry, weight)` for every known node, by id.
     pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Entry, f64)> + '_ {
         self.entries
@@ -202,6 +222,29 @@ mod tests {
         }
         let w0 = t.weight(NodeId(0));
         assert!((w0 - 1.0 / (1.0 + (-0.2f64).exp())).abs() < 1e-9, "{w0}");
+    }
+
+    /// Insiders' review L4: members that never came hold the optimistic weight of a loss of 0
+    /// (0.70 of a row went to 8 absent members); without them they hold none, and the others
+    /// keep their proportions.
+    #[test]
+    fn a_row_without_absent_members_keeps_the_others_proportions() {
+        let mut t = CollaboratorTable::new(ids(12));
+        let measured: Vec<(NodeId, f64)> = (0..4).map(|i| (NodeId(i), 1.0 + i as f64)).collect();
+        for _ in 0..20 {
+            t.record_round(&measured, 0.6, LossTracking::Ema, 1.0);
+        }
+        let absent: f64 = (4..12).map(|i| t.weight(NodeId(i))).sum();
+        assert!(absent > 0.9, "the optimistic row gives them {absent}");
+        let drop = |j: NodeId, e: &Entry| j.0 >= 4 && !e.seen;
+        let row: Vec<f64> = (0..12).map(|i| t.weight_without(NodeId(i), drop)).collect();
+        assert!(row[4..].iter().all(|&w| w == 0.0), "{row:?}");
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        let ratio = t.weight(NodeId(0)) / t.weight(NodeId(1));
+        assert!((row[0] / row[1] - ratio).abs() < 1e-9);
+        // Dropping everything: the plain row.
+        let fresh = CollaboratorTable::new(ids(4));
+        assert!((fresh.weight_without(NodeId(2), |_, _| true) - 0.25).abs() < 1e-15);
     }
 
     #[test]

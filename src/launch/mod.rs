@@ -422,6 +422,7 @@ fn silo_config(
         model: scenario.model.clone(),
         train: scenario.train.clone(),
         federico: scenario.federico.clone(),
+        defences: scenario.defences.clone(),
         deadlines: deadlines.clone(),
         control: None,
         coordinated: None,

@@ -137,6 +137,8 @@ pub struct Scenario {
     pub train: TrainConfig,
     /// `[federico]`.
     pub federico: FedericoConfig,
+    /// `[defences]`: how far an owner trusts the gradients of the other members (FedeRiCo).
+    pub defences: crate::core::Defences,
     /// `[fedcollab]`.
     pub fedcollab: FedCollabConfig,
     /// `[hcct]`.
@@ -170,6 +172,7 @@ impl Default for Scenario {
             model: ModelConfig::default(),
             train: TrainConfig::default(),
             federico: FedericoConfig::default(),
+            defences: Default::default(),
             fedcollab: FedCollabConfig::default(),
             hcct: HcctConfig::default(),
             feddisco: FeddiscoConfig::default(),

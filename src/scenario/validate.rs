@@ -194,6 +194,9 @@ impl Scenario {
                 self.train.batch_size
             )
         })?;
+        self.defences
+            .validate()
+            .map_err(|m| ScenarioError::Invalid(format!("defences.{m}")))?;
         self.federico
             .validate()
             .map_err(|m| ScenarioError::Invalid(format!("federico.{m}")))?;

@@ -190,6 +190,18 @@ pub enum Event {
         /// Connected peers it waited to hear from (a pull or notice for the round) and did not.
         unannounced: Vec<NodeId>,
     },
+    /// A peer's gradient was far above the federation's typical norm and entered the step scaled
+    /// down to the owner's bound (reported once per peer; later ones are scaled silently).
+    GradientBounded {
+        /// The sender.
+        peer: NodeId,
+        /// The round.
+        round: u64,
+        /// The gradient's L2 norm.
+        norm: f64,
+        /// The bound it was scaled to.
+        bound: f64,
+    },
     /// A sampler keeps missing the step: its gradients are taken but no longer waited for.
     Straggler {
         /// The sampler.

@@ -44,7 +44,7 @@ mod tests;
 pub use action::{Action, Asked, Event, ReqId, RoundReport};
 pub use job::{Done, Job, Score};
 
-use crate::core::{GradientInbox, Peer, Rejection, Stragglers};
+use crate::core::{GradientInbox, NormBound, Peer, Rejection, Stragglers};
 use crate::ids::NodeId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -91,6 +91,10 @@ pub struct RoundConfig {
     /// The owner's cap on the others' gradients against its own
     /// ([`FedericoConfig::foreign_cap`](crate::core::FedericoConfig::foreign_cap)).
     pub foreign_cap: Option<f64>,
+    /// k of the owner's norm bound on the others' gradients ([`NormBound`]); `None`: none.
+    pub norm_bound: Option<f64>,
+    /// Whether absent members keep weight ([`crate::core::Defences::weigh_absent`]).
+    pub weigh_absent: bool,
 }
 
 /// A round could not go on.
@@ -172,6 +176,8 @@ pub struct Round<H> {
     snapshot: Arc<Vec<f32>>,
     inbox: GradientInbox,
     stragglers: Stragglers,
+    /// The owner's bound on the size of the others' gradients.
+    bound: NormBound,
     held: Vec<Held<H>>,
     phase: Phase,
     round_started: Instant,
@@ -204,6 +210,7 @@ impl<H> Round<H> {
         now: Instant,
     ) -> Self {
         peer.set_data_ratio(cfg.n_train, cfg.num_params);
+        peer.set_weigh_absent(cfg.weigh_absent);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)
             .with_foreign_cap(cfg.me, cfg.foreign_cap);
@@ -222,6 +229,7 @@ impl<H> Round<H> {
             snapshot: params,
             inbox,
             stragglers: Stragglers::new(cfg.suspect_after),
+            bound: NormBound::new(cfg.norm_bound),
             held: Vec::new(),
             // Restarted after its last round: nothing to wait for, due at once.
             phase: Phase::Starting {

@@ -70,7 +70,7 @@ impl<H> Round<H> {
                 unannounced,
             });
         }
-        let inbox = std::mem::replace(
+        let mut inbox = std::mem::replace(
             &mut self.inbox,
             GradientInbox::new(self.version + 1, self.cfg.num_params)
                 .with_clip_norm(self.cfg.clip_norm)
@@ -80,6 +80,16 @@ impl<H> Round<H> {
             .map(|i| self.stragglers.awaits(NodeId(i)))
             .collect();
         self.stragglers.handle_step(&inbox);
+        for b in self.bound.apply(&mut inbox, self.cfg.me) {
+            if b.first {
+                self.log(Event::GradientBounded {
+                    peer: b.from,
+                    round: r,
+                    norm: b.norm,
+                    bound: b.bound,
+                });
+            }
+        }
         for (i, was) in before.into_iter().enumerate() {
             let id = NodeId(i as u32);
             if was && !self.stragglers.awaits(id) {

@@ -185,6 +185,8 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         linger: Duration::from_secs(5),
         sub_steps: None,
         foreign_cap: None,
+        norm_bound: None,
+        weigh_absent: true,
     }
 }
 

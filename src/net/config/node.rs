@@ -33,6 +33,10 @@ pub enum ConfigError {
     },
 }
 
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
+}
+
 /// `[deadlines]`, in seconds (spec §6: τ = max(5 s, 3 × expected transfer and compute)).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -370,6 +374,9 @@ pub struct NodeConfig {
     /// `[federico]`: as in scenario files.
     #[serde(default)]
     pub federico: FedericoConfig,
+    /// `[defences]`: as in scenario files.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub defences: crate::core::Defences,
     /// `[deadlines]`.
     #[serde(default)]
     pub deadlines: Deadlines,
@@ -534,6 +541,9 @@ impl NodeConfig {
         if self.train.batch_size == 0 {
             return Err("train.batch_size must be at least 1".into());
         }
+        self.defences
+            .validate()
+            .map_err(|e| format!("defences.{e}"))?;
         self.federico
             .validate()
             .map_err(|e| format!("federico.{e}"))?;
@@ -718,6 +728,9 @@ shard = "a.shard"
             ("[deadlines]\nmodel_s = -1\n", "deadlines.model_s"),
             ("[federico]\nepsilon = 2\n", "epsilon"),
             ("[federico]\nmstep = { minibatch = 0 }\n", "federico.mstep"),
+            ("[defences]\nnorm_bound = 0.5\n", "defences.norm_bound"),
+            ("[defences]\nnorm_bound = inf\n", "defences.norm_bound"),
+            ("[defences]\nbound = 5\n", "bound"),
             ("max_message_mib = 0\n", "max_message_mib"),
             ("receive_budget_mib = 0\n", "receive_budget_mib"),
             ("metrics = \"nowhere\"\n", "metrics"),

@@ -81,6 +81,20 @@ pub(super) fn event(e: &Event) {
                  peers that did not say whether they pull this round)"
             );
         }
+        Event::GradientBounded {
+            peer,
+            round,
+            norm,
+            bound,
+        } => warn!(
+            peer = %peer,
+            round,
+            norm,
+            bound,
+            "a member's gradient was far above the federation's typical norm: it entered the \
+             step scaled down to the bound (this is logged once per member; later ones are \
+             scaled silently). See docs/insiders.md"
+        ),
         Event::Straggler { peer, round } => info!(
             peer = %peer,
             round,

@@ -269,6 +269,8 @@ pub(crate) async fn run_from(
         linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
         sub_steps,
         foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
+        norm_bound: cfg.defences.norm_bound(),
+        weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
     };
     let snapshot = Arc::new(silo.params.clone());
     let engine = Round::new(
@@ -843,8 +845,9 @@ impl Driver {
             .filter(|&i| peer.is_suspect(NodeId(i)))
             .count();
         self.metrics.suspects.set(suspects as i64);
-        for (id, e, w) in peer.table().iter() {
-            self.metrics.set_peer(&id.to_string(), w, e.tracked_loss);
+        for (id, e, _) in peer.table().iter() {
+            self.metrics
+                .set_peer(&id.to_string(), peer.weight(id), e.tracked_loss);
         }
     }
 }
