@@ -272,7 +272,8 @@ pub struct Defences {
     /// k of the owner's norm bound ([`NormBound`]): every other member's gradient enters the
     /// step scaled down to at most k times the typical norm of the gradients the owner summed
     /// recently (a lower median, its own included). 0 turns it off (every gradient as it came,
-    /// the paper's rule). Absent: [`DEFAULT_NORM_BOUND`].
+    /// the paper's rule). Absent: [`DEFAULT_NORM_BOUND`] for `variant = "federico"`, off for
+    /// `"paper"` (Algorithm 1 exactly).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub norm_bound: Option<f64>,
     /// Whether an absent member — never measured, and its pulls keep failing (`suspect_after`
@@ -286,12 +287,12 @@ pub struct Defences {
 }
 
 impl Defences {
-    /// The norm bound's k in force (`None`: off).
-    pub fn norm_bound(&self) -> Option<f64> {
+    /// The norm bound's k in force for a federation running `variant` (`None`: off).
+    pub fn norm_bound(&self, variant: Variant) -> Option<f64> {
         match self.norm_bound {
             Some(k) if k > 0.0 => Some(k),
             Some(_) => None,
-            None => Some(DEFAULT_NORM_BOUND),
+            None => (variant == Variant::Federico).then_some(DEFAULT_NORM_BOUND),
         }
     }
 

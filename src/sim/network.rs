@@ -175,7 +175,7 @@ impl FaultNet {
             linger: LINGER,
             sub_steps: ctx.federico_sub_steps(),
             foreign_cap: cfg.foreign_cap(k),
-            norm_bound: ctx.scenario.defences.norm_bound(),
+            norm_bound: ctx.scenario.defences.norm_bound(cfg.variant),
             weigh_absent: ctx.scenario.defences.weigh_absent(cfg.variant),
         };
         let lr = ctx.lr();

@@ -269,7 +269,7 @@ pub(crate) async fn run_from(
         linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
         sub_steps,
         foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
-        norm_bound: cfg.defences.norm_bound(),
+        norm_bound: cfg.defences.norm_bound(cfg.federico.variant),
         weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
     };
     let snapshot = Arc::new(silo.params.clone());
