@@ -86,14 +86,15 @@ pub(super) fn event(e: &Event) {
             round,
             norm,
             bound,
-        } => warn!(
+        } => info!(
             peer = %peer,
             round,
             norm,
             bound,
             "a member's gradient was far above the federation's typical norm: it entered the \
-             step scaled down to the bound (this is logged once per member; later ones are \
-             scaled silently). See docs/insiders.md"
+             step scaled down to the bound (logged once per member, later ones are scaled \
+             silently; an honest member's can be too, early in training, so this alone is no \
+             sign of an attack: docs/insiders.md)"
         ),
         Event::Straggler { peer, round } => info!(
             peer = %peer,
