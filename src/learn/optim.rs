@@ -70,6 +70,16 @@ impl Adam {
             inv_sc2,
             eps,
         };
+        // One read of the gradient: an honest one goes through the step as it is, an extreme
+        // one (or a NaN) as a bounded copy, so the step's loop stays as fast as before.
+        let in_range = grad.iter().fold(true, |ok, g| ok & (g.abs() <= GRAD_LIMIT));
+        let copy: Vec<f32>;
+        let grad = if in_range {
+            grad
+        } else {
+            copy = grad.iter().map(|&g| bounded(g)).collect();
+            &copy
+        };
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx") {
             // SAFETY: the CPU supports AVX, checked just above.
@@ -142,7 +152,6 @@ fn bounded(g: f32) -> f32 {
 #[inline(always)]
 fn step_loop(k: &StepConsts, params: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
     for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(v) {
-        let g = bounded(g);
         *m = flush_subnormal(k.b1 * *m + k.a1 * g);
         *v = flush_subnormal(k.b2 * *v + k.a2 * g * g);
         *p -= k.step * *m / (v.sqrt() * k.inv_sc2 + k.eps);
