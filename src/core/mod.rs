@@ -743,10 +743,11 @@ impl Peer {
 
     /// The whole row `(peer, weight)`, by id, self included (as [`Self::weight`] gives them).
     pub fn weights(&self) -> Vec<(NodeId, f64)> {
-        self.table
-            .iter()
-            .map(|(id, _, _)| (id, self.weight(id)))
-            .collect()
+        if self.drop_absent {
+            self.table.row_without(|j, e| self.is_absent(j, e))
+        } else {
+            self.table.iter().map(|(id, _, w)| (id, w)).collect()
+        }
     }
 
     /// The table, for reports and checkpoints.

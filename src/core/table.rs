@@ -120,24 +120,34 @@ impl CollaboratorTable {
             .map_or(0.0, |p| self.weights[p])
     }
 
-    /// The weight of `id` in the row without the entries `drop` names (softmax over the others,
-    /// each weight renormalised over them), 0 for a dropped one. A row that would drop every
-    /// entry is the plain row.
-    pub fn weight_without(&self, id: NodeId, drop: impl Fn(NodeId, &Entry) -> bool) -> f64 {
-        if !self.entries.iter().any(|(&j, e)| drop(j, e)) {
-            // Nothing dropped: the row itself, not a renormalised copy (bit for bit).
-            return self.weight(id);
-        }
+    /// The row without the entries `drop` names: softmax over the others (each weight
+    /// renormalised over them), 0 for a dropped one, by id. A row that drops nothing, or would
+    /// drop every entry, is the plain row (bit for bit).
+    pub fn row_without(&self, drop: impl Fn(NodeId, &Entry) -> bool) -> Vec<(NodeId, f64)> {
+        let dropped: Vec<bool> = self.iter().map(|(j, e, _)| drop(j, e)).collect();
         let kept: f64 = self
             .iter()
-            .filter(|(j, e, _)| !drop(*j, e))
-            .map(|x| x.2)
+            .zip(&dropped)
+            .filter(|(_, d)| !**d)
+            .map(|(x, _)| x.2)
             .sum();
-        match self.entries.get(&id) {
-            _ if kept <= 0.0 => self.weight(id),
-            Some(e) if !drop(id, e) => self.weight(id) / kept,
-            _ => 0.0,
-        }
+        let plain = !dropped.contains(&true) || kept <= 0.0;
+        self.iter()
+            .zip(dropped)
+            .map(|((j, _, w), d)| match () {
+                _ if plain => (j, w),
+                _ if d => (j, 0.0),
+                _ => (j, w / kept),
+            })
+            .collect()
+    }
+
+    /// The weight of `id` in [`Self::row_without`] (0 for an unknown id).
+    pub fn weight_without(&self, id: NodeId, drop: impl Fn(NodeId, &Entry) -> bool) -> f64 {
+        self.row_without(drop)
+            .into_iter()
+            .find(|&(j, _)| j == id)
+            .map_or(0.0, |x| x.1)
     }
 
     /// `(id, entry, weight)` for every known node, by id.
