@@ -37,6 +37,8 @@ pub enum Stream {
     Batches = 4,
     /// Message-loss draws of a simulated fault schedule.
     Faults = 5,
+    /// The noise of a poisoning member (`crate::silo::attack`).
+    Attack = 6,
 }
 
 /// Derives the seed of one random stream from the run seed, a node and a purpose

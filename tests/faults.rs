@@ -278,3 +278,95 @@ fn a_bad_schedule_fails_at_load_naming_the_event() {
         "{e}"
     );
 }
+
+/// Insiders' review P1/P3 played as a fault event: silo 3 trains honestly and multiplies every
+/// gradient it sends by 10^6 from round 5 to round 25. With the default norm bound the honest
+/// silos end within the attack tolerance of the clean run; with the bound off they do not, and
+/// the damage outlasts the attack by 35 rounds.
+#[test]
+fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
+    let events = "faults.events=[{round=5, attack={silos=[3], kind=\"scale\", factor=1e6}}, \
+                  {round=25, attack={silos=[3], kind=\"none\"}}]";
+    let dir = tempfile::tempdir().unwrap();
+    let (on, traces) = run(
+        &scenario("poisoning.toml", &[events]),
+        &dir.path().join("on"),
+    );
+    assert!(verdict(&on, "poisoning"), "{on:#}");
+    assert_eq!(
+        figure(&on, "poisoning", "attackers"),
+        serde_json::json!([3])
+    );
+    // The attacker kept its place in the rows: FedeRiCo weighs its (honest) model.
+    let w = figure(&on, "poisoning", "attacker_weight_mean")
+        .as_f64()
+        .unwrap();
+    assert!(w > 0.01, "{w}");
+    assert_eq!(traces[3].len(), 60);
+    let (off, _) = run(
+        &scenario("poisoning.toml", &[events, "defences.norm_bound=0"]),
+        &dir.path().join("off"),
+    );
+    assert!(!verdict(&off, "poisoning"), "{off:#}");
+    let lost = |r: &Value| {
+        figure(r, "poisoning", "clean_accuracy").as_f64().unwrap()
+            - figure(r, "poisoning", "honest_accuracy").as_f64().unwrap()
+    };
+    assert!(lost(&off) > 2.0 * lost(&on).max(0.5), "{on:#} {off:#}");
+}
+
+/// Every attack kind runs in the simulator and is reported by name; bad attack events are
+/// refused at load naming the event.
+#[test]
+fn every_attack_kind_runs_and_a_bad_attack_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, kind) in [
+        "kind=\"sign_flip\", factor=2",
+        "kind=\"noise\", factor=3",
+        "kind=\"extreme\"",
+        "kind=\"stale\"",
+        "kind=\"free_ride\"",
+        "kind=\"labels\"",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ev = format!("faults.events=[{{round=3, attack={{silos=[1, 6], {kind}}}}}]");
+        let mut s = scenario("poisoning.toml", &[&ev]);
+        s.rounds = 10;
+        let (report, _) = run(&s, &dir.path().join(format!("k{i}")));
+        let applied = report["applied"][0]["what"].as_str().unwrap();
+        assert!(applied.starts_with("attack ") && applied.ends_with("by silos [1, 6]"));
+        assert!(verdict(&report, "liveness"), "{report:#}");
+        assert_eq!(figure(&report, "poisoning", "honest_silos_compared"), 6);
+    }
+    for (ev, want) in [
+        ("{round=3, attack={silos=[9], kind=\"stale\"}}", "silo 9"),
+        (
+            "{round=3, attack={silos=[1], kind=\"scale\"}}",
+            "needs a positive factor",
+        ),
+        (
+            "{round=3, attack={silos=[1], kind=\"sacle\"}}",
+            "unknown attack kind",
+        ),
+        (
+            "{round=3, attack={silos=[1], kind=\"extreme\", factor=2}}",
+            "takes no factor",
+        ),
+        (
+            "{round=3, attack={silos=[], kind=\"extreme\"}}",
+            "attack.silos is empty",
+        ),
+        (
+            "{round=3, attack={silos=[0,1,2,3,4,5,6,7], kind=\"stale\"}}",
+            "leave at least one honest",
+        ),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/poisoning.toml");
+        let e = Scenario::load_with(&path, &[format!("faults.events=[{ev}]")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("faults.events[1]") && e.contains(want), "{e}");
+    }
+}

@@ -485,3 +485,60 @@ fn a_kernel_partition_between_network_namespaces_heals_and_every_check_passes() 
         "namespaces left behind"
     );
 }
+
+/// A poisoning member on real processes: the swarm tells silo 3, through its control channel,
+/// to send gradients of ±3.4e38 from round 3 on (what the simulator's silo 3 does, from the
+/// same `crate::silo::attack` code). The owners bound them, and the swarm makes the
+/// simulator's decisions under the attack: the same honest accuracy to the last row. (Twenty
+/// rounds are not enough to absorb it: the honest silos are 5.4 points below the clean run
+/// here, within 1 point by round 60 in the simulator; docs/insiders.md.)
+#[test]
+fn a_node_told_to_poison_sends_extreme_gradients_as_the_simulators_silo_does() {
+    let mut s = scenario("poisoning.toml");
+    s.rounds = 20;
+    s.faults.events[0].round = Some(3);
+    s.faults.events[0].attack = Some(federico::faults::AttackSpec {
+        silos: vec![3],
+        kind: "extreme".into(),
+        factor: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, &dir.path().join("swarm"));
+    for c in ["liveness", "clean_exit"] {
+        assert_eq!(check(&report, c)["pass"], true, "{c}: {report:#}");
+    }
+    assert!(applied_at(&report, "attack extreme by silos [3]") > 0.0);
+    assert!(traces.iter().all(|t| t.len() == 20));
+    let sim = federico::sim::run(
+        &s,
+        &federico::sim::Options {
+            out: dir.path().join("sim"),
+            data_dir: None,
+            progress: false,
+            export: false,
+        },
+    )
+    .unwrap();
+    let sim = sim.summary.runs[0].faults.clone().unwrap();
+    let fig = |r: &Value, f: &str| check(r, "poisoning")["figures"][f].clone();
+    for f in ["honest_accuracy", "clean_accuracy", "attacker_weight_mean"] {
+        assert_eq!(fig(&report, f), fig(&sim, f), "{f}: {report:#} {sim:#}");
+    }
+    let log = |i: usize| {
+        std::fs::read_to_string(dir.path().join(format!("swarm/seed-1/nodes/silo-{i}.log")))
+            .unwrap()
+    };
+    assert!(log(3).contains("now poisons what it sends"), "{}", log(3));
+    // Silo 3's gradients reached owners and were scaled down there.
+    let bounded = (0..8)
+        .filter(|&i| i != 3)
+        .filter(|&i| {
+            log(i).lines().any(|l| {
+                l.contains("far above the federation's typical norm")
+                    && l.contains("peer=silo-3")
+                    && l.contains("e39")
+            })
+        })
+        .count();
+    assert!(bounded >= 1, "no owner bounded silo 3's gradients");
+}

@@ -43,7 +43,15 @@
 //! [[faults.events]]
 //! round = 15
 //! join = 7                           # silo 7 is absent until round 15
+//!
+//! [[faults.events]]
+//! round = 5
+//! attack = { silos = [3], kind = "scale", factor = 1e6 }   # kind = "none" ends it
 //! ```
+//!
+//! Attack kinds (`crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
+//! `noise` (factor: its norm over the honest gradient's), `extreme`, `stale`, `free_ride`,
+//! `labels`. The attacking silos' own gradients stay honest.
 
 pub mod checks;
 #[cfg(test)]
@@ -52,6 +60,7 @@ mod timeline;
 
 pub use timeline::{NetState, Presence, Timeline};
 
+use crate::silo::attack::Attack;
 use serde::{Deserialize, Serialize};
 
 /// The `[faults]` section of a scenario.
@@ -71,6 +80,9 @@ pub struct FaultsConfig {
     pub accuracy_tolerance: f64,
     /// A late joiner must be sampled by a peer of its own group within this many rounds.
     pub join_rounds: u64,
+    /// Under an attack, the honest silos' final accuracy must be within this many points of
+    /// the fault-free run's.
+    pub attack_tolerance: f64,
     /// The events, in the order they happen.
     pub events: Vec<EventSpec>,
 }
@@ -84,6 +96,7 @@ impl Default for FaultsConfig {
             recovery_rounds: 5,
             accuracy_tolerance: 2.0,
             join_rounds: 10,
+            attack_tolerance: 1.0,
             events: Vec::new(),
         }
     }
@@ -120,6 +133,22 @@ pub struct EventSpec {
     /// A silo absent so far starts now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<u32>,
+    /// Members start (or, with `kind = "none"`, stop) poisoning what they send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attack: Option<AttackSpec>,
+}
+
+/// `attack = { silos = [3, 6], kind = "scale", factor = 10 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttackSpec {
+    /// The attacking silos.
+    pub silos: Vec<u32>,
+    /// `sign_flip`, `scale`, `noise`, `extreme`, `stale`, `free_ride`, `labels`, or `none`.
+    pub kind: String,
+    /// The kind's magnitude (`scale`, `noise`, `sign_flip`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
 }
 
 /// `crash = { silo = 5, restart_after_rounds = 3 }`.
@@ -210,6 +239,13 @@ pub enum Fault {
     /// A crashed silo is started again (never written in a file: it follows from a crash's
     /// restart delay; drivers report it when they apply it).
     Restart(u32),
+    /// Silos start poisoning what they send (`Some`) or stop (`None`).
+    Attack {
+        /// The attackers.
+        silos: Vec<u32>,
+        /// What they do.
+        attack: Option<Attack>,
+    },
 }
 
 impl Fault {
@@ -224,6 +260,7 @@ impl Fault {
             Fault::Leave(_) => "leave",
             Fault::Join(_) => "join",
             Fault::Restart(_) => "restart",
+            Fault::Attack { .. } => "attack",
         }
     }
 
@@ -276,11 +313,15 @@ impl FaultsConfig {
                 ));
             }
         }
-        if !(self.accuracy_tolerance.is_finite() && self.accuracy_tolerance >= 0.0) {
-            return Err(format!(
-                "faults.accuracy_tolerance must be a non-negative number of points, got {}",
-                self.accuracy_tolerance
-            ));
+        for (name, v) in [
+            ("faults.accuracy_tolerance", self.accuracy_tolerance),
+            ("faults.attack_tolerance", self.attack_tolerance),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!(
+                    "{name} must be a non-negative number of points, got {v}"
+                ));
+            }
         }
         if self.recovery_rounds == 0 || self.join_rounds == 0 {
             return Err("faults.recovery_rounds and faults.join_rounds must be at least 1".into());
@@ -424,12 +465,37 @@ impl EventSpec {
         if let Some(s) = self.join {
             actions.push(Fault::Join(silo_in_range("join", s, clients)?));
         }
+        if let Some(a) = &self.attack {
+            if a.silos.is_empty() {
+                return Err("attack.silos is empty; name the attacking silos".into());
+            }
+            for &s in &a.silos {
+                silo_in_range("attack", s, clients)?;
+            }
+            if a.silos.len() >= clients {
+                return Err("attack names every silo; leave at least one honest".into());
+            }
+            let attack = match a.kind.as_str() {
+                "none" if a.factor.is_some() => {
+                    return Err("attack kind \"none\" takes no factor".into());
+                }
+                "none" => None,
+                k => Some(Attack::parse(k, a.factor)?),
+            };
+            actions.push(Fault::Attack {
+                silos: a.silos.clone(),
+                attack,
+            });
+        }
         match actions.len() {
             1 => Ok(Event {
                 trigger,
                 fault: actions.pop().expect("one action"),
             }),
-            0 => Err("needs one action: partition, heal, crash, delay, loss, leave or join".into()),
+            0 => Err(
+                "needs one action: partition, heal, crash, delay, loss, leave, join or attack"
+                    .into(),
+            ),
             _ => Err(format!(
                 "has {} actions ({}); write one event per action",
                 actions.len(),

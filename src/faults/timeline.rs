@@ -6,6 +6,7 @@
 //! a run (`checks`).
 
 use super::{Event, Fault, Restart, Schedule, Trigger};
+use crate::silo::attack::Attack;
 use serde::Serialize;
 /// Whether a silo is running, as far as the schedule is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -32,6 +33,8 @@ pub struct NetState {
     pub delay_ms: Vec<u64>,
     /// Message loss in force: fraction and the silos it concerns (`None`: all).
     pub loss: Option<(f64, Option<Vec<u32>>)>,
+    /// Per silo: the poisoning attack it plays, if any.
+    pub attack: Vec<Option<Attack>>,
 }
 
 impl NetState {
@@ -47,6 +50,7 @@ impl NetState {
             group: None,
             delay_ms: vec![0; schedule.clients],
             loss: None,
+            attack: vec![None; schedule.clients],
         }
     }
 
@@ -124,6 +128,11 @@ impl NetState {
                     return Err(format!("restart of silo {s}, which has not crashed"));
                 }
                 self.presence[*s as usize] = Presence::Up;
+            }
+            Fault::Attack { silos, attack } => {
+                for &s in silos {
+                    self.attack[s as usize] = attack.clone();
+                }
             }
         }
         Ok(())

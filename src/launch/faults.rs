@@ -46,6 +46,8 @@ pub(crate) struct FaultDriver {
     delays: Vec<u64>,
     /// The message loss in force: fraction and the silos it is limited to.
     loss: Option<(f64, Option<Vec<u32>>)>,
+    /// Each silo's poisoning attack in force.
+    attacks: Vec<Option<crate::silo::attack::Attack>>,
     /// The nodes' network namespaces (`--netns`): partitions are cut there, in the kernel.
     netns: Option<std::sync::Arc<Netns>>,
     pub(crate) applied: Vec<Applied>,
@@ -101,6 +103,7 @@ impl FaultDriver {
             groups: None,
             delays: vec![0; k],
             loss: None,
+            attacks: vec![None; k],
             netns,
             applied: Vec::new(),
             crashes: Vec::new(),
@@ -212,8 +215,19 @@ impl FaultDriver {
         Ok(())
     }
 
+    /// Tells `silo` the attack it plays (or that it plays none).
+    fn send_attack(&self, silo: usize) -> anyhow::Result<()> {
+        let extra = match &self.attacks[silo] {
+            None => serde_json::json!({ "kind": "none" }),
+            Some(a) => serde_json::to_value(a)?,
+        };
+        control::send_with(&self.control_addr(silo)?, &self.token, "attack", &[], extra)
+            .map_err(|e| anyhow::anyhow!("setting the attack of silo {silo}: {e}"))?;
+        Ok(())
+    }
+
     /// What is in force applies to a process that starts late or again: the partition, its
-    /// delay and the message loss.
+    /// delay, the message loss and its attack.
     fn impose(&self, silo: usize) -> anyhow::Result<()> {
         if let Some(g) = &self.groups {
             self.cut(silo, g)?;
@@ -223,6 +237,9 @@ impl FaultDriver {
         }
         if self.loss.as_ref().is_some_and(|l| l.0 > 0.0) {
             self.send_loss(silo)?;
+        }
+        if self.attacks[silo].is_some() {
+            self.send_attack(silo)?;
         }
         Ok(())
     }
@@ -301,6 +318,14 @@ impl FaultDriver {
                 self.loss = Some((*fraction, silos.clone()));
                 for s in (0..k).filter(|&s| procs[s].is_running()) {
                     self.send_loss(s)?;
+                }
+            }
+            Fault::Attack { silos, attack } => {
+                for &s in silos {
+                    self.attacks[s as usize] = attack.clone();
+                    if procs[s as usize].is_running() {
+                        self.send_attack(s as usize)?;
+                    }
                 }
             }
             Fault::Restart(_) => bail!("restart is not an event of a schedule file"),

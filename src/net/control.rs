@@ -15,7 +15,9 @@
 //! (allow and dial them again), `delay` (hold back what the node sends by `"ms"`; 0 ends it),
 //! `loss` (drop `"fraction"` of the messages to or from `"peers"`, every peer when empty; 0
 //! ends it), `export` (evaluate at the end of the round in progress and write the model to take
-//! home, as `SIGUSR1` does) or `status` (the node's round and impairments).
+//! home, as `SIGUSR1` does), `attack` (play a poisoning member from the next job on: `"kind"`
+//! and `"factor"` as a fault schedule writes them, `"none"` ends it; `crate::silo::attack`) or
+//! `status` (the node's round and impairments).
 
 use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
@@ -58,6 +60,8 @@ pub enum Command {
     },
     /// Evaluate at the end of the round in progress and export the predictor.
     Export,
+    /// Poison what this node sends from its next job on (`None`: stop).
+    Attack(Option<crate::silo::attack::Attack>),
     /// Report the round.
     Status,
 }
@@ -76,6 +80,10 @@ struct Line {
     ms: Option<u64>,
     #[serde(default)]
     fraction: Option<f64>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    factor: Option<f64>,
 }
 
 /// Parses one line against the expected token.
@@ -115,9 +123,15 @@ pub fn parse(line: &str, token: &str) -> Result<Command, String> {
             })
         }
         "export" => Ok(Command::Export),
+        "attack" => match l.kind.as_deref().ok_or("attack needs \"kind\"")? {
+            "none" => Ok(Command::Attack(None)),
+            k => Ok(Command::Attack(Some(crate::silo::attack::Attack::parse(
+                k, l.factor,
+            )?))),
+        },
         "status" => Ok(Command::Status),
         other => Err(format!(
-            "unknown cmd {other:?}: expected block, unblock, delay, loss, export or status"
+            "unknown cmd {other:?}: expected block, unblock, delay, loss, export, attack or status"
         )),
     }
 }

@@ -30,6 +30,12 @@ pub(crate) enum Work {
     Learn(Job),
     /// Write the checkpoint after `round` with the core's state.
     Checkpoint { round: u64, peer: Box<Peer> },
+    /// Play a poisoning member from the next job on (`None`: stop); fault schedules only.
+    Attack {
+        attack: Option<crate::silo::attack::Attack>,
+        me: crate::ids::NodeId,
+        seed: u64,
+    },
     /// Write the predictor the silo evaluated after `round` (`crate::learn::export`).
     Export {
         round: u64,
@@ -112,6 +118,11 @@ impl Trainer {
             if done.is_closed() && matches!(work, Work::Learn(_)) {
                 return true;
             }
+            if let Work::Attack { attack, me, seed } = work {
+                // Nothing to report: the next job's results carry it.
+                self.silo.set_attack(attack, me, seed);
+                return true;
+            }
             let out = self.handle(work).unwrap_or_else(Output::Failed);
             let _ = done.blocking_send(out);
             true
@@ -120,6 +131,7 @@ impl Trainer {
 
     fn handle(&mut self, work: Work) -> Result<Output, String> {
         match work {
+            Work::Attack { .. } => Err("an attack is not a job with a result".into()),
             Work::Learn(job) => self
                 .silo
                 .run(&mut self.learner, &self.data, job)

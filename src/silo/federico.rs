@@ -14,6 +14,7 @@ use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Evaluation, LearnError, Learner};
+use crate::silo::attack::{Attack, Poisoner};
 use crate::silo::batches::{BatchCursor, skip_steps};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -36,6 +37,8 @@ pub struct FedericoSilo {
     rescale: f32,
     /// The mini-batch stream of a mini-batch M-step, and the batch size.
     batches: Option<(BatchCursor, usize)>,
+    /// A poisoning attack in force (fault schedules only).
+    poison: Option<Poisoner>,
 }
 
 impl FedericoSilo {
@@ -48,7 +51,23 @@ impl FedericoSilo {
             pending: Vec::new(),
             rescale: 1.0,
             batches: None,
+            poison: None,
         }
+    }
+
+    /// Starts (`Some`) or ends (`None`) a poisoning attack by this silo, node `me` of a run
+    /// seeded `seed`: what it sends and serves from its next job on (`crate::silo::attack`).
+    /// The same attack again keeps what it remembers (a stale gradient, a frozen model).
+    pub fn set_attack(&mut self, attack: Option<Attack>, me: NodeId, seed: u64) {
+        if attack.as_ref() == self.poison.as_ref().map(Poisoner::attack) {
+            return;
+        }
+        self.poison = attack.map(|a| Poisoner::new(a, me, seed));
+    }
+
+    /// The attack in force, if any.
+    pub fn attack(&self) -> Option<&Attack> {
+        self.poison.as_ref().map(Poisoner::attack)
     }
 
     /// The silo of node `me` in a run seeded `seed` with `sub_steps` mini-batch sub-steps per
@@ -92,7 +111,26 @@ impl FedericoSilo {
         data: &ClientData,
         job: Job,
     ) -> Result<Done, LearnError> {
-        let train = &data.train;
+        let flipped = self.poison.as_mut().and_then(|p| p.train_rows(&data.train));
+        let train = flipped.as_deref().unwrap_or(&data.train);
+        let mut done = self.job(learner, data, train, job)?;
+        if let Some(p) = self.poison.as_mut() {
+            match &mut done {
+                Done::Scaled { grads } => p.gradients(grads),
+                Done::Stepped { params, .. } => *params = p.served(params.clone()),
+                _ => {}
+            }
+        }
+        Ok(done)
+    }
+
+    fn job(
+        &mut self,
+        learner: &mut Learner,
+        data: &ClientData,
+        train: &crate::learn::Dataset,
+        job: Job,
+    ) -> Result<Done, LearnError> {
         Ok(match job {
             Job::Measure {
                 models,

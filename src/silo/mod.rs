@@ -9,6 +9,7 @@
 //! coalitions (that is [`crate::core`] and [`crate::coord`]); it uses [`crate::learn`] and
 //! their types only.
 
+pub mod attack;
 pub(crate) mod batches;
 pub(crate) mod fedcollab;
 pub(crate) mod feddisco;

@@ -639,6 +639,12 @@ impl FaultNet {
                 *s = true;
             }
         }
+        // Poisoning in force from this round on (a restarted silo keeps playing it, as a node
+        // does: the swarm imposes it on the new process).
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let attack = self.state.attack[i].clone();
+            slot.silo.set_attack(attack, NodeId(i as u32), self.seed);
+        }
         let now = self.now;
         for a in 0..k {
             for b in 0..k {

@@ -18,7 +18,7 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
-use rules::{clean_exit, crash_safety, late_join, liveness, memory, recovery};
+use rules::{clean_exit, crash_safety, late_join, liveness, memory, poisoning, recovery};
 
 use super::{Fault, Schedule};
 use crate::trace::{EvalRecord, NodeRound};
@@ -44,6 +44,10 @@ impl Applied {
             Fault::Loss { fraction, silos } => match silos {
                 Some(s) => format!("loss {fraction} on silos {s:?}"),
                 None => format!("loss {fraction}"),
+            },
+            Fault::Attack { silos, attack } => match attack {
+                Some(a) => format!("attack {} by silos {silos:?}", a.describe()),
+                None => format!("attack ends on silos {silos:?}"),
             },
             other => match other.silo() {
                 Some(silo) => format!("{} silo {silo}", other.kind()),
@@ -326,6 +330,9 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Report {
     }
     if kinds.contains(&"join") {
         checks.push(late_join(inputs));
+    }
+    if kinds.contains(&"attack") {
+        checks.push(poisoning(inputs));
     }
     if let Some(exits) = inputs.exits {
         checks.push(clean_exit(exits));

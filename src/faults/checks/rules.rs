@@ -5,6 +5,7 @@
 //! time or apply anything.
 
 use super::{Check, ExitEvidence, Fault, Inputs, Window, check, is_down, lookup};
+use crate::trace::EvalRecord;
 use serde_json::{Value, json};
 /// Every live silo keeps completing rounds through every partition, and no round takes longer
 /// than the deadline budget.
@@ -495,4 +496,103 @@ pub(super) fn clean_exit(exits: &[ExitEvidence]) -> Check {
             ("problems", json!(bad.len())),
         ],
     )
+}
+
+/// Members that poison what they send: the honest silos' final accuracy stays within
+/// `attack_tolerance` points of the same run without faults (the attackers' own scores are left
+/// out of both). The weight the honest silos give the attackers at the end is reported, not
+/// judged: FedeRiCo weighs *models* by their loss on the silo's rows, so an attacker that
+/// trains honestly and poisons only its gradients keeps the weight of an honest peer.
+pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
+    let cfg = &inputs.schedule.config;
+    let k = inputs.schedule.clients;
+    let mut attacker = vec![false; k];
+    let mut kinds = Vec::new();
+    for e in &inputs.schedule.events {
+        if let Fault::Attack {
+            silos,
+            attack: Some(a),
+        } = &e.fault
+        {
+            silos.iter().for_each(|&s| attacker[s as usize] = true);
+            kinds.push(a.describe());
+        }
+    }
+    let honest: Vec<usize> = (0..k).filter(|&i| !attacker[i]).collect();
+    let finals: Vec<Option<EvalRecord>> = inputs
+        .traces
+        .iter()
+        .map(|t| t.iter().rev().find_map(|r| r.eval))
+        .collect();
+    let compared: Vec<usize> = honest
+        .iter()
+        .copied()
+        .filter(|&i| {
+            finals[i].is_some()
+                && inputs
+                    .baseline
+                    .is_some_and(|b| b.get(i).is_some_and(|e| e.is_some()))
+        })
+        .collect();
+    let acc = |evals: Vec<EvalRecord>| {
+        let (c, n) = evals
+            .iter()
+            .fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
+        (n > 0).then(|| 100.0 * c as f64 / n as f64)
+    };
+    let a = acc(compared.iter().filter_map(|&i| finals[i]).collect());
+    let b = inputs
+        .baseline
+        .and_then(|base| acc(compared.iter().filter_map(|&i| base[i]).collect()));
+    // Each honest silo's last weight row: the share of it on the attackers.
+    let shares: Vec<f64> = honest
+        .iter()
+        .filter_map(|&i| inputs.traces[i].last())
+        .map(|r| {
+            r.weights
+                .iter()
+                .filter(|(p, _)| attacker.get(*p as usize) == Some(&true))
+                .map(|x| x.1)
+                .sum()
+        })
+        .collect();
+    let max_share = shares.iter().copied().fold(0.0f64, f64::max);
+    let mean_share = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+    let attackers: Vec<usize> = (0..k).filter(|&i| attacker[i]).collect();
+    let mut figures: Vec<(&str, Value)> = vec![
+        ("attacks", json!(kinds)),
+        ("attackers", json!(attackers)),
+        ("honest_silos_compared", json!(compared.len())),
+        ("tolerance", json!(cfg.attack_tolerance)),
+        ("attacker_weight_max", json!(round3(max_share))),
+        ("attacker_weight_mean", json!(round3(mean_share))),
+    ];
+    let (pass, detail) = match (a, b) {
+        (Some(a), Some(b)) => {
+            figures.push(("honest_accuracy", json!(round3(a))));
+            figures.push(("clean_accuracy", json!(round3(b))));
+            let drop = b - a;
+            let verdict = format!(
+                "honest silos {a:.2} % vs {b:.2} % without the attack; attackers hold \
+                 {mean_share:.3} of honest rows on average (at most {max_share:.3})"
+            );
+            if drop > cfg.attack_tolerance {
+                (
+                    false,
+                    format!(
+                        "{verdict}: {drop:.2} points lost (> {})",
+                        cfg.attack_tolerance
+                    ),
+                )
+            } else {
+                (true, verdict)
+            }
+        }
+        _ => (
+            false,
+            "no fault-free run to compare the honest silos' accuracy with (set faults.baseline)"
+                .into(),
+        ),
+    };
+    check("poisoning", pass, detail, figures)
 }

@@ -415,6 +415,18 @@ impl Driver {
                 );
             }
             control::Command::Export => self.ask_export("the control channel"),
+            control::Command::Attack(attack) => {
+                let what = attack.as_ref().map_or("none".into(), |a| a.describe());
+                let work = Work::Attack {
+                    attack,
+                    me: self.me,
+                    seed: self.cfg.seed,
+                };
+                if let Err(e) = self.send_work(work) {
+                    return serde_json::json!({"ok": false, "error": e.to_string()});
+                }
+                warn!(attack = %what, "this node now poisons what it sends (control channel)");
+            }
             control::Command::Status => {}
         }
         serde_json::json!({"ok": true, "round": self.round.rounds_done(),

@@ -1,0 +1,313 @@
+//! What a hostile member does with its own silo's work (issue 38): the poisoning that fault
+//! schedules play, identically in the simulator and in a node, because both run it here.
+//!
+//! Owns: the kinds of [`Attack`] and their parameters, and [`Poisoner`], which rewrites what
+//! one silo releases while an attack is in force: the gradients it sends to *other* owners
+//! (sign-flipped, scaled, replaced by noise, set to the largest finite f32, or replayed stale),
+//! the model it serves (a free rider serves the model it had when the attack began and sends
+//! nothing useful), and the labels it trains on (flipped). Its own gradient stays honest: an
+//! attacker wants a good model for itself. Noise is drawn from a stream of the run seed and the
+//! node id.
+//! Must not: decide when an attack runs (a fault schedule does, and its drivers say so through
+//! [`crate::silo::federico::FedericoSilo::set_attack`]), touch the network or read a clock.
+
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::learn::{Dataset, Labels};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One kind of poisoning, as a schedule writes it: `kind = "scale", factor = 1e6`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Attack {
+    /// Every gradient sent to another owner is negated and multiplied by `factor` (1: a plain
+    /// sign flip).
+    SignFlip {
+        /// Magnitude multiplier (positive).
+        factor: f64,
+    },
+    /// Every gradient sent is multiplied by `factor`.
+    Scale {
+        /// Multiplier (positive).
+        factor: f64,
+    },
+    /// Every gradient sent is replaced by Gaussian noise with `factor` times the honest
+    /// gradient's norm.
+    Noise {
+        /// Norm of the noise relative to the honest gradient's.
+        factor: f64,
+    },
+    /// Every coordinate sent is ±3.4e38, the largest finite f32, with the honest sign.
+    Extreme,
+    /// The first gradient sent to each owner after the attack began is sent again, every time.
+    Stale,
+    /// Serves the model it had when the attack began, whatever it trains, and sends zero
+    /// gradients: it takes models and gives nothing.
+    FreeRide,
+    /// Trains and measures on flipped labels (class c becomes C − 1 − c); what it sends is
+    /// computed honestly on those rows.
+    Labels,
+}
+
+impl Attack {
+    /// Parses a schedule's `kind` and optional `factor`; the error names what is wrong.
+    pub fn parse(kind: &str, factor: Option<f64>) -> Result<Self, String> {
+        let need = |default: f64| -> Result<f64, String> {
+            let f = factor.unwrap_or(default);
+            if f.is_finite() && f > 0.0 {
+                Ok(f)
+            } else {
+                Err(format!("attack factor must be a positive number, got {f}"))
+            }
+        };
+        let none = |a: Attack| -> Result<Attack, String> {
+            match factor {
+                Some(_) => Err(format!("attack kind \"{kind}\" takes no factor")),
+                None => Ok(a),
+            }
+        };
+        match kind {
+            "sign_flip" => Ok(Attack::SignFlip { factor: need(1.0)? }),
+            "scale" => Ok(Attack::Scale {
+                factor: need(f64::NAN).map_err(|_| {
+                    "attack kind \"scale\" needs a positive factor (e.g. factor = 10)".to_string()
+                })?,
+            }),
+            "noise" => Ok(Attack::Noise { factor: need(1.0)? }),
+            "extreme" => none(Attack::Extreme),
+            "stale" => none(Attack::Stale),
+            "free_ride" => none(Attack::FreeRide),
+            "labels" => none(Attack::Labels),
+            other => Err(format!(
+                "unknown attack kind \"{other}\"; one of sign_flip, scale, noise, extreme, \
+                 stale, free_ride, labels, or none to end an attack"
+            )),
+        }
+    }
+
+    /// A short name for reports: `scale x1000000`, `sign_flip`, ...
+    pub fn describe(&self) -> String {
+        match self {
+            Attack::SignFlip { factor } if *factor == 1.0 => "sign_flip".into(),
+            Attack::SignFlip { factor } => format!("sign_flip x{factor}"),
+            Attack::Scale { factor } => format!("scale x{factor}"),
+            Attack::Noise { factor } => format!("noise x{factor}"),
+            Attack::Extreme => "extreme".into(),
+            Attack::Stale => "stale".into(),
+            Attack::FreeRide => "free_ride".into(),
+            Attack::Labels => "labels".into(),
+        }
+    }
+}
+
+/// An attack in force on one silo, with what it remembers.
+#[derive(Debug)]
+pub struct Poisoner {
+    attack: Attack,
+    me: NodeId,
+    rng: StdRng,
+    /// `Stale`: the first gradient sent to each owner.
+    first: BTreeMap<NodeId, Vec<f32>>,
+    /// `FreeRide`: the model served.
+    frozen: Option<Arc<Vec<f32>>>,
+    /// `Labels`: the training rows with flipped labels (built on first use).
+    flipped: Option<Arc<Dataset>>,
+}
+
+impl Poisoner {
+    /// `attack` on the silo of node `me` in a run seeded `seed`.
+    pub fn new(attack: Attack, me: NodeId, seed: u64) -> Self {
+        Self {
+            attack,
+            me,
+            rng: StdRng::seed_from_u64(stream_seed(seed ^ 0xA77A, me, Stream::Attack)),
+            first: BTreeMap::new(),
+            frozen: None,
+            flipped: None,
+        }
+    }
+
+    /// The attack in force.
+    pub fn attack(&self) -> &Attack {
+        &self.attack
+    }
+
+    /// Rewrites the gradients a silo is about to send; its own (`me`) is left as it is.
+    pub fn gradients(&mut self, grads: &mut [(NodeId, Vec<f32>)]) {
+        for (owner, g) in grads.iter_mut() {
+            if *owner == self.me {
+                continue;
+            }
+            match &self.attack {
+                Attack::SignFlip { factor } => mul(g, -(*factor as f32)),
+                Attack::Scale { factor } => mul(g, *factor as f32),
+                Attack::Noise { factor } => {
+                    let norm = g.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+                    let sd = factor * norm / (g.len().max(1) as f64).sqrt();
+                    for x in g.iter_mut() {
+                        let z: f64 = StandardNormal.sample(&mut self.rng);
+                        *x = (sd * z) as f32;
+                    }
+                }
+                Attack::Extreme => {
+                    for x in g.iter_mut() {
+                        *x = if *x < 0.0 { -f32::MAX } else { f32::MAX };
+                    }
+                }
+                Attack::Stale => {
+                    let first = self.first.entry(*owner).or_insert_with(|| g.clone());
+                    if first.len() == g.len() {
+                        g.copy_from_slice(first);
+                    }
+                }
+                Attack::FreeRide => g.iter_mut().for_each(|x| *x = 0.0),
+                Attack::Labels => {}
+            }
+        }
+    }
+
+    /// The model the silo serves after a step that produced `params`.
+    pub fn served(&mut self, params: Arc<Vec<f32>>) -> Arc<Vec<f32>> {
+        match self.attack {
+            Attack::FreeRide => self.frozen.get_or_insert(params).clone(),
+            _ => params,
+        }
+    }
+
+    /// The rows the silo trains and measures on: `train` itself, or (`Labels`) a copy with
+    /// every class label c turned into C − 1 − c.
+    pub fn train_rows(&mut self, train: &Dataset) -> Option<Arc<Dataset>> {
+        if self.attack != Attack::Labels {
+            return None;
+        }
+        if self.flipped.is_none() {
+            let mut d = train.clone();
+            if let Labels::Class { ids, num_classes } = &mut d.labels {
+                let top = *num_classes as u32 - 1;
+                ids.iter_mut().for_each(|c| *c = top - *c);
+            }
+            self.flipped = Some(Arc::new(d));
+        }
+        self.flipped.clone()
+    }
+}
+
+fn mul(g: &mut [f32], f: f32) {
+    g.iter_mut().for_each(|x| *x *= f);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grads() -> Vec<(NodeId, Vec<f32>)> {
+        vec![
+            (NodeId(1), vec![1.0, -2.0, 0.5]),
+            (NodeId(0), vec![3.0, 4.0, 0.0]),
+        ]
+    }
+
+    #[test]
+    fn each_kind_rewrites_what_others_get_and_never_the_own_gradient() {
+        let cases: Vec<(Attack, Vec<f32>)> = vec![
+            (Attack::SignFlip { factor: 1.0 }, vec![-1.0, 2.0, -0.5]),
+            (Attack::Scale { factor: 10.0 }, vec![10.0, -20.0, 5.0]),
+            (Attack::Extreme, vec![f32::MAX, -f32::MAX, f32::MAX]),
+            (Attack::FreeRide, vec![0.0, 0.0, 0.0]),
+            (Attack::Labels, vec![1.0, -2.0, 0.5]),
+            (Attack::Stale, vec![1.0, -2.0, 0.5]),
+        ];
+        for (a, want) in cases {
+            let mut p = Poisoner::new(a.clone(), NodeId(0), 7);
+            let mut g = grads();
+            p.gradients(&mut g);
+            assert_eq!(g[0].1, want, "{a:?}");
+            assert_eq!(
+                g[1].1,
+                vec![3.0, 4.0, 0.0],
+                "{a:?} touched its own gradient"
+            );
+        }
+    }
+
+    #[test]
+    fn stale_replays_the_first_gradient_and_free_ride_the_first_model() {
+        let mut p = Poisoner::new(Attack::Stale, NodeId(0), 7);
+        p.gradients(&mut grads());
+        let mut later = vec![(NodeId(1), vec![9.0, 9.0, 9.0])];
+        p.gradients(&mut later);
+        assert_eq!(later[0].1, vec![1.0, -2.0, 0.5]);
+        let mut f = Poisoner::new(Attack::FreeRide, NodeId(0), 7);
+        let first = f.served(Arc::new(vec![1.0]));
+        let second = f.served(Arc::new(vec![2.0]));
+        assert_eq!(
+            (first.as_slice(), second.as_slice()),
+            (&[1.0f32][..], &[1.0f32][..])
+        );
+    }
+
+    #[test]
+    fn noise_has_the_asked_norm_and_follows_the_seed() {
+        let big = |seed| {
+            let mut p = Poisoner::new(Attack::Noise { factor: 3.0 }, NodeId(0), seed);
+            let mut g = vec![(NodeId(2), vec![0.01f32; 10_000])];
+            p.gradients(&mut g);
+            g.remove(0).1
+        };
+        let (a, b, c) = (big(1), big(1), big(2));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let norm = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        // The honest norm is 0.01 × 100 = 1.
+        assert!((norm - 3.0).abs() < 0.1, "{norm}");
+    }
+
+    #[test]
+    fn labels_flip_every_class() {
+        let d = Dataset::new(
+            vec![0.0; 4],
+            vec![1],
+            Labels::Class {
+                ids: vec![0, 1, 2, 9],
+                num_classes: 10,
+            },
+        )
+        .unwrap();
+        let mut p = Poisoner::new(Attack::Labels, NodeId(0), 7);
+        let f = p.train_rows(&d).unwrap();
+        assert!(matches!(&f.labels, Labels::Class { ids, .. } if *ids == vec![9, 8, 7, 0]));
+        assert!(
+            Poisoner::new(Attack::Extreme, NodeId(0), 7)
+                .train_rows(&d)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_bad_kind_or_factor_is_refused_by_name() {
+        assert!(
+            Attack::parse("sacle", None)
+                .unwrap_err()
+                .contains("unknown attack kind")
+        );
+        assert!(
+            Attack::parse("scale", None)
+                .unwrap_err()
+                .contains("needs a positive factor")
+        );
+        assert!(Attack::parse("scale", Some(-1.0)).is_err());
+        assert!(
+            Attack::parse("extreme", Some(2.0))
+                .unwrap_err()
+                .contains("takes no factor")
+        );
+        assert_eq!(
+            Attack::parse("sign_flip", None).unwrap(),
+            Attack::SignFlip { factor: 1.0 }
+        );
+    }
+}
