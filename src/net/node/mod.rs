@@ -140,10 +140,16 @@ struct Driver {
     refused_in: Throttle<()>,
     /// The same for our dials refused by our own caps.
     refused_out: Throttle<()>,
+    /// Failed pulls, logged once per peer per [`FAILED_PULL_LOG_PERIOD`] (an absent member is
+    /// tried again and again; insiders' review L1).
+    failed_pulls: Throttle<NodeId>,
 }
 
 /// At most one warning per this period for each kind of refused connection.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
+/// How often a failed pull to one peer is logged; the failures between are counted on the next
+/// line.
+const FAILED_PULL_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 /// Runs a node until its rounds are done or `shutdown` resolves.
 pub async fn run(
@@ -334,6 +340,7 @@ pub(crate) async fn run_from(
         saves,
         refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
         refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
+        failed_pulls: Throttle::new(FAILED_PULL_LOG_PERIOD),
         cfg,
     };
     d.metrics.rounds.set(round as i64);

@@ -207,7 +207,15 @@ impl Driver {
                     .and_then(|req| self.round.handle_failed(now, req));
                 match asked {
                     Some(Asked::Pull { round, to }) => {
-                        warn!(peer = %to, round, reason = reason.map(Reason::label), "pull failed: {error}");
+                        if let Some(held) = self.failed_pulls.allow(&to, now) {
+                            warn!(
+                                peer = %to,
+                                round,
+                                reason = reason.map(Reason::label),
+                                earlier_failures_not_logged = held,
+                                "pull failed (logged once a minute per peer): {error}"
+                            );
+                        }
                     }
                     Some(Asked::Fetch { to }) => {
                         warn!(peer = %to, reason = reason.map(Reason::label), "fetch failed: {error}");
