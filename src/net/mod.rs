@@ -24,6 +24,7 @@ mod limits;
 mod metrics;
 pub mod node;
 pub mod progress;
+mod runlog;
 mod throttle;
 mod trainer;
 

@@ -17,6 +17,7 @@ use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::config::NodeConfig;
+use crate::net::runlog::RunLog;
 use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CollabRequest, CollabResponse, CoordRequest};
@@ -25,7 +26,6 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use std::future::Future;
-use std::io::Write;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ pub(super) struct Fl<'a> {
     pub(super) join: &'a CoordRequest,
     pub(super) ckpt: &'a Path,
     pub(super) saves: &'a mut SaveHealth,
-    pub(super) log: &'a mut std::fs::File,
+    pub(super) log: &'a mut RunLog,
 }
 
 /// What the training thread owns: the learner, the batch stream, the data.
@@ -159,8 +159,7 @@ async fn one_round(
             .unwrap_or(0.0),
         eval,
     };
-    writeln!(fl.log, "{}", serde_json::to_string(&line)?)?;
-    fl.log.flush()?;
+    fl.log.write(round, &line);
     save(fl.ckpt, state, fl.saves);
     Ok(())
 }
@@ -196,8 +195,8 @@ async fn finish(fl: &mut Fl<'_>, state: &Saved, local: &Worker<Local>) -> anyhow
         coalition: state.coalition.as_ref().map(|c| c.0.clone()),
         eval: crate::trace::EvalRecord::from(ev),
     };
-    writeln!(fl.log, "{}", serde_json::to_string(&line)?)?;
-    fl.log.flush()?;
+    fl.log.write(fl.cfg.rounds, &line);
+    fl.log.close();
     let model = export_one(
         local,
         |l| &l.learner,

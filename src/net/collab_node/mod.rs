@@ -36,6 +36,7 @@ use super::identity::Manifest;
 use crate::coord::fedcollab::FedCollabConfig;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Learner, ModelSpec};
+use crate::net::runlog::RunLog;
 use crate::net::trainer::SaveHealth;
 use crate::protocol::CoordRequest;
 use libp2p::{Multiaddr, PeerId};
@@ -78,7 +79,7 @@ struct Node {
     /// How the checkpoint writes are going (a failed one is logged and tried again).
     saves: SaveHealth,
     pairs_path: PathBuf,
-    log: std::fs::File,
+    log: RunLog,
     join: CoordRequest,
 }
 
@@ -142,19 +143,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
         },
     )?;
 
-    let log_path = cfg.state_dir.join("rounds.jsonl");
-    let cut = crate::trace::trim_log(&log_path, state.round + 1).map_err(|e| anyhow::anyhow!(e))?;
-    if cut > 0 {
-        warn!(
-            lines = cut,
-            checkpoint_round = state.round,
-            "run log cut back to the checkpoint"
-        );
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
+    let log = RunLog::open(&cfg.state_dir, state.round).map_err(|e| anyhow::anyhow!(e))?;
     info!(node = %me, peer = %peer_id, round = state.round, "fedcollab node started");
     tokio::pin!(shutdown);
     let mut node = Node {

@@ -16,6 +16,7 @@ use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
 use crate::net::collab_node::Prelude;
 use crate::net::config::{Coordinated, CoordinatedAlgorithm, NodeConfig};
+use crate::net::runlog::RunLog;
 use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CoordRequest, CoordResponse};
@@ -23,7 +24,6 @@ use crate::silo::{BatchCursor, LocalRecipe};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::future::Future;
-use std::io::Write;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ struct Node {
     ckpt: PathBuf,
     /// How the checkpoint writes are going (a failed one is logged and tried again).
     saves: SaveHealth,
-    log: std::fs::File,
+    log: RunLog,
     registered: bool,
     /// The coordinator's run started without this silo: no more asking.
     alone: bool,
@@ -106,8 +106,8 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
     else {
         return Ok(());
     };
-    writeln!(node.log, "{}", serde_json::to_string(&line)?)?;
-    node.log.flush()?;
+    node.log.write(at + 1, &line);
+    node.log.close();
     info!(after = at, "coordinated run done (the rest as FedeRiCo)");
     Ok(())
 }
@@ -276,20 +276,8 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
         },
     )?;
 
-    let log_path = cfg.state_dir.join("rounds.jsonl");
     // Each round's line is written before its checkpoint: cut what the checkpoint lacks.
-    let cut = crate::trace::trim_log(&log_path, round + 1).map_err(|e| anyhow::anyhow!(e))?;
-    if cut > 0 {
-        warn!(
-            lines = cut,
-            checkpoint_round = round,
-            "run log cut back to the checkpoint"
-        );
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
+    let log = RunLog::open(&cfg.state_dir, round).map_err(|e| anyhow::anyhow!(e))?;
     info!(node = %me, peer = %peer_id, round, "coordinated node started");
     let node = Node {
         me,
@@ -621,9 +609,9 @@ impl Node {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// A full disk is a warning and a retry ([`RunLog`]).
     fn write_line(&mut self, line: &RoundLine) -> anyhow::Result<()> {
-        writeln!(self.log, "{}", serde_json::to_string(line)?)?;
-        self.log.flush()?;
+        self.log.write(line.round, line);
         Ok(())
     }
 
@@ -673,8 +661,8 @@ impl Node {
             eval: crate::trace::EvalRecord::from(ev),
             fell_back_to_federico_at: None,
         };
-        writeln!(self.log, "{}", serde_json::to_string(&line)?)?;
-        self.log.flush()?;
+        self.log.write(final_round.unwrap_or(self.round) + 1, &line);
+        self.log.close();
         let written = self.export(self.model.clone(), accuracy).await;
         info!(accuracy, final_round, model = %written.display(), "coordinated run done");
         Ok(())

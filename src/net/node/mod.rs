@@ -22,6 +22,7 @@ use super::impair::{Impairment, LOST_HOLD, Route};
 use super::limits;
 use super::metrics::{self, Metrics};
 use super::progress;
+use super::runlog::RunLog;
 use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig, RoundReport};
@@ -35,7 +36,6 @@ use libp2p::futures::StreamExt;
 use libp2p::request_response::{OutboundRequestId, ResponseChannel};
 use libp2p::{Multiaddr, PeerId, Swarm};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -129,10 +129,7 @@ struct Driver {
     on_screen: (u64, usize, Option<u64>),
     /// The run log: a failed append (a full disk) is a warning, and its lines wait for the
     /// next one, in order.
-    log: crate::store::LineLog,
-    /// Since when appends fail, while they do (one warning a failure, one line on recovery).
-    log_failing: Option<u64>,
-    log_path: PathBuf,
+    log: RunLog,
     /// Failed checkpoint writes (counted, logged, retried next round).
     saves: SaveHealth,
     /// One warning per period for refused incoming connections (a flood of them is counted in
@@ -307,7 +304,7 @@ pub(crate) async fn run_from(
         .spawn(move || trainer.run(job_rx, done_tx))
         .map_err(fatal)?;
 
-    let (log, log_path) = setup::open_log(&cfg, round)?;
+    let log = RunLog::open(&cfg.state_dir, round).map_err(fatal)?;
     let saves = SaveHealth::new(metrics.checkpoint_failures.clone());
     let mut d = Driver {
         name: cfg.name.clone(),
@@ -335,8 +332,6 @@ pub(crate) async fn run_from(
         rounds_with_peers: 0,
         on_screen: (u64::MAX, 0, None),
         log,
-        log_failing: None,
-        log_path,
         saves,
         refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
         refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
@@ -596,20 +591,13 @@ impl Driver {
     /// The closing lines a person reads: rounds, the last accuracy, how many rounds had a
     /// peer in them, where the results are.
     fn summary(&mut self) {
-        if let Err(u) = self.log.flush() {
-            warn!(
-                error = %u.error,
-                lines = u.waiting,
-                path = %self.log_path.display(),
-                "the run log's last lines could not be written: they are lost"
-            );
-        }
+        self.log.close();
         let state = &self.cfg.state_dir;
         let (done, run) = (self.round.rounds_done(), self.rounds_run);
         if run == 0 {
             info!(
                 "run already finished: {done} rounds; run log {}, model {}",
-                self.log_path.display(),
+                self.log.path().display(),
                 state.join("model.json").display()
             );
             return;
@@ -619,7 +607,7 @@ impl Driver {
         });
         let paths = format!(
             "run log {}, model {}",
-            self.log_path.display(),
+            self.log.path().display(),
             state.join("model.json").display()
         );
         if self.rounds_with_peers == 0 {
@@ -820,41 +808,7 @@ impl Driver {
             self.metrics.sent.get(),
             metrics::stream_bytes_sent(&self.registry),
         );
-        let line = serde_json::to_vec(&rec)
-            .map_err(|e| fatal(format!("{}: {e}", self.log_path.display())))?;
-        let round = rec.round;
-        match self.log.append(&line) {
-            Ok(()) => {
-                if let Some(since) = self.log_failing.take() {
-                    info!(
-                        round,
-                        since_round = since,
-                        "run log written again: the rounds that waited are in it"
-                    );
-                }
-            }
-            Err(u) => {
-                // A full disk must not kill the node: the checkpoint path already survives
-                // one, and the lines wait in memory for the next append.
-                if self.log_failing.is_none() {
-                    warn!(
-                        round,
-                        error = %u.error,
-                        waiting = u.waiting,
-                        path = %self.log_path.display(),
-                        "run log not written (the disk is full?); its lines wait in memory \
-                         and are written once a write goes through"
-                    );
-                    self.log_failing = Some(round);
-                }
-                if u.dropped > 0 {
-                    warn!(
-                        dropped = u.dropped,
-                        "run log: too many lines waited; the oldest were given up"
-                    );
-                }
-            }
-        }
+        self.log.write(rec.round, &rec);
         Ok(())
     }
 

@@ -19,7 +19,6 @@ use crate::silo::federico::{Checkpoint, FedericoSilo};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use std::path::PathBuf;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -314,27 +313,4 @@ pub(super) async fn start_control(
     info!(%addr, "control channel listening");
     tokio::spawn(control::serve(listener, token, control_tx));
     Ok(control_rx)
-}
-
-/// The run log, cut back to the checkpoint's round.
-pub(super) fn open_log(
-    cfg: &NodeConfig,
-    round: u64,
-) -> Result<(crate::store::LineLog, PathBuf), NodeError> {
-    let log_path = cfg.state_dir.join("rounds.jsonl");
-    let cut = crate::trace::trim_log(&log_path, round + 1).map_err(fatal)?;
-    if cut > 0 {
-        warn!(
-            lines = cut,
-            checkpoint_round = round,
-            "run log cut back to the checkpoint (rounds it had not saved, or a torn line)"
-        );
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .and_then(crate::store::LineLog::new)
-        .map_err(|e| fatal(format!("{}: {e}", log_path.display())))?;
-    Ok((log, log_path))
 }
