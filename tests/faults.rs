@@ -18,8 +18,13 @@ fn scenario(file: &str, overrides: &[&str]) -> Scenario {
 
 /// Runs seed 1 and returns the fault report and every silo's trace.
 fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
+    run_seed(s, out, 1)
+}
+
+/// [`run`] with another seed.
+fn run_seed(s: &Scenario, out: &Path, seed: u64) -> (Value, Vec<Vec<NodeRound>>) {
     let mut s = s.clone();
-    s.seeds = vec![1];
+    s.seeds = vec![seed];
     let o = sim::run(
         &s,
         &sim::Options {
@@ -31,7 +36,7 @@ fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
     )
     .expect("simulation runs");
     let report = o.summary.runs[0].faults.clone().expect("a fault report");
-    let text = std::fs::read_to_string(out.join("seed-1/traces.jsonl")).unwrap();
+    let text = std::fs::read_to_string(out.join(format!("seed-{seed}/traces.jsonl"))).unwrap();
     let mut traces = vec![Vec::new(); s.split.clients];
     for line in text.lines() {
         let r: NodeRound = serde_json::from_str(line).unwrap();
@@ -368,5 +373,37 @@ fn every_attack_kind_runs_and_a_bad_attack_is_refused_by_name() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("faults.events[1]") && e.contains(want), "{e}");
+    }
+}
+
+/// The insiders' review's open P2 direction, played as events: two colluders (silos 3 and 7)
+/// send sign-flipped gradients of honest size, or train on flipped labels. The norm bound
+/// cannot see either. With `[defences] drop_opposed` an owner leaves out a gradient that points
+/// against its own, and the honest silos stay within a point of their clean run; without it
+/// they lose 4 (sign flip, seed 2) and 13 points (flipped labels, seed 1).
+#[test]
+fn gradients_opposed_to_the_owners_own_are_left_out_with_drop_opposed() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, seed) in [("sign_flip", 2), ("labels", 1)] {
+        let ev = format!("faults.events=[{{round=5, attack={{silos=[3, 7], kind=\"{kind}\"}}}}]");
+        let lost = |r: &Value| {
+            figure(r, "poisoning", "clean_accuracy").as_f64().unwrap()
+                - figure(r, "poisoning", "honest_accuracy").as_f64().unwrap()
+        };
+        let (off, _) = run_seed(
+            &scenario("poisoning.toml", &[&ev, "defences.drop_opposed=false"]),
+            &dir.path().join(format!("{kind}-off")),
+            seed,
+        );
+        assert!(!verdict(&off, "poisoning"), "{kind}: {off:#}");
+        assert!(lost(&off) > 3.0, "{kind}: {off:#}");
+        let (on, _) = run_seed(
+            // The default of variant "federico".
+            &scenario("poisoning.toml", &[&ev]),
+            &dir.path().join(format!("{kind}-on")),
+            seed,
+        );
+        assert!(verdict(&on, "poisoning"), "{kind}: {on:#}");
+        assert!(lost(&on) < 0.5, "{kind}: {on:#}");
     }
 }

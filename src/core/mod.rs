@@ -284,6 +284,12 @@ pub struct Defences {
     /// `false` for `variant = "federico"`, `true` for `"paper"` (Algorithm 1's row).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weigh_absent: Option<bool>,
+    /// Whether an owner leaves out another member's gradient that points against its own (a
+    /// negative dot product: a step along it raises the owner's loss on its own rows), against
+    /// sign-flipped gradients and flipped labels ([`GradientInbox::with_drop_opposed`]).
+    /// Absent: on for `variant = "federico"`, off for `"paper"` (Algorithm 1's plain sum).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_opposed: Option<bool>,
 }
 
 impl Defences {
@@ -294,6 +300,12 @@ impl Defences {
             Some(_) => None,
             None => (variant == Variant::Federico).then_some(DEFAULT_NORM_BOUND),
         }
+    }
+
+    /// Whether owners leave out gradients opposed to their own, in a federation running
+    /// `variant`.
+    pub fn drop_opposed(&self, variant: Variant) -> bool {
+        self.drop_opposed.unwrap_or(variant == Variant::Federico)
     }
 
     /// Whether absent members keep weight, for a federation running `variant`.

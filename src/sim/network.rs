@@ -176,6 +176,7 @@ impl FaultNet {
             sub_steps: ctx.federico_sub_steps(),
             foreign_cap: cfg.foreign_cap(k),
             norm_bound: ctx.scenario.defences.norm_bound(cfg.variant),
+            drop_opposed: ctx.scenario.defences.drop_opposed(cfg.variant),
             weigh_absent: ctx.scenario.defences.weigh_absent(cfg.variant),
         };
         let lr = ctx.lr();

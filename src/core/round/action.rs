@@ -202,6 +202,14 @@ pub enum Event {
         /// The bound it was scaled to.
         bound: f64,
     },
+    /// A peer's gradient pointed against the owner's own and was left out of the step
+    /// ([`crate::core::Defences::drop_opposed`]; reported once per peer).
+    GradientOpposed {
+        /// The sender.
+        peer: NodeId,
+        /// The round.
+        round: u64,
+    },
     /// A sampler keeps missing the step: its gradients are taken but no longer waited for.
     Straggler {
         /// The sampler.

@@ -95,6 +95,9 @@ pub struct RoundConfig {
     pub norm_bound: Option<f64>,
     /// Whether absent members keep weight ([`crate::core::Defences::weigh_absent`]).
     pub weigh_absent: bool,
+    /// Whether the owner leaves out gradients opposed to its own
+    /// ([`crate::core::Defences::drop_opposed`]).
+    pub drop_opposed: bool,
 }
 
 /// A round could not go on.
@@ -178,6 +181,8 @@ pub struct Round<H> {
     stragglers: Stragglers,
     /// The owner's bound on the size of the others' gradients.
     bound: NormBound,
+    /// Senders whose gradient was left out as opposed to the owner's (each reported once).
+    opposed: BTreeSet<NodeId>,
     held: Vec<Held<H>>,
     phase: Phase,
     round_started: Instant,
@@ -213,7 +218,8 @@ impl<H> Round<H> {
         peer.set_weigh_absent(cfg.weigh_absent);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)
-            .with_foreign_cap(cfg.me, cfg.foreign_cap);
+            .with_foreign_cap(cfg.me, cfg.foreign_cap)
+            .with_drop_opposed(cfg.me, cfg.drop_opposed);
         inbox.expect(cfg.me);
         Self {
             known: cfg.members as u32,
@@ -230,6 +236,7 @@ impl<H> Round<H> {
             inbox,
             stragglers: Stragglers::new(cfg.suspect_after),
             bound: NormBound::new(cfg.norm_bound),
+            opposed: BTreeSet::new(),
             held: Vec::new(),
             // Restarted after its last round: nothing to wait for, due at once.
             phase: Phase::Starting {

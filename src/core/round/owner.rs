@@ -74,7 +74,8 @@ impl<H> Round<H> {
             &mut self.inbox,
             GradientInbox::new(self.version + 1, self.cfg.num_params)
                 .with_clip_norm(self.cfg.clip_norm)
-                .with_foreign_cap(self.cfg.me, self.cfg.foreign_cap),
+                .with_foreign_cap(self.cfg.me, self.cfg.foreign_cap)
+                .with_drop_opposed(self.cfg.me, self.cfg.drop_opposed),
         );
         let before: Vec<bool> = (0..self.known)
             .map(|i| self.stragglers.awaits(NodeId(i)))
@@ -88,6 +89,11 @@ impl<H> Round<H> {
                     norm: b.norm,
                     bound: b.bound,
                 });
+            }
+        }
+        for peer in inbox.opposed() {
+            if self.opposed.insert(peer) {
+                self.log(Event::GradientOpposed { peer, round: r });
             }
         }
         for (i, was) in before.into_iter().enumerate() {

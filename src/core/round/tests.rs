@@ -186,6 +186,7 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         sub_steps: None,
         foreign_cap: None,
         norm_bound: None,
+        drop_opposed: false,
         weigh_absent: true,
     }
 }

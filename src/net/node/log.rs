@@ -96,6 +96,13 @@ pub(super) fn event(e: &Event) {
              silently; an honest member's can be too, early in training, so this alone is no \
              sign of an attack: docs/insiders.md)"
         ),
+        Event::GradientOpposed { peer, round } => info!(
+            peer = %peer,
+            round,
+            "a member's gradient pointed against this silo's own and was left out of the step \
+             ([defences] drop_opposed; logged once per member, later ones are left out \
+             silently; docs/insiders.md)"
+        ),
         Event::Straggler { peer, round } => info!(
             peer = %peer,
             round,

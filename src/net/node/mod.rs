@@ -273,6 +273,7 @@ pub(crate) async fn run_from(
         sub_steps,
         foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
         norm_bound: cfg.defences.norm_bound(cfg.federico.variant),
+        drop_opposed: cfg.defences.drop_opposed(cfg.federico.variant),
         weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
     };
     let snapshot = Arc::new(silo.params.clone());
