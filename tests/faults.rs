@@ -285,9 +285,10 @@ fn a_bad_schedule_fails_at_load_naming_the_event() {
 }
 
 /// Insiders' review P1/P3 played as a fault event: silo 3 trains honestly and multiplies every
-/// gradient it sends by 10^6 from round 5 to round 25. With the default norm bound the honest
-/// silos end within the attack tolerance of the clean run; with the bound off they do not, and
-/// the damage outlasts the attack by 35 rounds.
+/// gradient it sends by 10^6 from round 5 to round 25. With the norm bound (alone, and with the
+/// defaults) the honest silos end within the attack tolerance of the clean run; with no defence
+/// they do not, and the damage outlasts the attack by 35 rounds. (`drop_opposed` alone also
+/// takes most of this one: it drops the scaled gradients that point against an owner's own.)
 #[test]
 fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
     let events = "faults.events=[{round=5, attack={silos=[3], kind=\"scale\", factor=1e6}}, \
@@ -308,8 +309,20 @@ fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
         .unwrap();
     assert!(w > 0.01, "{w}");
     assert_eq!(traces[3].len(), 60);
+    let (bound, _) = run(
+        &scenario("poisoning.toml", &[events, "defences.drop_opposed=false"]),
+        &dir.path().join("bound"),
+    );
+    assert!(verdict(&bound, "poisoning"), "{bound:#}");
     let (off, _) = run(
-        &scenario("poisoning.toml", &[events, "defences.norm_bound=0"]),
+        &scenario(
+            "poisoning.toml",
+            &[
+                events,
+                "defences.norm_bound=0",
+                "defences.drop_opposed=false",
+            ],
+        ),
         &dir.path().join("off"),
     );
     assert!(!verdict(&off, "poisoning"), "{off:#}");
@@ -318,6 +331,10 @@ fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
             - figure(r, "poisoning", "honest_accuracy").as_f64().unwrap()
     };
     assert!(lost(&off) > 2.0 * lost(&on).max(0.5), "{on:#} {off:#}");
+    assert!(
+        lost(&off) > 2.0 * lost(&bound).max(0.5),
+        "{bound:#} {off:#}"
+    );
 }
 
 /// Every attack kind runs in the simulator and is reported by name; bad attack events are
