@@ -184,6 +184,9 @@ fn accumulated_loss_drives_weights_one_hot_and_ema_keeps_them_soft() {
             .sum::<f64>()
             / rows.len() as f64
     };
+    // The loss tracking alone: drop_opposed (on by default) keeps the models of a group closer,
+    // and the accumulated rows short of one-hot after 100 rounds (0.96).
+    s.defences.drop_opposed = Some(false);
     let ema = max_row_weight(&s);
     s.federico.loss_tracking = federico::core::LossTracking::Accumulated;
     let acc = max_row_weight(&s);
@@ -230,7 +233,8 @@ fn the_simulator_clips_each_senders_gradient_when_asked() {
 /// silo samples every model each round. Without the owner's cap on the others' gradients
 /// (`foreign_cap = 0`) every model is trained on every silo alike, the weights stay at 1/3
 /// and FedeRiCo ends far below training alone; with the default cap it holds its group and
-/// is not below Local (docs/quality.md, "Few silos").
+/// is not below Local (docs/quality.md, "Few silos"). The gradients the cap holds back point
+/// against the owner's own, so `drop_opposed` alone holds the group too.
 #[test]
 fn three_silos_with_one_alone_in_its_group_are_not_worse_than_alone() {
     let text = |extra: &str| {
@@ -260,10 +264,18 @@ fn three_silos_with_one_alone_in_its_group_are_not_worse_than_alone() {
     eprintln!("defaults: federico {fed:.4} local {local:.4} mass {mass:.3}");
     assert!(fed >= local - 0.005, "FedeRiCo {fed} below Local {local}");
     assert!(mass >= 0.9, "same-group mass {mass}");
-    let (fed, local, mass) = outcome("foreign_cap = 0\n");
-    eprintln!("no cap: federico {fed:.4} local {local:.4} mass {mass:.3}");
+    let (fed, local, mass) = outcome("foreign_cap = 0\n[defences]\ndrop_opposed = false\n");
+    eprintln!("no cap, no drop_opposed: federico {fed:.4} local {local:.4} mass {mass:.3}");
     assert!(
         fed < local - 0.2 && mass < 0.6,
         "without the cap the three silos no longer collapse: {fed} against {local}, mass {mass}"
+    );
+    // `drop_opposed` (on by default) keeps them apart on its own: an owner leaves out the
+    // other group's gradients, which point against its own.
+    let (fed, local, mass) = outcome("foreign_cap = 0\n");
+    eprintln!("no cap: federico {fed:.4} local {local:.4} mass {mass:.3}");
+    assert!(
+        fed >= local - 0.005 && mass >= 0.9,
+        "drop_opposed alone: {fed} against {local}, mass {mass}"
     );
 }
