@@ -554,3 +554,47 @@ fn a_node_told_to_poison_sends_extreme_gradients_as_the_simulators_silo_does() {
         .count();
     assert!(bounded >= 1, "no owner bounded silo 3's gradients");
 }
+
+/// `drop_opposed` on real processes, against a member playing the protocol: silo 3 sends every
+/// owner it samples its gradient negated from round 3 on. Honest owners leave them out and say
+/// so once (without the defence no such line is written), and the swarm's honest accuracy is
+/// the simulator's.
+#[test]
+fn a_nodes_sign_flipped_gradients_are_left_out_by_the_owners() {
+    let mut s = scenario("poisoning.toml");
+    s.rounds = 20;
+    s.faults.events[0].round = Some(3);
+    s.faults.events[0].attack = Some(federico::faults::AttackSpec {
+        silos: vec![3],
+        kind: "sign_flip".into(),
+        factor: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (report, _) = run(&s, &dir.path().join("swarm"));
+    assert_eq!(check(&report, "clean_exit")["pass"], true, "{report:#}");
+    let sim = federico::sim::run(
+        &s,
+        &federico::sim::Options {
+            out: dir.path().join("sim"),
+            data_dir: None,
+            progress: false,
+            export: false,
+        },
+    )
+    .unwrap();
+    let sim = sim.summary.runs[0].faults.clone().unwrap();
+    let fig = |r: &Value| check(r, "poisoning")["figures"]["honest_accuracy"].clone();
+    assert_eq!(fig(&report), fig(&sim));
+    let left_out = (0..8)
+        .filter(|&i| i != 3)
+        .filter(|&i| {
+            let log = std::fs::read_to_string(
+                dir.path().join(format!("swarm/seed-1/nodes/silo-{i}.log")),
+            )
+            .unwrap();
+            log.lines()
+                .any(|l| l.contains("pointed against this silo's own") && l.contains("peer=silo-3"))
+        })
+        .count();
+    assert!(left_out >= 1, "no owner left silo 3's gradients out");
+}

@@ -68,9 +68,9 @@ pub struct GradientInbox {
     /// `(owner, c)`: the others' summed gradient is scaled down to at most c times the L2 norm
     /// of the owner's own ([`Self::with_foreign_cap`]).
     foreign_cap: Option<(NodeId, f64)>,
-    /// The owner, when gradients pointing against its own are left out
-    /// ([`Self::with_drop_opposed`]).
-    drop_opposed: Option<NodeId>,
+    /// Other senders whose gradient points against the owner's own, left out of the sum
+    /// ([`Self::leave_out_opposed`]).
+    left_out: BTreeSet<NodeId>,
 }
 
 impl GradientInbox {
@@ -87,7 +87,7 @@ impl GradientInbox {
             norms: BTreeMap::new(),
             bound: None,
             foreign_cap: None,
-            drop_opposed: None,
+            left_out: BTreeSet::new(),
         }
     }
 
@@ -113,31 +113,25 @@ impl GradientInbox {
     }
 
     /// Beyond the paper, a defence against gradients of the wrong *direction* (insiders'
-    /// review P2; `docs/insiders.md`): with `on`, another sender's gradient whose dot product
-    /// with the owner `me`'s own gradient is negative — a step along it would raise the
-    /// owner's loss on its own rows, to first order — is left out of the sum. Without the
-    /// owner's own gradient (not in yet at a deadline), every gradient is summed.
-    pub fn with_drop_opposed(mut self, me: NodeId, on: bool) -> Self {
-        self.drop_opposed = on.then_some(me);
-        self
-    }
-
-    /// The other senders whose gradient [`Self::sum`] leaves out as opposed to the owner's own
-    /// ([`Self::with_drop_opposed`]), in node-id order.
-    pub fn opposed(&self) -> Vec<NodeId> {
-        let Some(me) = self.drop_opposed else {
-            return Vec::new();
-        };
+    /// review P2; `docs/insiders.md`): every other sender's gradient whose dot product with the
+    /// owner `me`'s own is negative — a step along it would raise the owner's loss on its own
+    /// rows, to first order — is left out of [`Self::sum`]. Returns them, in node-id order.
+    /// Without the owner's own gradient (not in yet at a deadline), nothing is left out. Call
+    /// once, before the step (the owner does when `drop_opposed` is on).
+    pub fn leave_out_opposed(&mut self, me: NodeId) -> Vec<NodeId> {
         let Some(Some(own)) = self.received.get(&me) else {
             return Vec::new();
         };
-        self.received
+        let opposed: Vec<NodeId> = self
+            .received
             .iter()
             .filter(|(k, _)| **k != me)
             .filter_map(|(&k, g)| g.as_ref().map(|g| (k, g)))
             .filter(|(_, g)| dot(g, own) < 0.0)
             .map(|(k, _)| k)
-            .collect()
+            .collect();
+        self.left_out.extend(opposed.iter().copied());
+        opposed
     }
 
     /// The version this inbox collects for.
@@ -259,11 +253,10 @@ impl GradientInbox {
         {
             return self.capped_sum(me, own, cap);
         }
-        let opposed = self.opposed();
         let mut total = vec![0f32; self.len];
         for (&from, g) in &self.received {
             if let Some(g) = g
-                && !opposed.contains(&from)
+                && !self.left_out.contains(&from)
             {
                 self.add_bounded(&mut total, from, g);
             }
@@ -297,11 +290,10 @@ impl GradientInbox {
     /// The owner's gradient `own` plus the others' sum, that sum scaled to an L2 norm of at most
     /// `cap` times `own`'s ([`Self::with_foreign_cap`]).
     fn capped_sum(&self, me: NodeId, own: &[f32], cap: f64) -> Vec<f32> {
-        let opposed = self.opposed();
         let mut foreign = vec![0f32; self.len];
         for (&from, g) in self.received.iter().filter(|(k, _)| **k != me) {
             if let Some(g) = g
-                && !opposed.contains(&from)
+                && !self.left_out.contains(&from)
             {
                 self.add_bounded(&mut foreign, from, g);
             }
@@ -513,8 +505,9 @@ mod tests {
     #[test]
     fn a_gradient_against_the_owners_own_is_left_out_only_with_drop_opposed() {
         let (me, honest, flipper) = (NodeId(0), NodeId(1), NodeId(2));
-        let fill = |on: bool, own: bool| {
-            let mut inbox = GradientInbox::new(0, 2).with_drop_opposed(me, on);
+        // `on`: the owner leaves out opposed gradients before its step, as with drop_opposed.
+        let fill = |on: bool, own: bool, cap: Option<f64>| {
+            let mut inbox = GradientInbox::new(0, 2).with_foreign_cap(me, cap);
             for k in [me, honest, flipper] {
                 inbox.expect(k);
             }
@@ -523,18 +516,23 @@ mod tests {
             }
             inbox.handle_gradient(honest, 0, vec![2.0, -0.5]).unwrap();
             inbox.handle_gradient(flipper, 0, vec![-1.0, -3.0]).unwrap();
-            inbox
+            let left_out = if on {
+                inbox.leave_out_opposed(me)
+            } else {
+                Vec::new()
+            };
+            (inbox, left_out)
         };
-        let on = fill(true, true);
-        assert_eq!(on.opposed(), vec![flipper]);
+        let (on, left_out) = fill(true, true, None);
+        assert_eq!(left_out, vec![flipper]);
         assert_eq!(on.sum(), vec![3.0, 0.5]);
         // Off: the plain sum; on, but without the owner's own gradient: nothing to compare with.
-        assert_eq!(fill(false, true).sum(), vec![2.0, -2.5]);
-        assert!(fill(true, false).opposed().is_empty());
-        assert_eq!(fill(true, false).sum(), vec![1.0, -3.5]);
+        assert_eq!(fill(false, true, None).0.sum(), vec![2.0, -2.5]);
+        let (no_own, left_out) = fill(true, false, None);
+        assert!(left_out.is_empty());
+        assert_eq!(no_own.sum(), vec![1.0, -3.5]);
         // With the foreign cap, the same gradients are left out.
-        let capped = fill(true, true).with_foreign_cap(me, Some(100.0));
-        assert_eq!(capped.sum(), vec![3.0, 0.5]);
+        assert_eq!(fill(true, true, Some(100.0)).0.sum(), vec![3.0, 0.5]);
     }
 
     #[test]

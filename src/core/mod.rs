@@ -286,7 +286,7 @@ pub struct Defences {
     pub weigh_absent: Option<bool>,
     /// Whether an owner leaves out another member's gradient that points against its own (a
     /// negative dot product: a step along it raises the owner's loss on its own rows), against
-    /// sign-flipped gradients and flipped labels ([`GradientInbox::with_drop_opposed`]).
+    /// sign-flipped gradients and flipped labels ([`GradientInbox::leave_out_opposed`]).
     /// Absent: on for `variant = "federico"`, off for `"paper"` (Algorithm 1's plain sum).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_opposed: Option<bool>,

@@ -218,8 +218,7 @@ impl<H> Round<H> {
         peer.set_weigh_absent(cfg.weigh_absent);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)
-            .with_foreign_cap(cfg.me, cfg.foreign_cap)
-            .with_drop_opposed(cfg.me, cfg.drop_opposed);
+            .with_foreign_cap(cfg.me, cfg.foreign_cap);
         inbox.expect(cfg.me);
         Self {
             known: cfg.members as u32,

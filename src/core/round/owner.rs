@@ -74,8 +74,7 @@ impl<H> Round<H> {
             &mut self.inbox,
             GradientInbox::new(self.version + 1, self.cfg.num_params)
                 .with_clip_norm(self.cfg.clip_norm)
-                .with_foreign_cap(self.cfg.me, self.cfg.foreign_cap)
-                .with_drop_opposed(self.cfg.me, self.cfg.drop_opposed),
+                .with_foreign_cap(self.cfg.me, self.cfg.foreign_cap),
         );
         let before: Vec<bool> = (0..self.known)
             .map(|i| self.stragglers.awaits(NodeId(i)))
@@ -91,7 +90,12 @@ impl<H> Round<H> {
                 });
             }
         }
-        for peer in inbox.opposed() {
+        let opposed = if self.cfg.drop_opposed {
+            inbox.leave_out_opposed(self.cfg.me)
+        } else {
+            Vec::new()
+        };
+        for peer in opposed {
             if self.opposed.insert(peer) {
                 self.log(Event::GradientOpposed { peer, round: r });
             }

@@ -265,6 +265,25 @@ fn final_eval(trace: &[NodeRound]) -> Option<EvalRecord> {
     trace.iter().rev().find_map(|r| r.eval)
 }
 
+/// Over those of `silos` that finished both this run and the fault-free one: the final accuracy
+/// of each run, and how many silos that is.
+fn against_baseline(
+    inputs: &Inputs<'_>,
+    silos: impl Iterator<Item = usize>,
+) -> (Option<f64>, Option<f64>, usize) {
+    let Some(base) = inputs.baseline else {
+        return (None, None, 0);
+    };
+    let both: Vec<(EvalRecord, EvalRecord)> = silos
+        .filter_map(|i| Some((final_eval(inputs.traces.get(i)?)?, (*base.get(i)?)?)))
+        .collect();
+    (
+        accuracy(both.iter().map(|p| p.0)),
+        accuracy(both.iter().map(|p| p.1)),
+        both.len(),
+    )
+}
+
 fn accuracy(evals: impl Iterator<Item = EvalRecord>) -> Option<f64> {
     let (c, n) = evals.fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
     (n > 0).then(|| 100.0 * c as f64 / n as f64)
@@ -303,27 +322,13 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Report {
     }
     // Accuracy against the fault-free run, over the silos that finished in both.
     let finals: Vec<Option<EvalRecord>> = inputs.traces.iter().map(|t| final_eval(t)).collect();
-    let both: Vec<usize> = (0..finals.len())
-        .filter(|&i| {
-            finals[i].is_some()
-                && inputs
-                    .baseline
-                    .is_some_and(|b| b.get(i).is_some_and(|e| e.is_some()))
-        })
-        .collect();
     let acc = accuracy(finals.iter().flatten().copied());
-    let (acc_both, base_both) = match inputs.baseline {
-        Some(b) => (
-            accuracy(both.iter().filter_map(|&i| finals[i])),
-            accuracy(both.iter().filter_map(|&i| b[i])),
-        ),
-        None => (None, None),
-    };
+    let (acc_both, base_both, compared) = against_baseline(inputs, 0..inputs.traces.len());
     if kinds
         .iter()
         .any(|k| ["heal", "crash", "delay", "loss", "leave", "join"].contains(k))
     {
-        checks.push(recovery(inputs, &windows, acc_both, base_both, both.len()));
+        checks.push(recovery(inputs, &windows, acc_both, base_both, compared));
     }
     if kinds.contains(&"crash") {
         checks.push(crash_safety(inputs));

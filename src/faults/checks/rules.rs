@@ -4,8 +4,7 @@
 //! Must not: decide which checks a schedule calls for ([`evaluate`](super::evaluate)), or run,
 //! time or apply anything.
 
-use super::{Check, ExitEvidence, Fault, Inputs, Window, check, is_down, lookup};
-use crate::trace::EvalRecord;
+use super::{Check, ExitEvidence, Fault, Inputs, Window, against_baseline, check, is_down, lookup};
 use serde_json::{Value, json};
 /// Every live silo keeps completing rounds through every partition, and no round takes longer
 /// than the deadline budget.
@@ -519,31 +518,7 @@ pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
         }
     }
     let honest: Vec<usize> = (0..k).filter(|&i| !attacker[i]).collect();
-    let finals: Vec<Option<EvalRecord>> = inputs
-        .traces
-        .iter()
-        .map(|t| t.iter().rev().find_map(|r| r.eval))
-        .collect();
-    let compared: Vec<usize> = honest
-        .iter()
-        .copied()
-        .filter(|&i| {
-            finals[i].is_some()
-                && inputs
-                    .baseline
-                    .is_some_and(|b| b.get(i).is_some_and(|e| e.is_some()))
-        })
-        .collect();
-    let acc = |evals: Vec<EvalRecord>| {
-        let (c, n) = evals
-            .iter()
-            .fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
-        (n > 0).then(|| 100.0 * c as f64 / n as f64)
-    };
-    let a = acc(compared.iter().filter_map(|&i| finals[i]).collect());
-    let b = inputs
-        .baseline
-        .and_then(|base| acc(compared.iter().filter_map(|&i| base[i]).collect()));
+    let (a, b, compared) = against_baseline(inputs, honest.iter().copied());
     // Each honest silo's last weight row: the share of it on the attackers.
     let shares: Vec<f64> = honest
         .iter()
@@ -562,7 +537,7 @@ pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
     let mut figures: Vec<(&str, Value)> = vec![
         ("attacks", json!(kinds)),
         ("attackers", json!(attackers)),
-        ("honest_silos_compared", json!(compared.len())),
+        ("honest_silos_compared", json!(compared)),
         ("tolerance", json!(cfg.attack_tolerance)),
         ("attacker_weight_max", json!(round3(max_share))),
         ("attacker_weight_mean", json!(round3(mean_share))),
