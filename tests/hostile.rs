@@ -1448,8 +1448,12 @@ async fn a_members_extreme_gradients_do_not_freeze_an_owners_model() {
         );
     }
     let log = std::fs::read_to_string(&f.node_log).unwrap();
+    // One line for the attacker (an honest member's gradient can cross the bound too, by
+    // chance late in a run: that line names it, not silo-2).
     assert_eq!(
-        log.matches("far above the federation's typical norm")
+        log.lines()
+            .filter(|l| l.contains("far above the federation's typical norm")
+                && l.contains("peer=silo-2"))
             .count(),
         1,
         "one warning naming the bound: {log}"
