@@ -47,4 +47,6 @@ pub mod silo;
 pub mod sim;
 pub mod store;
 pub mod suite;
+#[cfg(test)]
+mod testkit;
 pub mod trace;

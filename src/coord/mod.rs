@@ -8,8 +8,11 @@
 //!
 //! Layout: one directory per algorithm, its network coordinator's state in `<alg>/server.rs`
 //! (re-exported as `coord::<alg>_server`); `joining.rs` is the registration and start of a run
-//! the HCCT, FedSaC and FedCollab servers share (FedDisco's server takes whoever registered).
+//! the HCCT, FedSaC and FedCollab servers share (FedDisco's server takes whoever registered);
+//! `engine/` is the coordinator's round engine over all four servers (the rules of a run over a
+//! network: deadlines, joining, held fetches, excused members), without I/O.
 
+pub mod engine;
 pub mod fedcollab;
 pub mod feddisco;
 pub mod fedsac;

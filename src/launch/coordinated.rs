@@ -97,6 +97,7 @@ pub fn add_coordinator(
         fedsac: scenario.fedsac.clone(),
         fedcollab: scenario.fedcollab.clone(),
         update_deadline_s,
+        excuse_rounds: 100,
         seed,
         model: scenario.model.clone(),
         sample_shape: first.sample_shape.clone(),

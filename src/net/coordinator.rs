@@ -1,19 +1,16 @@
-//! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator as a libp2p
-//! peer of the federation (same manifest, keys and Noise encryption as the nodes; it is a manifest member,
-//! so the allow-list admits it). It never sees data and never trains.
+//! `federico coordinator --config FILE`: the thin FedDisco, HCCT, FedSaC or FedCollab coordinator
+//! as a libp2p peer of the federation (same manifest, keys and Noise encryption as the nodes; it
+//! is a manifest member, so the allow-list admits it). It never sees data and never trains.
 //! Owns: the coordinator's swarm (allow-list, connection caps, the receive budget and
-//! bad-frame blocking of [`Limits::coordinator`], `/federico/coord/2`), the round
-//! clock (close when every registered node sent, or at the update deadline τ), the join
-//! deadline of FedCollab, HCCT and FedSaC (`join_s`: when it passes, joining is closed on the
-//! silos that came), held fetches,
-//! the per-round JSONL log and the checkpoint after every round (resumed on restart; a
-//! failed write is counted, logged and tried again at the next change, never fatal).
-//! Must not: decide weights, groups, coalitions or models itself
-//! ([`crate::coord::feddisco_server`], [`crate::coord::hcct_server`],
-//! [`crate::coord::fedsac_server`] and [`crate::coord::fedcollab_server`] do; the driver only
-//! shuttles requests to them through one `CoordAlgorithm` each, in `coordinator/algorithm.rs`). FedCollab has no rounds here: the coordinator plans, takes the
-//! distances, solves and serves each silo its coalition (`fedcollab.json`) until stopped. Nor
-//! read its config file ([`super::config`] does, and checks it).
+//! bad-frame blocking of [`Limits::coordinator`], `/federico/coord/2`), the wire checks of a
+//! request, and carrying out the round engine's actions: answers, the round log
+//! (`coordinator.jsonl`, never fatal: [`RunLog`]), the checkpoint (a failed write is counted,
+//! logged and tried again at the next change), `fedcollab.json`, and log lines.
+//! Must not: decide anything about a run. When a round closes, whom it waits for, when joining
+//! closes, which fetch is held and when the run ends are [`crate::coord::engine::Engine`]'s
+//! rules (this driver passes `Instant::now()` in and compares no deadline itself); weights,
+//! groups, coalitions and models are the servers' of [`crate::coord`]. Nor read its config file
+//! ([`super::config`] does, and checks it).
 //!
 //! The initial model is silo 0's seeded initialisation, exactly as `federico simulate`'s
 //! FedDisco and HCCT start (`stream_seed(seed, NodeId(0), Stream::Init)` on the configured
@@ -21,15 +18,15 @@
 //! data. HCCT's, FedSaC's and FedCollab's silos are named by their index in the manifest, as in
 //! the simulator.
 
-mod algorithm;
-
 use super::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
 use super::config::CoordinatedAlgorithm;
 pub use super::config::CoordinatorConfig;
 use super::identity::{self, Manifest};
 use super::intake::{Blocks, Intake, Limits};
 use super::metrics::Metrics;
+use super::runlog::RunLog;
 use super::trainer::SaveHealth;
+use crate::coord::engine::{Action, CoordAlgorithm, Disco, Engine, EngineConfig, Event};
 use crate::coord::fedcollab_server::FedCollabServer;
 use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::ServerState;
@@ -39,18 +36,14 @@ use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
 use crate::scenario::FedsacScore;
-use algorithm::{CoordAlgorithm, Disco};
 use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde::Serialize;
-use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 impl CoordinatorConfig {
@@ -95,15 +88,6 @@ struct CoordBehaviour {
     memory: libp2p::memory_connection_limits::Behaviour,
     coord: Exchange<CoordRequest, CoordResponse>,
     ping: libp2p::ping::Behaviour,
-}
-
-/// One JSONL line of `coordinator.jsonl`.
-#[derive(Serialize)]
-struct LogLine {
-    #[serde(flatten)]
-    round: serde_json::Value,
-    /// Seconds since the round opened.
-    elapsed_s: f64,
 }
 
 /// Runs the coordinator until its rounds are done or `shutdown` resolves.
@@ -152,6 +136,7 @@ pub async fn run(
         "message bounds"
     );
     let intake = Intake::new(intake_limits, metrics.clone());
+    intake.remember_blocks(cfg.state_dir.join("blocks.json"));
     let saves = SaveHealth::new(metrics.checkpoint_failures.clone());
     let behaviour = CoordBehaviour {
         blocks: Blocks::new(intake.clone()),
@@ -169,34 +154,36 @@ pub async fn run(
         ping: libp2p::ping::Behaviour::default(),
     };
     let swarm = coordination_swarm(key, &cfg.listen, behaviour)?;
-    let log_path = cfg.state_dir.join("coordinator.jsonl");
-    let cut = crate::trace::trim_log(&log_path, state.round()).map_err(|e| anyhow::anyhow!(e))?;
-    if cut > 0 {
-        warn!(
-            lines = cut,
-            checkpoint_round = state.round(),
-            "round log cut back to the checkpoint"
-        );
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
+    let log = RunLog::open_file(cfg.state_dir.join("coordinator.jsonl"), state.round())
+        .map_err(|e| anyhow::anyhow!(e))?;
     info!(peer = %peer_id, algorithm = %cfg.algorithm, round = state.round(), rounds = cfg.rounds, "coordinator started");
+    let engine = Engine::new(
+        state,
+        EngineConfig {
+            rounds: cfg.rounds,
+            nodes: cfg.nodes,
+            round_deadline: deadline,
+            join_deadline: cfg.join_s.map(Duration::from_secs_f64),
+            linger: deadline.min(Duration::from_secs(10)),
+            excuse_rounds: cfg.excuse_rounds,
+            names: manifest
+                .members
+                .iter()
+                .map(|m| m.peer_id.to_string())
+                .collect(),
+        },
+    );
     let driver = Driver {
-        num_params: state.num_params(),
+        num_params: engine.algorithm().num_params(),
         silos: manifest.members.iter().map(|m| m.peer_id).collect(),
         cfg: &cfg,
-        state,
+        engine,
         swarm,
-        held: Vec::new(),
         log,
         ckpt,
         saves,
-        opened: Instant::now(),
-        round_deadline: None,
     };
-    driver.run(deadline, shutdown).await
+    driver.run(shutdown).await
 }
 
 /// The configured algorithm's server: resumed from the checkpoint `ckpt` when there is one,
@@ -294,28 +281,17 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
     })
 }
 
-/// A fetch held until its round exists: the silo's index, the round, the channel.
-type Held = (Option<usize>, u64, ResponseChannel<CoordResponse>);
-
-/// The coordinator's loop: one algorithm behind [`CoordAlgorithm`], its swarm, the held
-/// fetches, the round clock, the round log and the checkpoint.
+/// The coordinator's loop: the round engine, its swarm, the round log and the checkpoint.
 struct Driver<'a> {
     cfg: &'a CoordinatorConfig,
-    state: Box<dyn CoordAlgorithm>,
+    engine: Engine<ResponseChannel<CoordResponse>>,
     swarm: libp2p::Swarm<CoordBehaviour>,
-    /// Fetches answered once their round exists.
-    held: Vec<Held>,
     /// `coordinator.jsonl`.
-    log: std::fs::File,
+    log: RunLog,
     /// `coordinator.bin`, written after every change a restart must not lose.
     ckpt: std::path::PathBuf,
     /// How the checkpoint writes are going (a failed one is logged and tried again).
     saves: SaveHealth,
-    /// When the open round opened (its log line's `elapsed_s`).
-    opened: Instant,
-    /// When the open round closes with what arrived (τ after it opened); `None` while the
-    /// clock does not run.
-    round_deadline: Option<Instant>,
     /// The model size requests are checked against (0: no model reaches this coordinator).
     num_params: usize,
     /// The manifest's members, whose positions are the silo indices.
@@ -323,73 +299,28 @@ struct Driver<'a> {
 }
 
 impl Driver<'_> {
-    /// The loop: the join deadline, the round clock, the linger after the last round, and the
-    /// peers' requests, until the rounds are done or `shutdown` resolves.
-    async fn run(
-        mut self,
-        deadline: Duration,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<()> {
-        let cfg = self.cfg;
-        let mut linger: Option<Instant> = None;
-        // The join deadline (FedCollab, HCCT, FedSaC): armed by the first join (or a resumed
-        // one), it closes joining once enough silos are in; `join_due` once it passed with
-        // fewer.
-        let mut join_deadline: Option<Instant> = None;
-        let mut join_due = false;
+    /// The loop: the engine's timeouts and the peers' requests, until the engine finishes or
+    /// `shutdown` resolves.
+    async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
+        self.engine.handle_start(Instant::now())?;
         loop {
-            if let Some(j) = cfg.join_s
-                && !self.state.plan_out()
-                && self.state.registered() > 0
-            {
-                join_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(j));
-                if join_due && self.state.may_close_joining() {
-                    let absent = self.state.close_joining().map_err(|e| anyhow::anyhow!(e))?;
-                    warn!(
-                        ?absent,
-                        join_s = j,
-                        "join deadline passed: the run starts without these silos; they will train alone"
-                    );
-                    self.save();
-                    self.serve_held();
-                    continue;
-                }
+            if self.act() {
+                self.log.close();
+                return Ok(());
             }
-            // The round clock runs whenever a round is open and someone registered, so a round
-            // whose updates were lost (a restart) still closes, keeping the global.
-            if self.round_deadline.is_none()
-                && self.state.round() < cfg.rounds
-                && self.state.clock_may_run()
-            {
-                self.round_deadline = Some(Instant::now() + deadline);
-                self.opened = Instant::now();
-            }
-            if self.state.round() >= cfg.rounds && linger.is_none() {
-                info!("all rounds done; serving the final model a while");
-                linger = Some(Instant::now() + deadline.min(Duration::from_secs(10)));
-            }
-            let wake = linger
-                .or(self.round_deadline)
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            // The join deadline, while joining is open and it has not passed yet.
-            let join_at = join_deadline.filter(|_| !join_due && !self.state.plan_out());
-            let join_timer = tokio::time::sleep_until(join_at.unwrap_or(wake));
+            let wake = self.engine.poll_timeout();
+            let timer = tokio::time::sleep_until(tokio::time::Instant::from_std(
+                wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
+            ));
             tokio::select! {
                 _ = &mut shutdown => {
                     info!("stopped by a signal");
+                    self.act();
+                    self.log.close();
                     return Ok(());
                 }
-                _ = tokio::time::sleep_until(wake) => {
-                    if linger.is_some() {
-                        return Ok(());
-                    }
-                    if self.round_deadline.is_some() {
-                        self.close_round(true)?;
-                    }
-                }
-                // (The top of the loop closes joining once it may.)
-                _ = join_timer, if join_at.is_some() => join_due = true,
+                _ = timer, if wake.is_some() => self.engine.handle_timeout(Instant::now())?,
                 ev = self.swarm.select_next_some() => {
                     let SwarmEvent::Behaviour(CoordBehaviourEvent::Coord(rr::Event::Message {
                         peer,
@@ -418,9 +349,7 @@ impl Driver<'_> {
             .filter(|&i| self.cfg.algorithm == CoordinatedAlgorithm::Feddisco || i < self.cfg.nodes)
     }
 
-    /// One peer's request: checked, then handed to the algorithm; answered now, or held (a
-    /// fetch of a round that does not exist yet). A registration, distances or the last update
-    /// of a round may let held fetches go.
+    /// One peer's request: the wire checks, then the engine.
     fn handle_request(
         &mut self,
         peer: libp2p::PeerId,
@@ -428,84 +357,49 @@ impl Driver<'_> {
         channel: ResponseChannel<CoordResponse>,
     ) -> anyhow::Result<()> {
         let cfg = self.cfg;
-        let who = peer.to_string();
-        let index = self.index_of(&peer);
         if let Err(reason) = request.check(cfg.feddisco.metric, cfg.classes, self.num_params) {
-            warn!(peer = %who, %reason, "refused a request");
+            warn!(%peer, %reason, "refused a request");
             self.respond(channel, CoordResponse::Error { reason });
             return Ok(());
         }
-        match request {
-            CoordRequest::Register { .. } | CoordRequest::Join { .. } => {
-                let answer = match self.state.register(&who, index, &request) {
-                    Ok(()) => {
-                        let waiting_for = self.state.missing();
-                        info!(peer = %who, ?index, ?request, ?waiting_for, "registered");
-                        if index.is_some_and(|i| self.state.left_out(i)) {
-                            warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
-                        }
-                        self.save();
-                        // HCCT: the last registration opens round 0.
-                        self.serve_held();
-                        CoordResponse::Ack
-                    }
-                    Err(reason) => {
-                        warn!(peer = %who, %reason, "refused a registration");
-                        CoordResponse::Error { reason }
-                    }
-                };
-                self.respond(channel, answer);
-            }
-            CoordRequest::Fetch { round } => match self.state.fetch(index, round) {
-                Ok(Some(answer)) => self.respond(channel, answer),
-                Ok(None) => self.held.push((index, round, channel)),
-                Err(reason) => self.respond(channel, CoordResponse::Error { reason }),
-            },
-            CoordRequest::Distances { .. } => {
-                let answer = match self.state.update(&who, index, request) {
-                    Ok(solved) => {
-                        info!(peer = %who, ?index, "distances received");
-                        self.save();
-                        if solved && let Some(s) = self.state.solved() {
-                            let record = Some(serde_json::to_value(s)?);
-                            crate::report::summary::write_json(
-                                &cfg.state_dir.join("fedcollab.json"),
-                                &record,
-                            )
-                            .map_err(|e| anyhow::anyhow!("{e}"))?;
-                            info!(coalitions = ?Some(&s.coalitions), "structure solved");
-                            self.serve_held();
-                        }
-                        CoordResponse::Ack
-                    }
-                    Err(reason) => {
-                        warn!(peer = %who, %reason, "refused distances");
-                        CoordResponse::Error { reason }
-                    }
-                };
-                self.respond(channel, answer);
-            }
-            CoordRequest::Update { .. } | CoordRequest::Contribute { .. } => {
-                if self.state.round() >= cfg.rounds {
-                    let reason = "the run is over".into();
-                    self.respond(channel, CoordResponse::Error { reason });
-                    return Ok(());
+        let index = self.index_of(&peer);
+        let now = Instant::now();
+        let who = peer.to_string();
+        self.engine
+            .handle_request(now, &who, index, request.into(), channel)?;
+        Ok(())
+    }
+
+    /// Carries out the engine's actions; true once the run is over.
+    fn act(&mut self) -> bool {
+        let mut finished = false;
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                Action::Respond { ticket, answer } => self.respond(ticket, answer.into()),
+                Action::Save { round, bytes } => self.save(round, bytes),
+                Action::LogRound(line) => {
+                    let round = line.record["round"].as_u64().unwrap_or(0);
+                    self.log.write(round, &line);
                 }
-                match self.state.update(&who, index, request) {
-                    Ok(all_in) => {
-                        self.respond(channel, CoordResponse::Ack);
-                        if all_in && self.state.complete(cfg.nodes) {
-                            self.close_round(false)?;
-                        }
-                    }
-                    Err(reason) => {
-                        warn!(peer = %who, %reason, "refused an update");
-                        self.respond(channel, CoordResponse::Error { reason });
+                Action::Solved(s) => {
+                    let path = self.cfg.state_dir.join("fedcollab.json");
+                    let written = serde_json::to_value(&s)
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| {
+                            crate::report::summary::write_json(&path, &Some(v))
+                                .map_err(|e| e.to_string())
+                        });
+                    info!(coalitions = ?Some(&s.coalitions), "structure solved");
+                    if let Err(e) = written {
+                        warn!(path = %path.display(), error = %e,
+                            "the solved structure could not be written (it is in the checkpoint)");
                     }
                 }
+                Action::Event(e) => log_event(e),
+                Action::Finished => finished = true,
             }
         }
-        Ok(())
+        finished
     }
 
     /// Sends an answer; a peer that has gone meanwhile is no error.
@@ -520,9 +414,8 @@ impl Driver<'_> {
     /// Writes the checkpoint. A write that fails (a full disk, no file descriptors left) is
     /// counted and logged, never fatal: the previous checkpoint stays, and the next change
     /// writes again.
-    fn save(&mut self) {
-        let round = self.state.round();
-        let written = self.state.encode().and_then(|bytes| {
+    fn save(&mut self, round: u64, bytes: Result<Vec<u8>, String>) {
+        let written = bytes.and_then(|bytes| {
             crate::store::save(&self.ckpt, &bytes)
                 .map_err(|e| format!("{}: {e}", self.ckpt.display()))
         });
@@ -531,43 +424,48 @@ impl Driver<'_> {
             Err(e) => self.saves.failed(round, &e, std::time::Instant::now()),
         }
     }
+}
 
-    /// Closes the open round (at its deadline, or once every update is in): its log line, then
-    /// the checkpoint; the next round's clock starts over and held fetches of it go.
-    fn close_round(&mut self, timed_out: bool) -> anyhow::Result<()> {
-        let (round, senders, line) = self
-            .state
-            .close(timed_out)
-            .map_err(|e| anyhow::anyhow!(e))?;
-        // The line before the checkpoint: a kill between the two leaves a line the restart cuts.
-        let text = serde_json::to_string(&LogLine {
-            round: line,
-            elapsed_s: self.opened.elapsed().as_secs_f64(),
-        })?;
-        writeln!(self.log, "{text}")?;
-        self.log.flush()?;
-        self.save();
-        info!(round, senders, timed_out, "round closed");
-        self.round_deadline = None;
-        self.opened = Instant::now();
-        self.serve_held();
-        Ok(())
-    }
-
-    /// Answers the held fetches whose round now exists (or that are now refused).
-    fn serve_held(&mut self) {
-        let mut keep = Vec::new();
-        for (index, round, channel) in std::mem::take(&mut self.held) {
-            let answer = match self.state.fetch(index, round) {
-                Ok(Some(answer)) => answer,
-                Ok(None) => {
-                    keep.push((index, round, channel));
-                    continue;
-                }
-                Err(reason) => CoordResponse::Error { reason },
-            };
-            self.respond(channel, answer);
+/// The log line of an engine event.
+fn log_event(e: Event) {
+    match e {
+        Event::Registered {
+            who,
+            index,
+            waiting_for,
+            left_out,
+        } => {
+            info!(peer = %who, ?index, ?waiting_for, "registered");
+            if left_out {
+                warn!(peer = %who, ?index, "registered after the run started without it: it trains alone");
+            }
         }
-        self.held = keep;
+        Event::Refused { who, what, reason } => {
+            warn!(peer = %who, %reason, "refused {what}")
+        }
+        Event::DistancesIn { who, index } => info!(peer = %who, ?index, "distances received"),
+        Event::JoiningClosed { absent } => warn!(
+            ?absent,
+            "join deadline passed: the run starts without these silos; they will train alone"
+        ),
+        Event::RoundClosed {
+            round,
+            senders,
+            timed_out,
+        } => info!(round, senders, timed_out, "round closed"),
+        Event::Excused {
+            who,
+            round,
+            until,
+            strikes,
+        } => warn!(
+            peer = %who,
+            round,
+            until,
+            strikes,
+            "a member made the round wait its full deadline: the rounds before `until` do not \
+             wait for it (its updates still count when they come in time)"
+        ),
+        Event::AllRoundsDone => info!("all rounds done; serving the final model a while"),
     }
 }

@@ -1,5 +1,6 @@
 //! A node's run log (`<state_dir>/rounds.jsonl`), as every kind of node writes it: the FedeRiCo
-//! node, the coordinated node and the FedCollab node.
+//! node, the coordinated node and the FedCollab node; and the coordinator's round log
+//! (`coordinator.jsonl`).
 //!
 //! Owns: opening it (cut back to the rounds the checkpoint holds, so a resumed node never logs
 //! a round twice), appending one JSON record per line through [`crate::store::LineLog`] (never a
@@ -26,12 +27,17 @@ impl RunLog {
     /// Opens `<state_dir>/rounds.jsonl` for a node resuming after `round` rounds; the error
     /// names the file.
     pub(crate) fn open(state_dir: &Path, round: u64) -> Result<Self, String> {
-        let path = state_dir.join("rounds.jsonl");
-        let cut = crate::trace::trim_log(&path, round + 1)?;
+        Self::open_file(state_dir.join("rounds.jsonl"), round + 1)
+    }
+
+    /// Opens the log at `path`, keeping the lines of rounds before `next_round` (those the
+    /// checkpoint holds); the error names the file.
+    pub(crate) fn open_file(path: PathBuf, next_round: u64) -> Result<Self, String> {
+        let cut = crate::trace::trim_log(&path, next_round)?;
         if cut > 0 {
             warn!(
                 lines = cut,
-                checkpoint_round = round,
+                path = %path.display(),
                 "run log cut back to the checkpoint (rounds it had not saved, or a torn line)"
             );
         }

@@ -20,6 +20,7 @@
 
 use super::frame::check_vector;
 use crate::coord::PairDistance;
+use crate::coord::engine::{Answer, Request};
 use crate::coord::feddisco::{DiscoReport, Metric};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -143,6 +144,66 @@ pub enum CoordResponse {
     /// coordinator's join deadline closed joining on the silos that came), so it trains alone
     /// for the rest of the run and need not ask again.
     Alone,
+}
+
+impl From<CoordRequest> for Request {
+    /// The engine's request (`Update`'s `n_train` is informational and dropped).
+    fn from(r: CoordRequest) -> Self {
+        match r {
+            CoordRequest::Register {
+                n_train,
+                discrepancy,
+            } => Request::Register {
+                n_train,
+                discrepancy,
+            },
+            CoordRequest::Fetch { round } => Request::Fetch { round },
+            CoordRequest::Update { round, params, .. } => Request::Update { round, params },
+            CoordRequest::Join { n_train } => Request::Join { n_train },
+            CoordRequest::Contribute {
+                round,
+                params,
+                subspace,
+            } => Request::Contribute {
+                round,
+                params,
+                subspace,
+            },
+            CoordRequest::Distances { pairs } => Request::Distances { pairs },
+        }
+    }
+}
+
+impl From<Answer> for CoordResponse {
+    fn from(a: Answer) -> Self {
+        match a {
+            Answer::Global { round, params } => CoordResponse::Global { round, params },
+            Answer::Assigned {
+                round,
+                params,
+                direction,
+                train,
+            } => CoordResponse::Assigned {
+                round,
+                params,
+                direction,
+                train,
+            },
+            Answer::Ack => CoordResponse::Ack,
+            Answer::Error { reason } => CoordResponse::Error { reason },
+            Answer::DiscPlan {
+                target,
+                nodes,
+                members,
+            } => CoordResponse::DiscPlan {
+                target,
+                nodes,
+                members,
+            },
+            Answer::Coalition { members, sizes } => CoordResponse::Coalition { members, sizes },
+            Answer::Alone => CoordResponse::Alone,
+        }
+    }
 }
 
 impl CoordRequest {

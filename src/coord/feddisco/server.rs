@@ -114,6 +114,15 @@ impl ServerState {
         !self.reports.is_empty() && self.reports.keys().all(|p| self.pending.contains_key(p))
     }
 
+    /// The registered nodes the open round still awaits an update from.
+    pub fn waiting(&self) -> Vec<String> {
+        self.reports
+            .keys()
+            .filter(|p| !self.pending.contains_key(*p))
+            .cloned()
+            .collect()
+    }
+
     /// Closes the open round: weights over the senders' reports, aggregate, bump the round.
     /// `timed_out` is only recorded.
     pub fn close(&mut self, params: &Params, timed_out: bool) -> Result<RoundLog, String> {

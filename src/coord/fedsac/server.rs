@@ -311,6 +311,18 @@ impl FedsacServer {
         self.ready() && self.cohort.iter().all(|i| self.pending.contains_key(i))
     }
 
+    /// The cohort members the open round still awaits (none before the run started).
+    pub fn waiting(&self) -> Vec<usize> {
+        if !self.ready() {
+            return Vec::new();
+        }
+        self.cohort
+            .iter()
+            .copied()
+            .filter(|i| !self.pending.contains_key(i))
+            .collect()
+    }
+
     /// Closes the open round: the graph over the senders (size prior, similarity,
     /// complementarity, scheduled α), each sender's personalised model and direction.
     pub fn close(&mut self, timed_out: bool) -> Result<RoundLog, String> {

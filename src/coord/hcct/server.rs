@@ -310,6 +310,19 @@ impl HcctServer {
         self.coord.is_some() && self.pending.len() == self.members().len()
     }
 
+    /// The run's silos the open round still awaits (none before the run started).
+    pub fn waiting(&self) -> Vec<usize> {
+        if self.coord.is_none() {
+            return Vec::new();
+        }
+        let members = self.members();
+        members
+            .iter()
+            .copied()
+            .filter(|i| !self.pending.contains_key(i))
+            .collect()
+    }
+
     fn sizes(&self) -> Vec<usize> {
         self.joining
             .sizes()

@@ -51,6 +51,12 @@ pub struct CoordinatorConfig {
     /// τ: how long a round waits for updates once it opened, in seconds.
     #[serde(default = "default_deadline")]
     pub update_deadline_s: f64,
+    /// A member whose absence made a round wait its full τ is not waited for during the next
+    /// `excuse_rounds` rounds (twice as many after each further time, up to 64 times as many);
+    /// its updates still count when they come before the round closes. 0 waits for every
+    /// member, every round (one silent member then costs every round τ).
+    #[serde(default = "default_excuse_rounds")]
+    pub excuse_rounds: u64,
     /// The run seed (the initial model is silo 0's under it).
     #[serde(default)]
     pub seed: u64,
@@ -85,6 +91,10 @@ fn default_algorithm() -> CoordinatedAlgorithm {
 fn read_algorithm_field<'de, D: Deserializer<'de>>(d: D) -> Result<CoordinatedAlgorithm, D::Error> {
     read_algorithm(d, "algorithm")
 }
+fn default_excuse_rounds() -> u64 {
+    100
+}
+
 fn default_deadline() -> f64 {
     30.0
 }

@@ -1,22 +1,22 @@
-//! The coordinator algorithms as the coordinator's driver sees them: one [`CoordAlgorithm`]
-//! over `/federico/coord/2`'s requests and answers, implemented by each server of
-//! [`crate::coord`] (FedDisco with its weighting [`Params`]), so the driver is one loop generic
-//! over it instead of a `match` per method.
-//! Owns: translating the coordinator's requests to each server's calls and its answers back
-//! to responses, the refusal reasons for requests an algorithm does not take, and what the
-//! driver asks of every algorithm (round, joining, clock, checkpoint bytes, log line).
-//! Must not: decide weights, groups, coalitions or models (the servers do), or hold time,
-//! sockets or files (the driver does).
+//! The four coordinator algorithms as the coordinator's round engine sees them: one
+//! [`CoordAlgorithm`] over the engine's [`Request`]s and [`Answer`]s, implemented by each server
+//! of [`crate::coord`] (FedDisco with its weighting [`Params`]), so the engine is generic over
+//! it instead of a `match` per method.
+//! Owns: translating requests to each server's calls and its answers back, the refusal reasons
+//! for requests an algorithm does not take, and what the engine asks of every algorithm (round,
+//! joining, who the open round still awaits, checkpoint bytes, log line).
+//! Must not: decide weights, groups, coalitions or models (the servers do), decide when a round
+//! closes ([`super::Engine`] does), or hold time, sockets or files.
 
+use super::{Answer, Request};
 use crate::coord::fedcollab_server::{self, FedCollabServer, Solved};
 use crate::coord::feddisco::{DiscoReport, Params};
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
 use crate::coord::hcct_server::{self, HcctServer};
-use crate::protocol::{CoordRequest, CoordResponse};
 
 /// The refusal of a request from a peer that is not one of the run's silos.
-pub(super) const NOT_A_SILO: &str = "not a silo of this federation's manifest";
+pub const NOT_A_SILO: &str = "not a silo of this federation's manifest";
 
 /// The refusal of distances sent to a coordinator of rounds.
 const DISTANCES_ARE_FEDCOLLABS: &str = "distances are for a fedcollab coordinator";
@@ -25,9 +25,9 @@ const DISTANCES_ARE_FEDCOLLABS: &str = "distances are for a fedcollab coordinato
 const SEND_A_MODEL: &str = "send the trained model as an update";
 
 /// One coordinator algorithm behind the driver. Errors are the reasons sent back to the peer
-/// (`CoordResponse::Error`). `index` is the peer's silo index in the manifest (`None`: not a
+/// (`Answer::Error`). `index` is the peer's silo index in the manifest (`None`: not a
 /// silo of the run); `who` its peer ID.
-pub(super) trait CoordAlgorithm {
+pub trait CoordAlgorithm {
     /// The round open now (FedCollab has no rounds at the coordinator: 0).
     fn round(&self) -> u64;
 
@@ -71,24 +71,19 @@ pub(super) trait CoordAlgorithm {
     fn num_params(&self) -> usize;
 
     /// Handles a `Register` or a `Join`.
-    fn register(
-        &mut self,
-        who: &str,
-        index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String>;
+    fn register(&mut self, who: &str, index: Option<usize>, req: &Request) -> Result<(), String>;
 
     /// Handles an `Update`, a `Contribute` or `Distances`; true when every expected sender has
     /// sent (FedCollab: the structure is solved).
-    fn update(
-        &mut self,
-        who: &str,
-        index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String>;
+    fn update(&mut self, who: &str, index: Option<usize>, req: Request) -> Result<bool, String>;
+
+    /// The members the open round still awaits an update from, by name (`names`: the manifest's
+    /// members by silo index, for the algorithms that index their silos). Empty once all are
+    /// in, and whenever no round is open.
+    fn waiting(&self, names: &[String]) -> Vec<String>;
 
     /// The answer to a fetch of `round`, or `None` to hold it.
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String>;
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<Answer>, String>;
 
     /// Closes the open round: its number, how many sent, and the log line's fields.
     fn close(&mut self, timed_out: bool) -> Result<(u64, usize, serde_json::Value), String>;
@@ -103,9 +98,11 @@ pub(super) trait CoordAlgorithm {
 }
 
 /// FedDisco's server with the weighting it aggregates with.
-pub(super) struct Disco {
-    pub(super) state: ServerState,
-    pub(super) params: Params,
+pub struct Disco {
+    /// The round state.
+    pub state: ServerState,
+    /// The weighting.
+    pub params: Params,
 }
 
 impl CoordAlgorithm for Disco {
@@ -137,14 +134,9 @@ impl CoordAlgorithm for Disco {
         self.state.global.len()
     }
 
-    fn register(
-        &mut self,
-        who: &str,
-        _index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String> {
+    fn register(&mut self, who: &str, _index: Option<usize>, req: &Request) -> Result<(), String> {
         match req {
-            CoordRequest::Register {
+            Request::Register {
                 n_train,
                 discrepancy,
             } => {
@@ -161,22 +153,21 @@ impl CoordAlgorithm for Disco {
         }
     }
 
-    fn update(
-        &mut self,
-        who: &str,
-        _index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String> {
+    fn update(&mut self, who: &str, _index: Option<usize>, req: Request) -> Result<bool, String> {
         match req {
-            CoordRequest::Update { round, params, .. } => self.state.update(who, round, params),
-            CoordRequest::Distances { .. } => Err(DISTANCES_ARE_FEDCOLLABS.into()),
+            Request::Update { round, params, .. } => self.state.update(who, round, params),
+            Request::Distances { .. } => Err(DISTANCES_ARE_FEDCOLLABS.into()),
             _ => Err(SEND_A_MODEL.into()),
         }
     }
 
-    fn fetch(&self, _index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
+    fn waiting(&self, _names: &[String]) -> Vec<String> {
+        self.state.waiting()
+    }
+
+    fn fetch(&self, _index: Option<usize>, round: u64) -> Result<Option<Answer>, String> {
         Ok(match self.state.fetch(round) {
-            FetchAnswer::Now { round, params } => Some(CoordResponse::Global { round, params }),
+            FetchAnswer::Now { round, params } => Some(Answer::Global { round, params }),
             FetchAnswer::Hold => None,
         })
     }
@@ -233,43 +224,37 @@ impl CoordAlgorithm for HcctServer {
         HcctServer::num_params(self)
     }
 
-    fn register(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String> {
+    fn register(&mut self, _who: &str, index: Option<usize>, req: &Request) -> Result<(), String> {
         match req {
-            CoordRequest::Join { n_train } => {
+            Request::Join { n_train } => {
                 HcctServer::register(self, index.ok_or(NOT_A_SILO)?, *n_train)
             }
             _ => Err("this coordinator runs hcct: join with n_train".into()),
         }
     }
 
-    fn update(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String> {
+    fn update(&mut self, _who: &str, index: Option<usize>, req: Request) -> Result<bool, String> {
         match req {
-            CoordRequest::Update { round, params, .. } => {
+            Request::Update { round, params, .. } => {
                 HcctServer::update(self, index.ok_or(NOT_A_SILO)?, round, params)
             }
-            CoordRequest::Distances { .. } => Err(DISTANCES_ARE_FEDCOLLABS.into()),
+            Request::Distances { .. } => Err(DISTANCES_ARE_FEDCOLLABS.into()),
             _ => Err(SEND_A_MODEL.into()),
         }
     }
 
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
+    fn waiting(&self, names: &[String]) -> Vec<String> {
+        named(HcctServer::waiting(self), names)
+    }
+
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<Answer>, String> {
         Ok(
             match HcctServer::fetch(self, index.ok_or(NOT_A_SILO)?, round)? {
                 hcct_server::FetchAnswer::Now { round, params } => {
-                    Some(CoordResponse::Global { round, params })
+                    Some(Answer::Global { round, params })
                 }
                 hcct_server::FetchAnswer::Hold => None,
-                hcct_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
+                hcct_server::FetchAnswer::Alone => Some(Answer::Alone),
             },
         )
     }
@@ -326,28 +311,18 @@ impl CoordAlgorithm for FedsacServer {
         FedsacServer::num_params(self)
     }
 
-    fn register(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String> {
+    fn register(&mut self, _who: &str, index: Option<usize>, req: &Request) -> Result<(), String> {
         match req {
-            CoordRequest::Join { n_train } => {
+            Request::Join { n_train } => {
                 FedsacServer::register(self, index.ok_or(NOT_A_SILO)?, *n_train)
             }
             _ => Err("this coordinator runs fedsac: join with n_train".into()),
         }
     }
 
-    fn update(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String> {
+    fn update(&mut self, _who: &str, index: Option<usize>, req: Request) -> Result<bool, String> {
         match req {
-            CoordRequest::Contribute {
+            Request::Contribute {
                 round,
                 params,
                 subspace,
@@ -356,17 +331,21 @@ impl CoordAlgorithm for FedsacServer {
         }
     }
 
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
+    fn waiting(&self, names: &[String]) -> Vec<String> {
+        named(FedsacServer::waiting(self), names)
+    }
+
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<Answer>, String> {
         Ok(
             match FedsacServer::fetch(self, index.ok_or(NOT_A_SILO)?, round)? {
-                fedsac_server::FetchAnswer::Now(a) => Some(CoordResponse::Assigned {
+                fedsac_server::FetchAnswer::Now(a) => Some(Answer::Assigned {
                     round: a.round,
                     params: a.params,
                     direction: a.direction,
                     train: a.train,
                 }),
                 fedsac_server::FetchAnswer::Hold => None,
-                fedsac_server::FetchAnswer::Alone => Some(CoordResponse::Alone),
+                fedsac_server::FetchAnswer::Alone => Some(Answer::Alone),
             },
         )
     }
@@ -425,28 +404,18 @@ impl CoordAlgorithm for FedCollabServer {
         0
     }
 
-    fn register(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: &CoordRequest,
-    ) -> Result<(), String> {
+    fn register(&mut self, _who: &str, index: Option<usize>, req: &Request) -> Result<(), String> {
         match req {
-            CoordRequest::Join { n_train } => {
+            Request::Join { n_train } => {
                 FedCollabServer::register(self, index.ok_or(NOT_A_SILO)?, *n_train)
             }
             _ => Err("this coordinator runs fedcollab: join with n_train".into()),
         }
     }
 
-    fn update(
-        &mut self,
-        _who: &str,
-        index: Option<usize>,
-        req: CoordRequest,
-    ) -> Result<bool, String> {
+    fn update(&mut self, _who: &str, index: Option<usize>, req: Request) -> Result<bool, String> {
         match req {
-            CoordRequest::Distances { pairs } => self.report(index.ok_or(NOT_A_SILO)?, pairs),
+            Request::Distances { pairs } => self.report(index.ok_or(NOT_A_SILO)?, pairs),
             _ => Err(
                 "this coordinator runs fedcollab: it takes distances; models stay within \
                  the coalitions"
@@ -455,7 +424,12 @@ impl CoordAlgorithm for FedCollabServer {
         }
     }
 
-    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<CoordResponse>, String> {
+    /// No rounds: nobody is awaited.
+    fn waiting(&self, _names: &[String]) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn fetch(&self, index: Option<usize>, round: u64) -> Result<Option<Answer>, String> {
         Ok(
             match FedCollabServer::fetch(self, index.ok_or(NOT_A_SILO)?, round)? {
                 fedcollab_server::FetchAnswer::Hold => None,
@@ -463,13 +437,13 @@ impl CoordAlgorithm for FedCollabServer {
                     target,
                     nodes,
                     members,
-                } => Some(CoordResponse::DiscPlan {
+                } => Some(Answer::DiscPlan {
                     target,
                     nodes,
                     members,
                 }),
                 fedcollab_server::FetchAnswer::Coalition { members, sizes } => {
-                    Some(CoordResponse::Coalition { members, sizes })
+                    Some(Answer::Coalition { members, sizes })
                 }
             },
         )
@@ -486,4 +460,12 @@ impl CoordAlgorithm for FedCollabServer {
     fn solved(&self) -> Option<&Solved> {
         FedCollabServer::solved(self)
     }
+}
+
+/// Silo indices by name (an index past `names` keeps its number, so it stays distinct).
+fn named(indices: Vec<usize>, names: &[String]) -> Vec<String> {
+    indices
+        .into_iter()
+        .map(|i| names.get(i).cloned().unwrap_or_else(|| format!("silo-{i}")))
+        .collect()
 }
