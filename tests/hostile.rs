@@ -917,7 +917,7 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
         intake::BAD_FRAMES
     );
     // Blocked: a redial is refused (the handshake completes, then the coordinator closes it).
-    h.swarm.dial(addr).unwrap();
+    h.swarm.dial(addr.clone()).unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     let mut refused = false;
     while !refused && Instant::now() < until {
@@ -949,8 +949,39 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
             .any(|l| l.contains("message bounds") && l.contains("receive_budget_kib")),
         "no receive budget stated:\n{log}"
     );
+    // The block outlives a restart of the coordinator (insiders' review D2: it did not).
+    drop(coordinator);
+    let coord_log = p.nodes_dir.join("coordinator-2.log");
+    let mut coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let until = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&coord_log).is_ok_and(|l| l.contains("listening")) {
+        assert!(
+            Instant::now() < until,
+            "the restarted coordinator never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(&coord_log).unwrap();
+    assert!(log.contains("blocks resumed from the block list"), "{log}");
+    h.swarm.dial(addr).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut refused_again = false;
+    while !refused_again && Instant::now() < until {
+        let _ = tokio::time::timeout(Duration::from_millis(100), h.swarm.select_next_some()).await;
+        refused_again = std::fs::read_to_string(&coord_log)
+            .unwrap()
+            .contains("refused a connection with a blocked peer");
+    }
+    assert!(
+        refused_again && !h.swarm.is_connected(&coord.peer_id),
+        "the restarted coordinator took the blocked member back:\n{}",
+        std::fs::read_to_string(&coord_log).unwrap()
+    );
+    assert!(coordinator.0.try_wait().unwrap().is_none());
     eprintln!(
-        "coordinator bad-frame storm: connection cut after {sent} bad frames (threshold {})",
+        "coordinator bad-frame storm: connection cut after {sent} bad frames (threshold {}); \
+         the block held across a restart",
         intake::BAD_FRAMES
     );
 }

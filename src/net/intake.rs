@@ -5,8 +5,9 @@
 //! ([`Blocks`], the behaviour that enforces the block), and the rate-limited warnings for
 //! refused frames.
 //!
-//! Owns: [`Limits`] and their defaults, [`Intake`] (shared by every copy of the codecs), and
-//! [`Blocks`].
+//! Owns: [`Limits`] and their defaults, [`Intake`] (shared by every copy of the codecs),
+//! [`Blocks`], and the block list's file (`blocks.json` in the state directory), so a block
+//! outlives a restart (insiders' review D2).
 //! Must not: read or decode frames (that is `protocol::frame` through the codec), or know about
 //! rounds; blocking here is for bad frames only (partitions have their own block list).
 
@@ -139,6 +140,8 @@ struct State {
     blocked: HashMap<PeerId, Instant>,
     /// Peers to disconnect ([`Blocks`] does).
     to_close: Vec<PeerId>,
+    /// Where the block list is kept across restarts (`None`: in memory only).
+    file: Option<std::path::PathBuf>,
     /// Each peer's share of the receive budget.
     shares: HashMap<PeerId, Budget>,
 }
@@ -164,6 +167,66 @@ impl Intake {
             state: Mutex::default(),
             waker: AtomicWaker::new(),
         })
+    }
+
+    /// Keeps the block list in `path` from now on, after taking in the blocks it holds that
+    /// have not run out. A file that cannot be read is logged and replaced, never fatal.
+    pub(crate) fn remember_blocks(&self, path: std::path::PathBuf) {
+        let now = Instant::now();
+        let wall = unix_now();
+        let saved: Vec<SavedBlock> = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                warn!(path = %path.display(), error = %e, "block list unreadable; starting without it");
+                Vec::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "block list unreadable; starting without it");
+                Vec::new()
+            }
+        };
+        let mut s = self.state();
+        for b in saved {
+            let Ok(peer) = b.peer.parse::<PeerId>() else {
+                continue;
+            };
+            // A block longer than the configured one (a clock set back, an edited file) is
+            // cut to it.
+            let left = b
+                .until_unix_s
+                .saturating_sub(wall)
+                .min(self.limits.block_for.as_secs());
+            if left > 0 {
+                s.blocked.insert(peer, now + Duration::from_secs(left));
+            }
+        }
+        let resumed = s.blocked.len();
+        s.file = Some(path);
+        drop(s);
+        if resumed > 0 {
+            warn!(peers = resumed, "blocks resumed from the block list");
+        }
+    }
+
+    /// Writes the block list, when it is kept in a file (a failed write is logged).
+    fn save_blocks(&self, s: &State, now: Instant) {
+        let Some(path) = &s.file else { return };
+        let wall = unix_now();
+        let list: Vec<SavedBlock> = s
+            .blocked
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(p, until)| SavedBlock {
+                peer: p.to_string(),
+                until_unix_s: wall + (*until - now).as_secs_f64().ceil() as u64,
+            })
+            .collect();
+        let written = serde_json::to_vec(&list)
+            .map_err(std::io::Error::other)
+            .and_then(|b| crate::store::write_atomic(path, &b));
+        if let Err(e) = written {
+            warn!(path = %path.display(), error = %e, "block list not written; the block holds until a restart");
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -249,6 +312,7 @@ impl Intake {
         s.strikes.remove(&peer);
         s.blocked.insert(peer, now + self.limits.block_for);
         s.to_close.push(peer);
+        self.save_blocks(&s, now);
         drop(s);
         self.metrics.blocked_peers.inc();
         if let Some(held) = self.warns.allow(&(Some(peer), "blocked"), now) {
@@ -286,6 +350,20 @@ impl Intake {
         }
         Err(ConnectionDenied::new(Blocked { peer, left }))
     }
+}
+
+/// One block in `blocks.json`: the peer and when the block runs out (wall clock, so it means
+/// the same to the next process).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedBlock {
+    peer: String,
+    until_unix_s: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A request being read; gives its slot back when dropped.
@@ -400,6 +478,44 @@ mod tests {
             },
             Metrics::default(),
         )
+    }
+
+    /// Insiders' review D2: a block held only in memory ended with the process.
+    #[test]
+    fn a_block_outlives_a_restart_and_ends_when_it_would_have() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blocks.json");
+        let (bad, good) = (PeerId::random(), PeerId::random());
+        let first = intake(2);
+        first.remember_blocks(path.clone());
+        let e = WireError::Decode("x".into());
+        first.refused(Some(bad), "/p", &e);
+        first.refused(Some(bad), "/p", &e);
+        assert!(first.admit(bad).is_err());
+        // The next process.
+        let second = intake(2);
+        assert!(second.admit(bad).is_ok(), "no block without the file");
+        second.remember_blocks(path.clone());
+        assert!(second.admit(bad).is_err(), "the block came back");
+        assert!(second.admit(good).is_ok());
+        let left = second.blocked(bad, Instant::now()).unwrap();
+        assert!(left <= second.limits.block_for, "{left:?}");
+        // A block that ran out meanwhile does not come back.
+        let saved = format!(r#"[{{"peer":"{bad}","until_unix_s":{}}}]"#, unix_now() - 1);
+        std::fs::write(&path, saved).unwrap();
+        let third = intake(2);
+        third.remember_blocks(path.clone());
+        assert!(third.admit(bad).is_ok());
+        // A damaged file is set aside: no block, no failure, and the next block rewrites it.
+        std::fs::write(&path, b"{not json").unwrap();
+        let fourth = intake(2);
+        fourth.remember_blocks(path.clone());
+        assert!(fourth.admit(bad).is_ok());
+        fourth.refused(Some(good), "/p", &e);
+        fourth.refused(Some(good), "/p", &e);
+        let fifth = intake(2);
+        fifth.remember_blocks(path);
+        assert!(fifth.admit(good).is_err());
     }
 
     #[test]

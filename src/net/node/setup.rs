@@ -225,6 +225,7 @@ pub(super) fn build_swarm(
         );
     }
     let intake = Intake::new(Limits::node(budget), metrics.clone());
+    intake.remember_blocks(cfg.state_dir.join("blocks.json"));
     let behaviour_cfg = BehaviourConfig {
         allowed,
         max_message,
