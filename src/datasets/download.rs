@@ -7,7 +7,7 @@
 //! where a loader reads.
 
 use super::progress::Event;
-use super::verify::{FileState, check_file, sha256_file};
+use super::verify::{FileState, check_file, part_path, sha256_file};
 use super::{FetchError, Fetcher, FileSpec, SetSpec, Source, io_err};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -132,13 +132,6 @@ fn fetch_and_place(
         }
     }
     Ok(())
-}
-
-/// `file.part` beside `file`.
-pub(super) fn part_path(file: &Path) -> PathBuf {
-    let mut name = file.file_name().unwrap_or_default().to_os_string();
-    name.push(".part");
-    file.with_file_name(name)
 }
 
 fn create_parent(path: &Path) -> Result<(), FetchError> {

@@ -3,11 +3,10 @@
 //! a data set's report and its wording, and SHA-256 over a file.
 //! Must not: change anything on disk.
 
-use super::download::part_path;
 use super::{FetchError, FileSpec, SetSpec, io_err};
 use sha2::{Digest, Sha256};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What is on disk for one file of the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,6 +174,13 @@ pub fn verify<'a>(set: &SetSpec<'a>, dir: &Path) -> Result<SetReport<'a>, FetchE
         files.push((*file, check_file(dir, file)?));
     }
     Ok(SetReport { set: *set, files })
+}
+
+/// `file.part` beside `file`.
+pub(super) fn part_path(file: &Path) -> PathBuf {
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(".part");
+    file.with_file_name(name)
 }
 
 #[cfg(test)]

@@ -49,18 +49,19 @@
 //! attack = { silos = [3], kind = "scale", factor = 1e6 }   # kind = "none" ends it
 //! ```
 //!
-//! Attack kinds (`crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
+//! Attack kinds ([`Attack`], carried out by `crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
 //! `noise` (factor: its norm over the honest gradient's), `extreme`, `stale`, `free_ride`,
 //! `labels`. The attacking silos' own gradients stay honest.
 
+mod attack;
 pub mod checks;
 #[cfg(test)]
 mod tests;
 mod timeline;
 
+pub use attack::Attack;
 pub use timeline::{NetState, Presence, Timeline};
 
-use crate::silo::attack::Attack;
 use serde::{Deserialize, Serialize};
 
 /// The `[faults]` section of a scenario.

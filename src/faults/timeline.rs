@@ -5,8 +5,8 @@
 //! Must not: parse or validate the schema (`mod.rs`), apply anything (the drivers), or judge
 //! a run (`checks`).
 
+use super::Attack;
 use super::{Event, Fault, Restart, Schedule, Trigger};
-use crate::silo::attack::Attack;
 use serde::Serialize;
 /// Whether a silo is running, as far as the schedule is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

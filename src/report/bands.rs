@@ -6,7 +6,6 @@
 
 use super::names::display_label;
 use super::plots::{Curve, CurvePoint};
-use super::summary::Curves;
 use super::table::mean_std;
 use std::collections::BTreeMap;
 
@@ -29,6 +28,9 @@ pub fn over_seeds(seeds: &[&[(usize, f64)]]) -> Vec<CurvePoint> {
         })
         .collect()
 }
+
+/// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
+pub(crate) type Curves = Vec<(String, Vec<(usize, f64)>)>;
 
 /// One curve per algorithm, in the order of the first seed's, from every seed's curves
 /// (`curves[seed]` lists `(algorithm name, points)`); an algorithm is matched across seeds by

@@ -6,8 +6,9 @@
 //! ([`write_node_seed`]).
 //! Must not: start or watch nodes, or judge faults (`launch` adds its fault report and figures).
 
+use super::bands::Curves;
 use super::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
-use super::summary::{Curves, ReportError, algorithm_round, same_group_mass, write_seed_plots};
+use super::summary::{ReportError, algorithm_round, same_group_mass, write_seed_plots};
 use crate::learn::Evaluation;
 use crate::scenario::Algorithm;
 use crate::trace::NodeRound;

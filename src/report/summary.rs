@@ -7,10 +7,12 @@
 //! Must not: run or evaluate models, or decide what a run's seeds and algorithms are (the
 //! drivers hand it what they produced).
 
+use super::bands;
+pub(crate) use super::bands::Curves;
 use super::records::{
     AlgorithmResult, AlgorithmRound, AlgorithmSummary, RoundRecord, RunSummary, Summary,
 };
-use super::{bands, plots, table};
+use super::{plots, table};
 use crate::learn::{Evaluation, ModelSpec};
 use crate::scenario::Algorithm;
 use std::path::{Path, PathBuf};
@@ -59,9 +61,6 @@ pub struct Outcome {
     /// The final table (also written to `table.txt`).
     pub table: String,
 }
-
-/// A metric per evaluated round, per algorithm: `(name, [(round, value)])`.
-pub(crate) type Curves = Vec<(String, Vec<(usize, f64)>)>;
 
 /// Scores of every silo at one evaluation, as the run log and summaries hold them: loss and
 /// accuracy (or MSE) pooled over silos, and per silo, summed in silo order.

@@ -1,13 +1,13 @@
 //! The `[data]` and `[split]` sections of a scenario, and turning them into a run's data: the
 //! data directory, the real data set loaded once, and each run's [`Federation`].
-//! Owns: [`DataConfig`], [`Source`], [`SplitConfig`], [`SplitKind`], [`Loaded`],
+//! Owns: [`DataConfig`], [`SplitConfig`], [`SplitKind`], [`Loaded`],
 //! [`CLUSTER4_ODD_SHARE`] and `Scenario::{data_dir, load_real, federation}`: the pool's size,
 //! which partitioner cuts it, and whether the features are standardized.
 //! Must not: validate the whole file (`validate.rs`), find or read own files (`own.rs`), or
 //! implement a loader or a partitioner (`learn::loaders`, `learn::partition`).
 
 use super::own::{OwnData, Silos, attach_test};
-use super::{DATA_DIR_ENV, Scenario, ScenarioError};
+use super::{DATA_DIR_ENV, Scenario, ScenarioError, Source};
 use crate::learn::loaders::{self, Column, RealSource};
 use crate::learn::partition::Assign;
 use crate::learn::scale::{self, FeatureScale};
@@ -19,47 +19,6 @@ use std::path::{Path, PathBuf};
 /// Share of its odd label each cluster4 type gets (the paper's `cluster4_0.25`, FedCollab spec
 /// §7.1): the odd label is 1/7 of a client's data.
 pub const CLUSTER4_ODD_SHARE: f64 = 0.25;
-
-/// Where samples come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Synthetic label-group Gaussian mixture (no files).
-    Mixture,
-    /// The sine toy of the paper's Figure 1 (no files).
-    Sine,
-    /// MNIST IDX files.
-    Mnist,
-    /// Fashion-MNIST IDX files.
-    FashionMnist,
-    /// CIFAR-10 binary batches.
-    Cifar10,
-    /// UCI optdigits.
-    Optdigits,
-    /// Own CSV files: numeric feature columns and a label column (`label_column`).
-    Csv,
-    /// Own IDX files: `[images, labels]`, images of any size.
-    Idx,
-    /// Own images: a folder of class sub-folders of PNG/JPEG images.
-    Images,
-}
-
-impl Source {
-    /// The name used in scenario files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Source::Mixture => "mixture",
-            Source::Sine => "sine",
-            Source::Mnist => "mnist",
-            Source::FashionMnist => "fashion_mnist",
-            Source::Cifar10 => "cifar10",
-            Source::Optdigits => "optdigits",
-            Source::Csv => "csv",
-            Source::Idx => "idx",
-            Source::Images => "images",
-        }
-    }
-}
 
 /// A scenario's data, loaded once and shared by every run and seed.
 #[derive(Clone, Debug)]

@@ -15,6 +15,7 @@ mod algorithms;
 mod data;
 mod model;
 mod own;
+mod source;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -22,9 +23,10 @@ mod tests_own;
 mod validate;
 
 pub use algorithms::{FeddiscoConfig, FedsacConfig, FedsacScore};
-pub use data::{CLUSTER4_ODD_SHARE, DataConfig, Loaded, Source, SplitConfig, SplitKind};
+pub use data::{CLUSTER4_ODD_SHARE, DataConfig, Loaded, SplitConfig, SplitKind};
 pub use model::{ModelConfig, ModelKind, TrainConfig};
 pub use own::{OwnData, SiloFiles, Silos};
+pub use source::Source;
 
 use crate::coord::fedcollab::FedCollabConfig;
 use crate::coord::hcct::HcctConfig;
@@ -68,6 +70,15 @@ pub enum ScenarioError {
     /// The data could not be loaded or split.
     #[error(transparent)]
     Data(#[from] DataError),
+}
+
+/// `Ok` when `ok`, else [`ScenarioError::Invalid`] with `msg()`.
+pub(super) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ScenarioError::Invalid(msg()))
+    }
 }
 
 /// An algorithm `simulate` can run.

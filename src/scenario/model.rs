@@ -4,8 +4,7 @@
 //! Owns: [`ModelConfig`], [`ModelKind`] and [`TrainConfig`].
 //! Must not: build or train a model (`learn`).
 
-use super::ScenarioError;
-use super::validate::check;
+use super::{ScenarioError, check};
 use crate::learn::ModelSpec;
 use serde::{Deserialize, Serialize};
 /// Architecture family; sizes of inputs and outputs come from the data.

@@ -49,13 +49,6 @@ pub struct OwnData {
     pub classes: Vec<String>,
 }
 
-impl Source {
-    /// A researcher's own files rather than a built-in data set.
-    pub fn is_own(self) -> bool {
-        matches!(self, Source::Csv | Source::Idx | Source::Images)
-    }
-}
-
 /// `p` against `base` unless absolute.
 fn under(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {

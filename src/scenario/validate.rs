@@ -3,20 +3,11 @@
 //! Owns: `Scenario::validate`; errors name the field, the allowed range and the value.
 //! Must not: parse (`mod.rs`) or build anything from the scenario (`data.rs`, `model.rs`).
 
-use super::{Algorithm, ModelKind, Scenario, ScenarioError, Source, SplitKind};
+use super::{Algorithm, ModelKind, Scenario, ScenarioError, Source, SplitKind, check};
 use crate::learn::partition::Assign;
 
 fn synthetic_source(s: Source) -> bool {
     matches!(s, Source::Mixture | Source::Sine)
-}
-
-/// `Ok` when `ok`, else [`ScenarioError::Invalid`] with `msg()`.
-pub(super) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ScenarioError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ScenarioError::Invalid(msg()))
-    }
 }
 
 impl Scenario {

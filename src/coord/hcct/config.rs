@@ -1,10 +1,12 @@
 //! HCCT's hyperparameters (spec `docs/specs/hcct.md` §1.3, §2.3, §3, §6): the trade-off
 //! constant α, the stopping rule of ClientPartition, the local optimizer, the `[hcct]` section
 //! of a scenario with the spec's defaults and its validation, and the learning-rate schedule.
-//! Owns: [`HcctConfig`], [`Alpha`], [`Stop`], [`Optimizer`] and [`learning_rate`].
+//! Owns: [`HcctConfig`], [`Alpha`], [`Stop`], [`Optimizer`], [`learning_rate`], and the settings
+//! of ClientPartition and of the coordinator's schedule ([`PartitionConfig`],
+//! [`CoordinatorConfig`]).
 //! Must not: compute utilities, partitions or models (`gram.rs`, `partition.rs`, `models.rs`).
 
-use super::{CoordinatorConfig, HcctError, PartitionConfig};
+use super::HcctError;
 use serde::{Deserialize, Serialize};
 
 /// The trade-off constant α of the utility (spec §1.3–1.4). Written as a number or
@@ -202,4 +204,24 @@ impl HcctConfig {
 /// η_t = η₀ · decay^t (spec §3; the paper's 0.995^{t−1} with t from 1).
 pub fn learning_rate(lr0: f64, decay: f64, round: usize) -> f64 {
     lr0 * decay.powf(round as f64)
+}
+
+/// What ClientPartition (`partition.rs`) needs besides the gradients and sizes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PartitionConfig {
+    /// α.
+    pub alpha: Alpha,
+    /// When to stop merging.
+    pub stop: Stop,
+}
+
+/// How a [`super::Coordinator`] schedules partitions.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CoordinatorConfig {
+    /// ClientPartition's rule.
+    pub partition: PartitionConfig,
+    /// Round 0 as one group (code) instead of singletons (paper), A1.
+    pub round0_global: bool,
+    /// Partition once after round 0 and keep it, A4.
+    pub one_shot: bool,
 }

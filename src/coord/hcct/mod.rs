@@ -28,11 +28,13 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Alpha, HcctConfig, Optimizer, Stop, learning_rate};
+pub use config::{
+    Alpha, CoordinatorConfig, HcctConfig, Optimizer, PartitionConfig, Stop, learning_rate,
+};
 pub use gram::{Gram, client_utilities, merge_benefit};
 pub use models::{group_average, layer_scores, pseudo_gradient, select_layer};
-pub use partition::{Merge, Partition, PartitionConfig, partition, partition_gradients};
-pub use schedule::{Coordinator, CoordinatorConfig, CoordinatorSnapshot};
+pub use partition::{Merge, Partition, partition, partition_gradients};
+pub use schedule::{Coordinator, CoordinatorSnapshot};
 
 /// Errors of the HCCT core. Each names the value at fault and what was allowed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -1,21 +1,12 @@
 //! ClientPartition (spec `docs/specs/hcct.md` Algorithm 2, §2.3): greedy agglomerative
 //! merging from singletons with deterministic tie-breaking.
-//! Owns: [`partition`], [`partition_gradients`], [`Partition`], [`Merge`] and
-//! [`PartitionConfig`].
+//! Owns: [`partition`], [`partition_gradients`], [`Partition`] and [`Merge`] (its settings,
+//! `PartitionConfig`, are `config.rs`'s).
 //! Must not: compute the utility or benefit itself (`gram.rs`), or decide which gradients a
 //! round uses (`schedule.rs`).
 
 use super::gram::sorted_union;
-use super::{Alpha, Gram, HcctError, Stop, client_utilities, merge_benefit};
-/// What ClientPartition needs besides the gradients and sizes.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PartitionConfig {
-    /// α.
-    pub alpha: Alpha,
-    /// When to stop merging.
-    pub stop: Stop,
-}
-
+use super::{Gram, HcctError, PartitionConfig, Stop, client_utilities, merge_benefit};
 /// One merge of ClientPartition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Merge {

@@ -1,23 +1,13 @@
 //! The per-round schedule of partitions an HCCT coordinator hands out (spec
 //! `docs/specs/hcct.md` §3, §5): round 0, every round from scratch or one-shot, stale
 //! reports, checkpoints.
-//! Owns: [`Coordinator`], [`CoordinatorConfig`] and [`CoordinatorSnapshot`].
+//! Owns: [`Coordinator`] and [`CoordinatorSnapshot`] (its settings, `CoordinatorConfig`, are
+//! `config.rs`'s).
 //! Must not: touch models, sockets or clocks: the server (`server.rs`) and the
 //! simulator drive it; ClientPartition itself is `partition.rs`.
 
-use super::{Gram, HcctError, Merge, Partition, PartitionConfig, Stop, partition};
+use super::{CoordinatorConfig, Gram, HcctError, Merge, Partition, Stop, partition};
 use serde::{Deserialize, Serialize};
-/// How a [`Coordinator`] schedules partitions.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CoordinatorConfig {
-    /// ClientPartition's rule.
-    pub partition: PartitionConfig,
-    /// Round 0 as one group (code) instead of singletons (paper), A1.
-    pub round0_global: bool,
-    /// Partition once after round 0 and keep it, A4.
-    pub one_shot: bool,
-}
-
 /// The coordinator's side of HCCT (spec §5): which groups train together in each round.
 ///
 /// Round t's groups are [`Coordinator::groups`]. After every client reported its round-t
