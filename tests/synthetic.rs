@@ -233,8 +233,8 @@ fn the_simulator_clips_each_senders_gradient_when_asked() {
 /// silo samples every model each round. Without the owner's cap on the others' gradients
 /// (`foreign_cap = 0`) every model is trained on every silo alike, the weights stay at 1/3
 /// and FedeRiCo ends far below training alone; with the default cap it holds its group and
-/// is not below Local (docs/quality.md, "Few silos"). The gradients the cap holds back point
-/// against the owner's own, so `drop_opposed` alone holds the group too.
+/// is not below Local (docs/notes/quality-history.md, "Few silos"). The gradients the cap holds
+/// back point against the owner's own, so `drop_opposed` alone holds the group too.
 #[test]
 fn three_silos_with_one_alone_in_its_group_are_not_worse_than_alone() {
     let text = |extra: &str| {

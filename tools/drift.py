@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where FedeRiCo's weight and gradients go, round by round (docs/quality.md, "Why").
+"""Where FedeRiCo's weight and gradients go, round by round (docs/notes/quality-history.md, "Why").
 
 Reads a simulate run folder (its seed-*/rounds.jsonl and seed-*/partition.json) and prints,
 averaged over seeds, at a few rounds: FedeRiCo's pooled accuracy (evaluated rounds only),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Per-silo CSV files in the learning-quality issue's outside setting (docs/quality.md,
-"Outside the suite as per-silo files"): 10 silos, 5 label groups of 2 classes, 2 silos a
-group, one CSV file a silo, the features as the data set has them (optdigits' pixel counts
-0-16, the sensor traces' units around 500).
+"""Per-silo CSV files in the learning-quality issue's outside setting
+(docs/notes/quality-history.md, "Outside the suite as per-silo files"): 10 silos, 5 label groups
+of 2 classes, 2 silos a group, one CSV file a silo, the features as the data set has them
+(optdigits' pixel counts 0-16, the sensor traces' units around 500).
 
     python3 docs/ablations/per-silo-files.py OPTDIGITS_DIR SIGNALS_CSV
 

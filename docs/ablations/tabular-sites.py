@@ -1,6 +1,6 @@
 """Writes a tabular data set unlike the clinics example, to test `loss_scale = "auto"` out of
-sample (docs/quality.md, "A temperature from the data"): 8 sites, 10 numeric features, 4
-classes. Sites hold 100-600 rows with their own class mix (Dirichlet(1)) and their own
+sample (docs/notes/quality-history.md, "A temperature from the data"): 8 sites, 10 numeric
+features, 4 classes. Sites hold 100-600 rows with their own class mix (Dirichlet(1)) and their own
 measurement offsets; sites 0-3 and 4-7 form two groups whose class centres differ (the same
 label means different measurements in the two groups). Written once, before any run on it.
 

@@ -188,7 +188,7 @@ pub struct Soften {
 }
 
 /// `soften` of `variant = "federico"` (where members > M + 1), chosen on the quality suite
-/// (`docs/quality.md`, "Softer after the first rounds").
+/// (`docs/notes/quality-history.md`, "Softer after the first rounds").
 pub const DEFAULT_SOFTEN: Soften = Soften {
     from_round: 5,
     factor: 0.5,
@@ -258,8 +258,8 @@ pub struct FedericoConfig {
     /// learning its data. The E-step, the mixture and the gradients to other models are
     /// unchanged. It rescues federations whose rows collapse on to another group's model
     /// (features left in their own units) and is about neutral on the quality suite, which
-    /// chose the defaults (`docs/quality.md`, "A floor under the own gradient"), so it is not
-    /// one of them.
+    /// chose the defaults (`docs/notes/quality-history.md`, "A floor under the own
+    /// gradient"), so it is not one of them.
     pub own_floor: f64,
 }
 
@@ -342,7 +342,8 @@ pub enum Variant {
 pub const DEFAULT_PUSH_CUT: f64 = 0.5;
 
 /// `foreign_cap` of `variant = "federico"` where every silo samples every model each round
-/// (`docs/quality.md`, "Few silos": without it such a federation's models become one).
+/// (`docs/notes/quality-history.md`, "Few silos": without it such a federation's models become
+/// one).
 pub const DEFAULT_FOREIGN_CAP: f64 = 0.5;
 
 impl Default for FedericoConfig {
@@ -381,7 +382,7 @@ impl FedericoConfig {
     /// silo samples every model each round (members ≤ M + 1): there sampling cannot break the
     /// symmetry of the first rounds, every model steps on the same gradients and the weights
     /// never separate; with more members (the quality suite's 8) it does not cap, since the cap
-    /// also limits what a group's silos learn from each other (`docs/quality.md`).
+    /// also limits what a group's silos learn from each other (`docs/notes/quality-history.md`).
     pub fn foreign_cap(&self, members: usize) -> Option<f64> {
         match self.foreign_cap {
             Some(c) if c > 0.0 => Some(c),
@@ -419,8 +420,8 @@ impl FedericoConfig {
     /// (`factor = 1`: off), else the variant's. `"federico"` softens where a silo samples only
     /// some of the models each round (members > M + 1, the suite's eight silos); where it
     /// samples every model, the few-silo federations [`Self::foreign_cap`] is for, a softer row
-    /// leaks weight to the other group's models (`docs/quality.md`, "Softer after the first
-    /// rounds"), so it does not.
+    /// leaks weight to the other group's models (`docs/notes/quality-history.md`, "Softer after
+    /// the first rounds"), so it does not.
     pub fn soften(&self, members: usize) -> Option<Soften> {
         let s = match self.soften {
             Some(s) => s,

@@ -8,7 +8,8 @@
 //!
 //! Why: features as they come from a user's files (an age in years, a pressure in mmHg, a
 //! sensor at an offset of 500) make every model's training ill-conditioned, and mixing such
-//! models fails first; `docs/quality.md` ("Own data in its own units") has the numbers.
+//! models fails first; `docs/notes/quality-history.md` ("Own data in its own units") has the
+//! numbers.
 //! Fitting on one silo alone is not offered: label skew moves each silo's means, so silos that
 //! standardize apart no longer speak the same features (measured there too). The constants are
 //! what silos would obtain by sharing per-feature counts, sums and sums of squares of their

@@ -78,7 +78,8 @@ pub(super) fn load_data(cfg: &NodeConfig, me: NodeId) -> Result<ClientData, Node
 
 /// A CSV silo without the federation's `data.scale` whose columns are plainly in their own
 /// units (a mean or a standard deviation above 10) trains badly, and every model mixed with
-/// it too (`docs/quality.md`, "Own data in its own units"): say so, naming the column.
+/// it too (`docs/notes/quality-history.md`, "Own data in its own units"): say so, naming the
+/// column.
 fn warn_unscaled(cfg: &NodeConfig, train: &crate::learn::Dataset) {
     if cfg.data.format != Some(crate::net::config::DataFormat::Csv) {
         return;
