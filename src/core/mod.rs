@@ -845,6 +845,14 @@ impl Peer {
     }
 }
 
+/// Whether round `round` (counted from 1) is scored: every `every`-th round (0: none) and the
+/// last (`rounds`; `None`: the run has no last round). The one rule of every driver: the
+/// simulator, the FedeRiCo round engine, and the coordinated and FedCollab nodes (which score
+/// their last round in their final line).
+pub fn is_evaluation_round(round: u64, every: u64, rounds: Option<u64>) -> bool {
+    (every > 0 && round % every == 0) || rounds.is_some_and(|t| round >= t)
+}
+
 /// Rounds a suspect sits out after the `n`-th failure counted from `suspect_after` (n ≥ 1):
 /// 2, 4, 8, … up to [`MAX_BACKOFF_ROUNDS`].
 pub fn backoff_rounds(n: u32) -> u64 {

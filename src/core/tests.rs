@@ -532,3 +532,21 @@ fn soften_divides_the_loss_gaps_from_its_round_on() {
     p.handle_peer_joined(NodeId(8));
     assert_eq!(q.weights(), p.weights());
 }
+
+#[test]
+fn evaluation_rounds_are_every_nth_and_the_last() {
+    let scored = |every, rounds, upto| -> Vec<u64> {
+        (1..=upto)
+            .filter(|&r| is_evaluation_round(r, every, rounds))
+            .collect()
+    };
+    assert_eq!(scored(5, Some(12), 12), [5, 10, 12]);
+    assert_eq!(scored(5, Some(10), 10), [5, 10]);
+    assert_eq!(scored(1, Some(3), 3), [1, 2, 3]);
+    assert_eq!(
+        scored(0, Some(7), 9),
+        [7, 8, 9],
+        "from the last on, every round is"
+    );
+    assert_eq!(scored(4, None, 12), [4, 8, 12]);
+}

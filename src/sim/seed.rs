@@ -185,7 +185,11 @@ pub(super) fn run_seed(
 
         // Evaluate.
         let mut scored = Vec::new();
-        if round % scenario.eval_every == 0 || round == scenario.rounds {
+        if crate::core::is_evaluation_round(
+            round as u64,
+            scenario.eval_every as u64,
+            Some(scenario.rounds as u64),
+        ) {
             for &a in &algorithms {
                 // `--export`: the last round's predictors are written as they are scored.
                 ctx.export = (export && round == scenario.rounds).then(|| ExportTo {

@@ -508,9 +508,13 @@ impl<H> Round<H> {
                 self.sub = 0;
                 self.round += 1;
                 self.serve_held();
-                let last = self.is_last_round();
                 let asked = std::mem::take(&mut self.evaluate_next);
-                if self.round % self.cfg.eval_every == 0 || last || asked {
+                let scored = crate::core::is_evaluation_round(
+                    self.round,
+                    self.cfg.eval_every,
+                    self.cfg.rounds,
+                );
+                if scored || asked {
                     self.start_fetching(now);
                 } else {
                     self.end_round(now, None);

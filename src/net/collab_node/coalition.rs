@@ -13,6 +13,7 @@ use super::link::{Cmd, Link, peer_within};
 use super::state::{FinalLine, RoundLine, Saved, save};
 use super::structure::attach;
 use crate::coord::fedcollab::coalition_average;
+use crate::core::is_evaluation_round;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
@@ -138,7 +139,10 @@ async fn one_round(
     state.round += 1;
     let cfg = fl.cfg;
     let eval =
-        if cfg.eval_every > 0 && state.round % cfg.eval_every == 0 && state.round < cfg.rounds {
+        // The last round is scored in the final line.
+        if is_evaluation_round(state.round, cfg.eval_every, Some(cfg.rounds))
+            && state.round < cfg.rounds
+        {
             let ev = evaluate(local, state.params.clone()).await?;
             Some(crate::trace::EvalRecord::from(ev))
         } else {

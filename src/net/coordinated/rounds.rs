@@ -11,6 +11,7 @@ use super::link::{self, Link, SwarmConfig, ask, fetch_until, register_until};
 use super::state::{FinalLine, MAGIC, RoundLine, SENT_MAGIC, Saved, Sent, VERSION};
 use super::state::{catch_up, read_saved};
 use crate::coord::feddisco;
+use crate::core::is_evaluation_round;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
@@ -591,7 +592,8 @@ impl Node {
         round: u64,
     ) -> anyhow::Result<Option<crate::trace::EvalRecord>> {
         let cfg = &self.cfg;
-        if cfg.eval_every > 0 && round % cfg.eval_every == 0 && round < cfg.rounds {
+        // The last round is scored in the final line.
+        if is_evaluation_round(round, cfg.eval_every, Some(cfg.rounds)) && round < cfg.rounds {
             let ev = self.evaluate(params.clone()).await?;
             // The model just scored is the silo's model to take home until the next one.
             self.export(params, ev.accuracy()).await;
