@@ -829,6 +829,140 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     std::mem::forget(coordinator);
 }
 
+/// Insiders' review D3, as the member did it: a FedDisco member registers with
+/// `n_train = 10^12` and a zero discrepancy, then sends ±10^6 parameters every round, speaking
+/// the protocol correctly. With the coordinator's defences (`[feddisco] size_cap`,
+/// `update_clip`, `weight_cap`, on by default) its weight is capped and the global stays the
+/// honest silos'; with them off (the run before them) it takes most of the weight and the
+/// global.
+#[tokio::test]
+async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
+    let (weight, biggest) = feddisco_liar(&[]).await;
+    // Three senders: at most 1.5 fair shares, 0.5 (its capped size and a claimed discrepancy
+    // of 0 would give it 0.75).
+    assert!(weight <= 0.5 + 1e-9, "defended: the liar's weight {weight}");
+    assert!(
+        biggest < 100.0,
+        "defended: the global's largest parameter {biggest}"
+    );
+    let (weight_off, biggest_off) =
+        feddisco_liar(&[
+            "feddisco.size_cap=0",
+            "feddisco.update_clip=0",
+            "feddisco.weight_cap=0",
+        ])
+        .await;
+    assert!(
+        weight_off > 0.7,
+        "undefended: the liar's weight {weight_off}"
+    );
+    assert!(
+        biggest_off > 1e4,
+        "undefended: the global's largest parameter {biggest_off}"
+    );
+    eprintln!(
+        "feddisco liar (n_train 1e12, ±1e6 parameters): weight {weight:.3}, largest global \
+         parameter {biggest:.3}; without the defences {weight_off:.3} and {biggest_off:.0}"
+    );
+}
+
+/// Two honest FedDisco silos and a liar with silo-2's key, 3 rounds: the liar's largest weight
+/// in `coordinator.jsonl` and the largest parameter of the last global it fetched.
+async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = ["split.clients=3", "rounds=3", "eval_every=1"]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
+    let setup =
+        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 5.0, 5.0, Algorithm::Feddisco)
+            .unwrap();
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let coord = manifest.members.last().unwrap();
+    let addr = coord.addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+    let liar_id = key.public().to_peer_id().to_string();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr).await;
+    let mut ask = async |req: &CoordRequest| -> CoordResponse {
+        match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
+            Outcome::Answer(b) => decode(&b),
+            Outcome::Failed(e) => panic!("{req:?} failed: {e}"),
+        }
+    };
+    assert!(matches!(
+        ask(&CoordRequest::Register {
+            n_train: 1_000_000_000_000,
+            discrepancy: 0.0,
+        })
+        .await,
+        CoordResponse::Ack
+    ));
+    let nodes: Vec<KillOnDrop> = (0..2)
+        .map(|i| {
+            KillOnDrop(
+                launch::start_node(
+                    Path::new(EXE),
+                    &p.configs[i],
+                    &p.nodes_dir.join(format!("silo-{i}.log")),
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    let mut last = Vec::new();
+    for round in 0..=3u64 {
+        let params = match ask(&CoordRequest::Fetch { round }).await {
+            CoordResponse::Global { params, .. } => params,
+            other => panic!("round {round}: {other:?}"),
+        };
+        last = params.to_vec();
+        if round == 3 {
+            break;
+        }
+        let poison: Vec<f32> = (0..params.len())
+            .map(|i| if i % 2 == 0 { 1e6 } else { -1e6 })
+            .collect();
+        let answer = ask(&CoordRequest::Update {
+            round,
+            params: Arc::new(poison),
+            n_train: 1_000_000_000_000,
+        })
+        .await;
+        assert!(matches!(answer, CoordResponse::Ack), "{answer:?}");
+    }
+    let lines = std::fs::read_to_string(setup.state_dir.join("coordinator.jsonl")).unwrap();
+    let weight = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|l| {
+            let peers = l["peers"].as_array()?.clone();
+            let at = peers.iter().position(|p| p == &liar_id)?;
+            l["weights"][at].as_f64()
+        })
+        .fold(0.0f64, f64::max);
+    let biggest = last.iter().map(|x| f64::from(x.abs())).fold(0.0, f64::max);
+    // The honest silos and the coordinator may have finished: stop them either way.
+    for mut c in nodes.into_iter().chain([coordinator]) {
+        let _ = c.0.kill();
+        let _ = c.0.wait();
+        std::mem::forget(c);
+    }
+    (weight, biggest)
+}
+
 /// A member that keeps sending garbage to a coordinator is disconnected and blocked after
 /// `intake::BAD_FRAMES` bad frames, as a node blocks one (issue 18): its redial is refused,
 /// the coordinator logs the block once, states its receive budget at start, and stays up.

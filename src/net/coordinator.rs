@@ -249,6 +249,7 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
             Ok(Box::new(Disco {
                 state: ServerState::decode(b)?,
                 params,
+                robust: cfg.feddisco.robust(),
             }))
         })?,
     };
@@ -277,6 +278,7 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
         CoordinatedAlgorithm::Feddisco => Box::new(Disco {
             state: ServerState::new(init()?),
             params,
+            robust: cfg.feddisco.robust(),
         }),
     })
 }

@@ -28,6 +28,14 @@ pub struct FeddiscoConfig {
     /// Clients sampled per round, uniformly without replacement (0 = all; spec §5.2 partial
     /// participation uses 10).
     pub clients_per_round: usize,
+    /// A sender's `n_k` counts at most this many times the round's median (0: as reported;
+    /// `coord::feddisco::Robust`, insiders' review D3).
+    pub size_cap: f64,
+    /// An update moves the global at most this many times the round's median move (0: no
+    /// bound).
+    pub update_clip: f64,
+    /// No sender's weight exceeds this many fair shares, 1/K each (0: no cap).
+    pub weight_cap: f64,
 }
 
 impl Default for FeddiscoConfig {
@@ -42,11 +50,32 @@ impl Default for FeddiscoConfig {
             momentum: 0.9,
             weight_decay: 1e-5,
             clients_per_round: 0,
+            size_cap: DEFAULT_SIZE_CAP,
+            update_clip: DEFAULT_UPDATE_CLIP,
+            weight_cap: DEFAULT_WEIGHT_CAP,
         }
     }
 }
 
+/// `[feddisco] size_cap`'s default.
+const DEFAULT_SIZE_CAP: f64 = 2.0;
+/// `[feddisco] update_clip`'s default.
+const DEFAULT_UPDATE_CLIP: f64 = 3.0;
+/// `[feddisco] weight_cap`'s default: NIID-2's uniform silo, which FedDisco raises to 1.45
+/// fair shares, is below it.
+const DEFAULT_WEIGHT_CAP: f64 = 1.5;
+
 impl FeddiscoConfig {
+    /// The coordinator's defences against members' lies.
+    pub fn robust(&self) -> crate::coord::feddisco::Robust {
+        let on = |v: f64| (v > 0.0).then_some(v);
+        crate::coord::feddisco::Robust {
+            size_cap: on(self.size_cap),
+            update_clip: on(self.update_clip),
+            weight_cap: on(self.weight_cap),
+        }
+    }
+
     /// The coordinator's weighting rule.
     pub fn params(&self) -> crate::coord::feddisco::Params {
         crate::coord::feddisco::Params {
@@ -62,6 +91,14 @@ impl FeddiscoConfig {
         for (name, v) in [("a", self.a), ("b", self.b)] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be finite and >= 0, got {v}"));
+            }
+        }
+        for (name, v) in [
+            ("size_cap", self.size_cap),
+            ("update_clip", self.update_clip),
+        ] {
+            if !(v.is_finite() && (v == 0.0 || v >= 1.0)) {
+                return Err(format!("{name} must be 0 (off) or at least 1, got {v}"));
             }
         }
         if self.local_epochs == 0 {

@@ -115,9 +115,13 @@ impl CoordinatedRun for FeddiscoRun {
         // The coordinator: weights over the arrived set, then the weighted average.
         let arrived: Vec<DiscoReport> = chosen.iter().map(|&i| self.reports[i]).collect();
         let invariant = |e: feddisco::DiscoError| SimError::Invariant(format!("feddisco: {e}"));
-        let w = feddisco::weights(&arrived, &self.cfg.params()).map_err(invariant)?;
         let models: Vec<&[f32]> = locals.iter().map(Vec::as_slice).collect();
-        self.global = feddisco::aggregate(&models, &w.p).map_err(invariant)?;
+        let (_, global, _) = self
+            .cfg
+            .robust()
+            .aggregate(&arrived, &models, &self.global, &self.cfg.params())
+            .map_err(invariant)?;
+        self.global = global;
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 
 use super::{Answer, Request};
 use crate::coord::fedcollab_server::{self, FedCollabServer, Solved};
-use crate::coord::feddisco::{DiscoReport, Params};
+use crate::coord::feddisco::{DiscoReport, Params, Robust};
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
 use crate::coord::hcct_server::{self, HcctServer};
@@ -97,12 +97,14 @@ pub trait CoordAlgorithm {
     }
 }
 
-/// FedDisco's server with the weighting it aggregates with.
+/// FedDisco's server with the weighting it aggregates with and its defences.
 pub struct Disco {
     /// The round state.
     pub state: ServerState,
     /// The weighting.
     pub params: Params,
+    /// The defences against members' lies.
+    pub robust: Robust,
 }
 
 impl CoordAlgorithm for Disco {
@@ -173,7 +175,7 @@ impl CoordAlgorithm for Disco {
     }
 
     fn close(&mut self, timed_out: bool) -> Result<(u64, usize, serde_json::Value), String> {
-        let l = self.state.close(&self.params, timed_out)?;
+        let l = self.state.close(&self.params, &self.robust, timed_out)?;
         let v = serde_json::to_value(&l).map_err(|e| e.to_string())?;
         Ok((l.round, l.peers.len(), v))
     }

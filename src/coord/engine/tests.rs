@@ -56,6 +56,7 @@ fn disco() -> Box<dyn CoordAlgorithm> {
     Box::new(Disco {
         state: ServerState::new(vec![0.0; LEN]),
         params: Params::default(),
+        robust: crate::coord::feddisco::Robust::NONE,
     })
 }
 
@@ -462,6 +463,7 @@ fn the_first_round_after_a_restart_excuses_nobody() {
     let alg = Box::new(Disco {
         state,
         params: Params::default(),
+        robust: crate::coord::feddisco::Robust::NONE,
     });
     let mut b = Bench::new(alg, config(10, 3));
     for i in 0..3 {

@@ -252,6 +252,164 @@ impl Params {
     }
 }
 
+/// FedDisco's defences against a member's lies (insiders' review D3: a member that registered
+/// with `n_train = 10^12` took 0.79 of the weight, and its ±10^6 parameters ruined every silo),
+/// applied by the coordinator to each round's senders before [`weights`] and [`aggregate`], in
+/// the simulator and the network alike. With nothing to cap or clip the round is bit for bit
+/// the undefended one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Robust {
+    /// A report's `n_k` counts at most this many times the (lower) median `n` of the round's
+    /// senders; `None`: as reported.
+    pub size_cap: Option<f64>,
+    /// An update moves the global at most this many times the (lower) median distance of the
+    /// round's updates from it (a longer move is scaled back along its direction); `None`: no
+    /// bound.
+    pub update_clip: Option<f64>,
+    /// No sender's weight exceeds this many fair shares (`cap / K` for K senders; the excess
+    /// goes to the others in proportion to their weights). A discrepancy of 0 is a claim no
+    /// coordinator can check; this bounds what it buys. `None`: no cap.
+    pub weight_cap: Option<f64>,
+}
+
+/// The lower median (robust to any minority, and to exactly half).
+fn lower_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) / 2]
+}
+
+impl Robust {
+    /// No defence: the paper's FedDisco.
+    pub const NONE: Robust = Robust {
+        size_cap: None,
+        update_clip: None,
+        weight_cap: None,
+    };
+
+    /// `p` with no entry above `weight_cap / K`, the excess spread over the others in
+    /// proportion (water filling); how many were capped. `p` sums to 1.
+    pub fn cap_weights(&self, p: &mut [f64]) -> usize {
+        let Some(cap) = self.weight_cap.filter(|_| !p.is_empty()) else {
+            return 0;
+        };
+        let limit = (cap / p.len() as f64).max(1.0 / p.len() as f64);
+        let mut capped = vec![false; p.len()];
+        loop {
+            let over: Vec<usize> = (0..p.len())
+                .filter(|&i| !capped[i] && p[i] > limit)
+                .collect();
+            if over.is_empty() {
+                break;
+            }
+            for &i in &over {
+                capped[i] = true;
+            }
+            let fixed = capped.iter().filter(|c| **c).count() as f64 * limit;
+            let free: f64 = (0..p.len()).filter(|&i| !capped[i]).map(|i| p[i]).sum();
+            for i in 0..p.len() {
+                p[i] = if capped[i] {
+                    limit
+                } else if free > 0.0 {
+                    p[i] * (1.0 - fixed) / free
+                } else {
+                    (1.0 - fixed) / (p.len() as f64 - fixed / limit)
+                };
+            }
+        }
+        capped.iter().filter(|c| **c).count()
+    }
+
+    /// The reports with `n_k` capped, and how many were.
+    pub fn cap_sizes(&self, reports: &[DiscoReport]) -> (Vec<DiscoReport>, usize) {
+        let mut out = reports.to_vec();
+        let (Some(cap), false) = (self.size_cap, reports.is_empty()) else {
+            return (out, 0);
+        };
+        let median = lower_median(reports.iter().map(|r| r.num_samples as f64).collect());
+        let limit = (cap * median).max(1.0).min(u64::MAX as f64) as u64;
+        let mut capped = 0;
+        for r in &mut out {
+            if r.num_samples > limit {
+                r.num_samples = limit;
+                capped += 1;
+            }
+        }
+        (out, capped)
+    }
+
+    /// For each model, its clipped copy when its move from `global` is over the bound (`None`:
+    /// taken as it is).
+    pub fn clip_updates(&self, models: &[&[f32]], global: &[f32]) -> Vec<Option<Vec<f32>>> {
+        let Some(k) = self.update_clip.filter(|_| !models.is_empty()) else {
+            return vec![None; models.len()];
+        };
+        let dist = |m: &[f32]| -> f64 {
+            m.iter()
+                .zip(global)
+                .map(|(&x, &g)| (f64::from(x) - f64::from(g)).powi(2))
+                .sum::<f64>()
+                .sqrt()
+        };
+        let d: Vec<f64> = models.iter().map(|m| dist(m)).collect();
+        let limit = k * lower_median(d.clone());
+        models
+            .iter()
+            .zip(&d)
+            .map(|(m, &di)| {
+                (di > limit).then(|| {
+                    let s = if di > 0.0 { limit / di } else { 0.0 };
+                    m.iter()
+                        .zip(global)
+                        .map(|(&x, &g)| (f64::from(g) + s * (f64::from(x) - f64::from(g))) as f32)
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    /// One round under the defences: the weights over the capped reports and the aggregate of
+    /// the clipped models, with how many sizes were capped and updates clipped.
+    pub fn aggregate(
+        &self,
+        reports: &[DiscoReport],
+        models: &[&[f32]],
+        global: &[f32],
+        params: &Params,
+    ) -> Result<(Weights, Vec<f32>, Defended), DiscoError> {
+        let (reports, sizes_capped) = self.cap_sizes(reports);
+        let mut w = weights(&reports, params)?;
+        let weights_capped = self.cap_weights(&mut w.p);
+        let clipped = self.clip_updates(models, global);
+        let updates_clipped = clipped.iter().filter(|c| c.is_some()).count();
+        let taken: Vec<&[f32]> = models
+            .iter()
+            .zip(&clipped)
+            .map(|(m, c)| c.as_deref().unwrap_or(m))
+            .collect();
+        let g = aggregate(&taken, &w.p)?;
+        Ok((
+            w,
+            g,
+            Defended {
+                sizes_capped,
+                updates_clipped,
+                weights_capped,
+            },
+        ))
+    }
+}
+
+/// What the defences changed in one round (logged with it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Defended {
+    /// Reports whose `n_k` was capped.
+    pub sizes_capped: usize,
+    /// Updates scaled back.
+    pub updates_clipped: usize,
+    /// Weights cut to the cap.
+    pub weights_capped: usize,
+}
+
 /// One round's weights and what produced them (spec §4.1: log `n`, `d`, `p` and the clip
 /// count every round). All vectors are in the order of the reports given to [`weights`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -371,6 +529,44 @@ pub fn aggregate(models: &[&[f32]], p: &[f64]) -> Result<Vec<f32>, DiscoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defences_cap_sizes_at_the_lower_median_and_scale_long_moves_back() {
+        let r = |n| DiscoReport {
+            num_samples: n,
+            discrepancy: 0.0,
+        };
+        let robust = Robust {
+            size_cap: Some(2.0),
+            update_clip: Some(3.0),
+            weight_cap: Some(1.5),
+        };
+        // No weight above 1.5 fair shares, the rest in proportion; sums stay 1.
+        let mut p = [0.7, 0.2, 0.1];
+        assert_eq!(robust.cap_weights(&mut p), 1);
+        assert!(
+            (p[0] - 0.5).abs() < 1e-12 && (p[1] / p[2] - 2.0).abs() < 1e-12,
+            "{p:?}"
+        );
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        let mut even = [0.25; 4];
+        assert_eq!(robust.cap_weights(&mut even), 0);
+        assert_eq!(even, [0.25; 4]);
+        // Two members, one lying: the lower median is the honest one's.
+        let (capped, n) = robust.cap_sizes(&[r(40), r(u64::MAX)]);
+        assert_eq!((capped[1].num_samples, n), (80, 1));
+        assert_eq!(robust.cap_sizes(&[]).1, 0);
+        assert_eq!(Robust::NONE.cap_sizes(&[r(1), r(1000)]).1, 0);
+        // Moves of 1, 1 and 10 from the global: the third is scaled back to 3, same direction.
+        let g = [1.0f32, 1.0];
+        let ms: [&[f32]; 3] = [&[2.0, 1.0], &[1.0, 0.0], &[1.0, 11.0]];
+        let c = robust.clip_updates(&ms, &g);
+        assert!(c[0].is_none() && c[1].is_none());
+        assert_eq!(c[2].as_deref(), Some(&[1.0f32, 4.0][..]));
+        // Every other update equal to the global: the outlier is taken back to it.
+        let ms: [&[f32]; 3] = [&g, &g, &[5.0, 5.0]];
+        assert_eq!(robust.clip_updates(&ms, &g)[2].as_deref(), Some(&g[..]));
+    }
 
     fn close(got: &[f64], want: &[f64], tol: f64) {
         assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");

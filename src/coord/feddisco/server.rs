@@ -7,7 +7,7 @@
 //! [`feddisco::aggregate`] of their models. A round with no update keeps the global.
 //! Must not: train, see data, or wait on anything (the network driver owns the clock).
 
-use crate::coord::feddisco::{self, DiscoReport, Params};
+use crate::coord::feddisco::{DiscoReport, Params, Robust};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,6 +62,19 @@ pub struct RoundLog {
     pub fell_back: bool,
     /// Closed at the deadline rather than with every registered node.
     pub timed_out: bool,
+    /// Senders whose `n_k` was capped ([`Robust`]; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sizes_capped: usize,
+    /// Updates scaled back ([`Robust`]; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub updates_clipped: usize,
+    /// Weights cut to the cap ([`Robust`]; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub weights_capped: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ServerState {
@@ -125,7 +138,12 @@ impl ServerState {
 
     /// Closes the open round: weights over the senders' reports, aggregate, bump the round.
     /// `timed_out` is only recorded.
-    pub fn close(&mut self, params: &Params, timed_out: bool) -> Result<RoundLog, String> {
+    pub fn close(
+        &mut self,
+        params: &Params,
+        robust: &Robust,
+        timed_out: bool,
+    ) -> Result<RoundLog, String> {
         let senders: Vec<&String> = self.pending.keys().collect();
         let mut log = RoundLog {
             round: self.round,
@@ -137,13 +155,20 @@ impl ServerState {
             clipped: 0,
             fell_back: false,
             timed_out,
+            sizes_capped: 0,
+            updates_clipped: 0,
+            weights_capped: 0,
         };
         if !senders.is_empty() {
             let reports: Vec<DiscoReport> = senders.iter().map(|p| self.reports[*p]).collect();
-            let w = feddisco::weights(&reports, params).map_err(|e| e.to_string())?;
             let models: Vec<&[f32]> = self.pending.values().map(|m| m.as_slice()).collect();
-            let global = feddisco::aggregate(&models, &w.p).map_err(|e| e.to_string())?;
+            let (w, global, defended) = robust
+                .aggregate(&reports, &models, &self.global, params)
+                .map_err(|e| e.to_string())?;
             self.global = Arc::new(global);
+            log.sizes_capped = defended.sizes_capped;
+            log.updates_clipped = defended.updates_clipped;
+            log.weights_capped = defended.weights_capped;
             log.weights = w.p;
             log.n = w.n;
             log.d = w.d;
@@ -248,11 +273,14 @@ mod tests {
         assert!(!s.update("a", 0, Arc::new(vec![1.0, 1.0])).unwrap());
         assert!(s.update("c", 0, Arc::new(vec![0.0, 3.0])).unwrap());
         let p = Params::default();
-        let log = s.close(&p, false).unwrap();
-        let want = feddisco::weights(&[rep(10, 0.1), rep(30, 0.5), rep(60, 0.0)], &p).unwrap();
+        let log = s.close(&p, &Robust::NONE, false).unwrap();
+        let want = crate::coord::feddisco::weights(&[rep(10, 0.1), rep(30, 0.5), rep(60, 0.0)], &p)
+            .unwrap();
         assert_eq!(log.peers, ["a", "b", "c"]);
         assert_eq!(log.weights, want.p);
-        let g = feddisco::aggregate(&[&[1.0, 1.0], &[2.0, 0.0], &[0.0, 3.0]], &want.p).unwrap();
+        let g =
+            crate::coord::feddisco::aggregate(&[&[1.0, 1.0], &[2.0, 0.0], &[0.0, 3.0]], &want.p)
+                .unwrap();
         assert_eq!(*s.global, g);
         assert_eq!(s.round, 1);
         assert!(s.pending.is_empty());
@@ -265,19 +293,82 @@ mod tests {
         s.update("c", 0, Arc::new(vec![0.0, 3.0])).unwrap();
         assert!(!s.all_in());
         let p = Params::default();
-        let log = s.close(&p, true).unwrap();
-        let want = feddisco::weights(&[rep(10, 0.1), rep(60, 0.0)], &p).unwrap();
+        let log = s.close(&p, &Robust::NONE, true).unwrap();
+        let want = crate::coord::feddisco::weights(&[rep(10, 0.1), rep(60, 0.0)], &p).unwrap();
         assert_eq!(log.weights, want.p);
         assert!((log.weights.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert!(log.timed_out);
         assert_eq!(log.registered, 3);
     }
 
+    /// Insiders' review D3, as the member did it: it registers with `n_train = 10^12` and
+    /// sends ±10^6 parameters; the honest three send models near the global.
+    #[test]
+    fn a_member_lying_about_its_size_and_sending_huge_parameters_is_contained() {
+        let run = |robust: &Robust| {
+            let mut s = ServerState::new(vec![0.0; 4]);
+            for (p, n) in [("a", 40), ("b", 40), ("c", 40), ("liar", 1_000_000_000_000)] {
+                s.register(p, rep(n, 0.1));
+            }
+            s.update("a", 0, Arc::new(vec![0.1, 0.0, 0.0, 0.0]))
+                .unwrap();
+            s.update("b", 0, Arc::new(vec![0.0, 0.1, 0.0, 0.0]))
+                .unwrap();
+            s.update("c", 0, Arc::new(vec![0.0, 0.0, 0.1, 0.0]))
+                .unwrap();
+            s.update("liar", 0, Arc::new(vec![1e6, -1e6, 1e6, -1e6]))
+                .unwrap();
+            let log = s.close(&Params::default(), robust, false).unwrap();
+            let liar = log.peers.iter().position(|p| p == "liar").unwrap();
+            let moved = s
+                .global
+                .iter()
+                .map(|x| f64::from(*x).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            (log.weights[liar], moved, log)
+        };
+        let (w, moved, _) = run(&Robust::NONE);
+        assert!(w > 0.75, "undefended, the liar takes the weight: {w}");
+        assert!(moved > 1e5, "and the global: {moved}");
+        let robust = Robust {
+            size_cap: Some(2.0),
+            update_clip: Some(3.0),
+            weight_cap: Some(1.5),
+        };
+        let (w, moved, log) = run(&robust);
+        // Its size counts as twice the median (80 rows against 3 × 40): about 0.42 of the
+        // weight, where a silo of the median's size gets about 0.19; the cap is 1.5 / 4.
+        assert!(w <= 0.375 + 1e-12, "{w}");
+        // Its move is cut to 3 × the median move (0.1): the global moves about 0.42 × 0.3,
+        // plus the honest 0.58 × 0.1 spread over three coordinates.
+        assert!(moved < 0.2, "{moved}");
+        assert_eq!(
+            (log.sizes_capped, log.updates_clipped, log.weights_capped),
+            (1, 1, 1)
+        );
+        // The honest round alone is bit for bit the undefended one.
+        let honest = |robust: &Robust| {
+            let mut s = three();
+            s.update("a", 0, Arc::new(vec![1.0, 1.0])).unwrap();
+            s.update("b", 0, Arc::new(vec![2.0, 0.0])).unwrap();
+            s.update("c", 0, Arc::new(vec![0.0, 3.0])).unwrap();
+            s.close(&Params::default(), robust, false).unwrap();
+            s.global
+        };
+        let loose = Robust {
+            size_cap: Some(6.0),
+            update_clip: Some(3.0),
+            weight_cap: Some(3.0),
+        };
+        assert_eq!(honest(&loose), honest(&Robust::NONE));
+    }
+
     #[test]
     fn an_empty_round_keeps_the_global() {
         let mut s = three();
         let before = s.global.clone();
-        let log = s.close(&Params::default(), true).unwrap();
+        let log = s.close(&Params::default(), &Robust::NONE, true).unwrap();
         assert!(log.peers.is_empty() && log.weights.is_empty());
         assert_eq!(s.global, before);
         assert_eq!(s.round, 1);
@@ -299,7 +390,7 @@ mod tests {
         for p in ["a", "b", "c"] {
             s.update(p, 0, Arc::new(vec![1.0, 1.0])).unwrap();
         }
-        s.close(&Params::default(), false).unwrap();
+        s.close(&Params::default(), &Robust::NONE, false).unwrap();
         match s.fetch(1) {
             FetchAnswer::Now { round, params } => {
                 assert_eq!(round, 1);
@@ -320,7 +411,7 @@ mod tests {
         for p in ["a", "b", "c"] {
             s.update(p, 0, Arc::new(vec![0.5, -1.0])).unwrap();
         }
-        s.close(&Params::default(), false).unwrap();
+        s.close(&Params::default(), &Robust::NONE, false).unwrap();
         s.update("a", 1, Arc::new(vec![9.0, 9.0])).unwrap();
         s.save(&path).unwrap();
         let back = ServerState::load(&path).unwrap().unwrap();
