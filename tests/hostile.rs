@@ -845,13 +845,12 @@ async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
         biggest < 100.0,
         "defended: the global's largest parameter {biggest}"
     );
-    let (weight_off, biggest_off) =
-        feddisco_liar(&[
-            "feddisco.size_cap=0",
-            "feddisco.update_clip=0",
-            "feddisco.weight_cap=0",
-        ])
-        .await;
+    let (weight_off, biggest_off) = feddisco_liar(&[
+        "feddisco.size_cap=0",
+        "feddisco.update_clip=0",
+        "feddisco.weight_cap=0",
+    ])
+    .await;
     assert!(
         weight_off > 0.7,
         "undefended: the liar's weight {weight_off}"

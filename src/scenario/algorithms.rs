@@ -96,6 +96,7 @@ impl FeddiscoConfig {
         for (name, v) in [
             ("size_cap", self.size_cap),
             ("update_clip", self.update_clip),
+            ("weight_cap", self.weight_cap),
         ] {
             if !(v.is_finite() && (v == 0.0 || v >= 1.0)) {
                 return Err(format!("{name} must be 0 (off) or at least 1, got {v}"));

@@ -101,6 +101,9 @@ fn out_of_range_values_name_the_field() {
         ("[train]\nlr = -0.1\n", "train.lr"),
         ("[feddisco]\na = -0.5\n", "feddisco.a"),
         ("[feddisco]\nlocal_epochs = 0\n", "feddisco.local_epochs"),
+        ("[feddisco]\nsize_cap = 0.5\n", "feddisco.size_cap"),
+        ("[feddisco]\nupdate_clip = -1\n", "feddisco.update_clip"),
+        ("[feddisco]\nweight_cap = 0.5\n", "feddisco.weight_cap"),
         ("[feddisco]\nmomentum = 1.0\n", "feddisco.momentum"),
         (
             "[feddisco]\nclients_per_round = 9\n",
