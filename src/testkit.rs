@@ -32,6 +32,11 @@ impl Clock {
         self.now
     }
 
+    /// Moves the clock `by` forward (nothing is served on the way).
+    pub(crate) fn advance(&mut self, by: std::time::Duration) {
+        self.now += by;
+    }
+
     /// Moves the clock to `until`, serving on the way every timeout `target` asks for
     /// (`next`) with `fire`, in order; a timeout in the past is served at the present.
     pub(crate) fn run_until<T>(

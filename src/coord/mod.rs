@@ -10,7 +10,9 @@
 //! (re-exported as `coord::<alg>_server`); `joining.rs` is the registration and start of a run
 //! the HCCT, FedSaC and FedCollab servers share (FedDisco's server takes whoever registered);
 //! `engine/` is the coordinator's round engine over all four servers (the rules of a run over a
-//! network: deadlines, joining, held fetches, excused members), without I/O.
+//! network: deadlines, joining, held fetches, excused members), without I/O; `member/` is the
+//! other side, a coordinated silo's rounds (budgets, detaching, reattaching, the switch to
+//! FedeRiCo), without I/O.
 
 pub mod engine;
 pub mod fedcollab;
@@ -18,6 +20,7 @@ pub mod feddisco;
 pub mod fedsac;
 pub mod hcct;
 mod joining;
+pub mod member;
 
 pub use fedcollab::server as fedcollab_server;
 pub use feddisco::server as feddisco_server;

@@ -46,7 +46,7 @@ pub(super) enum ExchangeError {
 impl ExchangeError {
     /// Worth asking again: the peer may be reachable later (not a node shutting down or a
     /// silo that does not exist).
-    fn transient(&self) -> bool {
+    pub(super) fn transient(&self) -> bool {
         matches!(self, ExchangeError::Failed(_) | ExchangeError::TimedOut)
     }
 }

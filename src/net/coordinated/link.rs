@@ -2,9 +2,9 @@
 //! `/federico/coord/2`) and carries the round loop's requests to the coordinator, through the
 //! node's [`Client`].
 //! Owns: the node's behaviour (allow list, connection caps, receive budget, bad-frame
-//! blocking), dialing the coordinator, and the requests the round loop makes
-//! of it with their retry budgets ([`register_until`], [`fetch_until`], [`ask`]).
-//! Must not: decide what the answers mean (the round loop does) or train.
+//! blocking), dialing the coordinator, and one exchange with it ([`ask`]).
+//! Must not: decide what the answers mean, when to ask again or for how long (the round
+//! engine, [`crate::coord::member`], does) or train.
 
 use crate::net::behaviour::{CoordCodec, Exchange, Members, coordination_swarm, members};
 use crate::net::client::{Client, ExchangeError, Pending, Reply, route_coord_event};
@@ -17,11 +17,6 @@ use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, StreamProtocol};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
-use tracing::warn;
-
-/// How often an unreachable coordinator is asked again within a budget.
-const RETRY: Duration = Duration::from_millis(500);
 
 /// One request to the coordinator and where its answer goes.
 pub(super) type Command = (CoordRequest, Reply<CoordResponse>);
@@ -131,34 +126,4 @@ pub(super) async fn ask(
     limit: Duration,
 ) -> Result<CoordResponse, ExchangeError> {
     link.request_within(|r| (req, r), limit).await
-}
-
-/// Fetches global `want`, retrying failed exchanges (coordinator unreachable) until `until`:
-/// the node waits at most its budget per round for the global.
-pub(super) async fn fetch_until(
-    link: &Link,
-    want: u64,
-    until: Instant,
-) -> Result<CoordResponse, ExchangeError> {
-    let fetch = |r| (CoordRequest::Fetch { round: want }, r);
-    link.request_until(fetch, until, RETRY).await
-}
-
-/// Registers, retrying unreachable-coordinator failures every 500 ms until `until`. A refusal
-/// is final for the round (logged). True once acknowledged.
-pub(super) async fn register_until(link: &Link, register: &CoordRequest, until: Instant) -> bool {
-    match link
-        .request_until(|r| (register.clone(), r), until, RETRY)
-        .await
-    {
-        Ok(CoordResponse::Ack) => true,
-        Ok(other) => {
-            warn!(?other, "registration refused");
-            false
-        }
-        Err(e) => {
-            warn!(error = %e, "could not register");
-            false
-        }
-    }
 }

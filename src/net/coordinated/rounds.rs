@@ -1,17 +1,20 @@
-//! The coordinated node's rounds (FedDisco, HCCT, FedSaC): opening its state, then per round
-//! registering, fetching the model the round starts from, training on the node's training
-//! thread, sending the update and logging; the fallback when the coordinator is unreachable.
-//! Owns: the round loop and the node's state between rounds (round, last global, model,
-//! trainings done), the run log and the checkpoint's writing.
-//! Must not: weigh, group or aggregate (the coordinator does), touch the swarm (the event loop
-//! in `link.rs` does) or train on the round loop's task (the [`Worker`] does).
+//! The coordinated node's driver (FedDisco, HCCT, FedSaC): opening its state, then carrying
+//! out what its round engine ([`crate::coord::member::Member`]) decides: asking the
+//! coordinator, training on the node's training thread, writing the last-update marker, the
+//! round's line and the checkpoint, and the final line.
+//! Owns: the node's state besides the engine's (the model, what the coordinator last sent, the
+//! trained subspace), translating the engine's questions to the wire and the answers back
+//! (checking a model's length), the run log and the checkpoint's writing.
+//! Must not: decide when to register, fetch, retry, detach, reattach, catch up or switch (the
+//! engine does), compare a deadline with the clock (it passes `now` in), weigh, group or
+//! aggregate (the coordinator does), touch the swarm (the event loop in `link.rs` does) or
+//! train on the driver's task (the [`Worker`] does).
 
 use super::federico::run_rest_as_federico;
-use super::link::{self, Link, SwarmConfig, ask, fetch_until, register_until};
-use super::state::{FinalLine, MAGIC, RoundLine, SENT_MAGIC, Saved, Sent, VERSION};
-use super::state::{catch_up, read_saved};
+use super::link::{self, Link, SwarmConfig};
+use super::state::{FinalLine, MAGIC, RoundLine, SENT_MAGIC, Saved, Sent, VERSION, read_saved};
 use crate::coord::feddisco;
-use crate::core::is_evaluation_round;
+use crate::coord::member::{self, Action, Ask, Member, MemberConfig, Reply, RoundOutcome};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::client::or_stop;
@@ -28,9 +31,11 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::{info, warn};
+
+/// How often an unreachable coordinator is asked again within a budget.
+const RETRY: Duration = Duration::from_millis(500);
 
 /// What the training thread owns: the learner, the recipe with its random streams, the data.
 struct Local {
@@ -39,19 +44,7 @@ struct Local {
     data: Arc<ClientData>,
 }
 
-/// How a round ended.
-enum Next {
-    /// On to the next round.
-    Round,
-    /// The coordinator is past its last round: nothing left to train.
-    Done,
-    /// `fallback = "federico"`: switch after this many rounds.
-    FallBack(u64),
-    /// Stopped by a signal.
-    Stopped,
-}
-
-/// The coordinated node between rounds.
+/// The coordinated node: its engine and what the driver holds for it.
 struct Node {
     cfg: NodeConfig,
     me: NodeId,
@@ -60,30 +53,28 @@ struct Node {
     rows: usize,
     batch: usize,
     n_train: u64,
-    /// The per-round budget for registering and fetching, and for each exchange.
-    fetch: Duration,
     register: CoordRequest,
     /// FedSaC: updates are contributions with a subspace.
     contributes: bool,
     link: Link,
     local: Worker<Local>,
-    round: u64,
-    last_global: Option<u64>,
+    engine: Member,
     model: Vec<f32>,
-    trained: u64,
-    /// The last-update marker read at start, until the first global says what it means.
-    sent: Option<Sent>,
+    /// The last model the coordinator sent and FedSaC's direction with it, until adopted.
+    offered: Option<Arc<Vec<f32>>>,
+    direction: Option<Arc<Vec<f32>>>,
+    /// FedSaC: the subspace of the last training.
+    subspace: Option<Vec<Vec<f64>>>,
+    /// The model of the last-update marker read at start (the engine decides whether it
+    /// counts).
+    sent_model: Option<Vec<f32>>,
     sent_path: PathBuf,
     ckpt: PathBuf,
     /// How the checkpoint writes are going (a failed one is logged and tried again).
     saves: SaveHealth,
     log: RunLog,
-    registered: bool,
-    /// The coordinator's run started without this silo: no more asking.
-    alone: bool,
-    /// Rounds in a row without a model from the coordinator.
-    streak: u64,
-    falls_back: Option<u64>,
+    /// When the round under way started.
+    started: Instant,
 }
 
 /// Runs a FedDisco, HCCT or FedSaC node from its checked prelude until its rounds are done or
@@ -235,7 +226,7 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
     // Resumed: the streams go where an uninterrupted run's are after its trainings.
     recipe.skip(replay, rows, batch);
     let sent_path = cfg.state_dir.join("coordinated.sent");
-    let sent: Option<Sent> = crate::store::read_versioned(&sent_path, SENT_MAGIC, 1)
+    let mut sent: Option<Sent> = crate::store::read_versioned(&sent_path, SENT_MAGIC, 1)
         .unwrap_or_else(|e| {
             warn!(error = %e, "ignoring the last-update marker");
             None
@@ -280,32 +271,51 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
     // Each round's line is written before its checkpoint: cut what the checkpoint lacks.
     let log = RunLog::open(&cfg.state_dir, round).map_err(|e| anyhow::anyhow!(e))?;
     info!(node = %me, peer = %peer_id, round, "coordinated node started");
+    let switched =
+        cc.federico_after().is_some() && cfg.state_dir.join("federico/checkpoint.bin").exists();
+    let engine = Member::new(
+        MemberConfig {
+            rounds: cfg.rounds,
+            budget: fetch,
+            retry: RETRY,
+            final_budget: fetch * 4,
+            eval_every: cfg.eval_every,
+            // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
+            // (`run_rest_as_federico`).
+            fall_back_after: cc.federico_after(),
+        },
+        member::Resume {
+            round,
+            last_global,
+            trained: replay,
+            sent: sent.as_ref().map(|s| member::SentMark {
+                round: s.round,
+                trained: s.trained,
+            }),
+            switched,
+        },
+    );
     let node = Node {
         me,
         peer_id: peer_id.to_string(),
         rows,
         batch,
         n_train: rows as u64,
-        fetch,
         register,
         contributes,
         link,
         local,
-        round,
-        last_global,
+        engine,
         model,
-        trained: replay,
-        sent,
+        offered: None,
+        direction: None,
+        subspace: None,
+        sent_model: sent.take().map(|s| s.params),
         sent_path,
         ckpt,
         saves: SaveHealth::new(Default::default()),
         log,
-        registered: false,
-        alone: false,
-        streak: 0,
-        // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
-        // (`run_rest_as_federico`).
-        falls_back: cc.federico_after(),
+        started: Instant::now(),
         cfg,
     };
     Ok((node, task))
@@ -320,210 +330,150 @@ fn now() -> f64 {
 }
 
 impl Node {
-    /// The rounds, then the final line. `Some(round)`: switch to FedeRiCo after `round`;
-    /// `None`: done, or stopped by a signal.
+    /// Carries out the engine's actions until it finishes or switches. `Some(round)`: switch
+    /// to FedeRiCo after `round`; `None`: done, or stopped by a signal.
     async fn drive<S: Future<Output = ()>>(
         &mut self,
         shutdown: &mut Pin<&mut S>,
     ) -> anyhow::Result<Option<u64>> {
-        if self.falls_back.is_some() && self.cfg.state_dir.join("federico/checkpoint.bin").exists()
-        {
-            // Switched before a restart: go on as FedeRiCo.
-            return Ok(Some(self.round));
-        }
-        while self.round < self.cfg.rounds {
-            match self.one_round(shutdown).await? {
-                Next::Round => {}
-                Next::Done => break,
-                Next::FallBack(at) => return Ok(Some(at)),
-                Next::Stopped => {
+        self.engine.handle_start(Instant::now());
+        loop {
+            let Some(action) = self.engine.poll_action() else {
+                let Some(at) = self.engine.poll_timeout() else {
+                    anyhow::bail!("the coordinated rounds wait for nothing (a bug)");
+                };
+                let pause = tokio::time::sleep_until(at.into());
+                if or_stop(shutdown, pause).await.is_none() {
                     info!("stopped by a signal");
+                    return Ok(None);
+                }
+                self.engine.handle_timeout(Instant::now());
+                continue;
+            };
+            match action {
+                Action::Ask { ask, within } => {
+                    let Some(reply) = or_stop(shutdown, self.ask(ask, within)).await else {
+                        info!("stopped by a signal");
+                        return Ok(None);
+                    };
+                    self.engine.handle_reply(Instant::now(), reply);
+                }
+                Action::Adopt { .. } => {
+                    if let Some(p) = self.offered.take() {
+                        self.model = p.to_vec();
+                    }
+                }
+                Action::Recover { skip, outcome } => self.recover(skip, outcome).await?,
+                Action::Train { at } => {
+                    self.train(at).await?;
+                    self.engine.handle_trained(Instant::now());
+                }
+                Action::MarkSent(mark) => {
+                    let mark = Sent {
+                        round: mark.round,
+                        trained: mark.trained,
+                        params: self.model.clone(),
+                    };
+                    crate::store::write_versioned(&self.sent_path, SENT_MAGIC, 1, &mark)
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                }
+                Action::EndRound(outcome) => {
+                    self.end_round(outcome).await?;
+                    self.engine.handle_round_written(Instant::now());
+                }
+                Action::Event(e) => log_event(e),
+                Action::FallBack { at } => return Ok(Some(at)),
+                Action::Finish { final_round } => {
+                    self.finish(final_round).await?;
                     return Ok(None);
                 }
             }
         }
-        self.finish().await?;
-        Ok(None)
     }
 
-    /// One round: register if needed, fetch the round's model (or train from the own one),
-    /// train, send the update, log, checkpoint.
-    async fn one_round<S: Future<Output = ()>>(
-        &mut self,
-        shutdown: &mut Pin<&mut S>,
-    ) -> anyhow::Result<Next> {
-        let started = std::time::Instant::now();
-        // One budget per round for registering and fetching: a coordinator that is not
-        // up yet (or restarting) is retried within it.
-        let until = Instant::now() + self.fetch;
-        if !self.registered && !self.alone {
-            let register = register_until(&self.link, &self.register, until);
-            let Some(r) = or_stop(shutdown, register).await else {
-                return Ok(Next::Stopped);
-            };
-            self.registered = r;
-        }
-        let want = self.last_global.map_or(0, |g| g + 1);
-        let got = if self.alone {
-            Ok(CoordResponse::Alone)
-        } else {
-            match or_stop(shutdown, fetch_until(&self.link, want, until)).await {
-                Some(r) => r,
-                None => return Ok(Next::Stopped),
+    /// Asks the coordinator, and reads the answer for the engine (a model of the wrong length
+    /// is unusable; the parameters of a usable one wait in `offered`).
+    async fn ask(&mut self, ask: Ask, within: Duration) -> Reply {
+        let req = match ask {
+            Ask::Register => self.register.clone(),
+            Ask::Fetch { round } => CoordRequest::Fetch { round },
+            Ask::Update { round } => {
+                let params = Arc::new(self.model.clone());
+                if self.contributes {
+                    CoordRequest::Contribute {
+                        round,
+                        params,
+                        subspace: self.subspace.clone(),
+                    }
+                } else {
+                    CoordRequest::Update {
+                        round,
+                        params,
+                        n_train: self.n_train,
+                    }
+                }
             }
         };
-        let (global_round, direction, train) = self.take(got);
-        // The coordinator is already past its last round (this node skipped rounds it
-        // was not needed in, e.g. outside FedSaC's cohorts): nothing left to train.
-        if global_round.is_some_and(|g| g >= self.cfg.rounds) {
-            return Ok(Next::Done);
-        }
-        if let Some(g) = global_round {
-            self.recover(want, g).await?;
-        }
-        let (local, subspace) = if train {
-            self.train(global_round, direction).await?
-        } else {
-            (self.model.clone(), None)
-        };
-        let acked = match global_round.filter(|_| train) {
-            Some(g) => self.send_update(g, &local, subspace).await?,
-            None => false,
-        };
-        // Detached: the own model carries on; attached: the next global replaces it.
-        self.model = local;
-        self.round += 1;
-        let eval = self.eval_at(self.model.clone(), self.round).await?;
-        self.write_line(&RoundLine {
-            node: self.me.0,
-            round: self.round,
-            global_round,
-            attached: global_round.is_some(),
-            trained: train,
-            update_acked: acked,
-            seconds: started.elapsed().as_secs_f64(),
-            at: now(),
-            eval,
-            recovered: false,
-            alone: self.alone,
-        })?;
-        self.save();
-        self.streak = if global_round.is_some() || self.alone {
-            0
-        } else {
-            self.streak + 1
-        };
-        if self.falls_back.is_some_and(|after| self.streak >= after) && self.round < self.cfg.rounds
-        {
-            warn!(
-                round = self.round,
-                rounds_without = self.streak,
-                "the coordinator is gone: switching to FedeRiCo with the other silos"
-            );
-            return Ok(Next::FallBack(self.round));
-        }
-        Ok(Next::Round)
-    }
-
-    /// Takes the coordinator's answer: the global round trained from (`None`: detached), the
-    /// regulariser direction, and whether to train.
-    fn take(
-        &mut self,
-        got: Result<CoordResponse, crate::net::client::ExchangeError>,
-    ) -> (Option<u64>, Option<Arc<Vec<f32>>>, bool) {
-        let round = self.round;
         let len = self.model.len();
-        let fits = |p: &[f32]| p.len() == len;
-        match got {
-            Ok(CoordResponse::Global { round: g, params }) if fits(&params) => {
-                self.model = params.to_vec();
-                self.last_global = Some(g);
-                (Some(g), None, true)
+        let misfit = |p: &[f32]| {
+            (p.len() != len)
+                .then(|| Reply::Unusable(format!("a model of {} parameters, not {len}", p.len())))
+        };
+        match link::ask(&self.link, req, within).await {
+            Ok(CoordResponse::Ack) => Reply::Ack,
+            Ok(CoordResponse::Error { reason }) => Reply::Refused(reason),
+            Ok(CoordResponse::Alone) => Reply::Alone,
+            Ok(CoordResponse::Global { round, params }) => {
+                if let Some(bad) = misfit(&params) {
+                    return bad;
+                }
+                self.offered = Some(params);
+                self.direction = None;
+                Reply::Model { round, train: true }
             }
             Ok(CoordResponse::Assigned {
-                round: g,
+                round,
                 params,
                 direction,
                 train,
-            }) if fits(&params) && direction.as_deref().is_none_or(|d| fits(d)) => {
-                self.model = params.to_vec();
-                self.last_global = Some(g);
-                (Some(g), direction, train)
-            }
-            Ok(CoordResponse::Alone) => {
-                if !self.alone {
-                    warn!(
-                        round,
-                        "the coordinator's run started without this silo (it joined after \
-                         the join deadline): training alone for the remaining rounds"
-                    );
-                    self.alone = true;
+            }) => {
+                if let Some(bad) =
+                    misfit(&params).or_else(|| direction.as_deref().and_then(|d| misfit(d)))
+                {
+                    return bad;
                 }
-                (None, None, true)
+                self.offered = Some(params);
+                self.direction = direction;
+                Reply::Model { round, train }
             }
-            other => {
-                warn!(
-                    round,
-                    ?other,
-                    "no model from the coordinator: training from the last model (fallback)"
-                );
-                self.registered = false;
-                (None, None, true)
-            }
+            Ok(_) => Reply::Unusable("an answer to another question".into()),
+            Err(e) if e.transient() => Reply::Failed(e.to_string()),
+            Err(e) => Reply::Unusable(e.to_string()),
         }
     }
 
-    /// The first global after a restart: a training whose update went out before the kill
-    /// and whose round the coordinator has closed counts (its line rebuilt, its draws skipped).
-    async fn recover(&mut self, want: u64, got: u64) -> anyhow::Result<()> {
-        let Some(s) = self.sent.take() else {
-            return Ok(());
-        };
-        let skip = catch_up(Some(&s), want, got, self.trained);
-        if skip == 0 {
-            return Ok(());
-        }
+    /// The round a kill cut off after its update went out: the streams move past its
+    /// trainings, and its line is written again (with the marker's model).
+    async fn recover(&mut self, skip: u64, o: RoundOutcome) -> anyhow::Result<()> {
         info!(
-            round = s.round,
+            round = o.global_round,
             "the last update went out before the kill: not training it again"
         );
         let (rows, batch) = (self.rows, self.batch);
         self.local
             .run(move |l| l.recipe.skip(skip, rows, batch))
             .await?;
-        self.trained += skip;
-        // The round after the checkpoint, as it ended before the kill.
-        self.round += 1;
-        let eval = self.eval_at(s.params, self.round).await?;
-        self.write_line(&RoundLine {
-            node: self.me.0,
-            round: self.round,
-            global_round: Some(s.round),
-            attached: true,
-            trained: true,
-            update_acked: false,
-            seconds: 0.0,
-            at: now(),
-            eval,
-            recovered: true,
-            alone: false,
-        })
+        let params = self.sent_model.take().unwrap_or_default();
+        let eval = self.eval_at(params, o).await?;
+        self.write_line(o, eval, 0.0);
+        Ok(())
     }
 
-    /// Local training on the training thread, with the simulator's recipe. Detached, the
-    /// round's schedule (HCCT's η_t) follows the node's own round. The trained model and
-    /// FedSaC's subspace.
-    async fn train(
-        &mut self,
-        global_round: Option<u64>,
-        direction: Option<Arc<Vec<f32>>>,
-    ) -> anyhow::Result<(Vec<f32>, Option<Vec<Vec<f64>>>)> {
-        let (batch, at, mut p) = (
-            self.batch,
-            global_round.unwrap_or(self.round),
-            self.model.clone(),
-        );
-        let trained = self
+    /// Local training on the training thread, with the simulator's recipe, on round `at`'s
+    /// schedule (HCCT's η_t), with the direction the coordinator sent (FedSaC).
+    async fn train(&mut self, at: u64) -> anyhow::Result<()> {
+        let (batch, mut p, direction) = (self.batch, self.model.clone(), self.direction.take());
+        let (p, q) = self
             .local
             .run(move |l| {
                 let d = direction.as_ref().map(|d| d.as_slice());
@@ -534,73 +484,36 @@ impl Node {
             })
             .await?
             .map_err(|e| anyhow::anyhow!("training: {e}"))?;
-        self.trained += 1;
-        Ok(trained)
+        self.model = p;
+        self.subspace = q;
+        Ok(())
     }
 
-    /// Marks the update as made, then sends it to the coordinator: acknowledged or not.
-    async fn send_update(
-        &mut self,
-        g: u64,
-        local: &[f32],
-        subspace: Option<Vec<Vec<f64>>>,
-    ) -> anyhow::Result<bool> {
-        let mark = Sent {
-            round: g,
-            trained: self.trained,
-            params: local.to_vec(),
-        };
-        crate::store::write_versioned(&self.sent_path, SENT_MAGIC, 1, &mark)
-            .map_err(|e| anyhow::anyhow!(e))?;
-        let params = Arc::new(local.to_vec());
-        let up = if self.contributes {
-            CoordRequest::Contribute {
-                round: g,
-                params,
-                subspace,
-            }
-        } else {
-            CoordRequest::Update {
-                round: g,
-                params,
-                n_train: self.n_train,
-            }
-        };
-        let (link, fetch) = (&self.link, self.fetch);
-        Ok(match ask(link, up.clone(), fetch).await {
-            Ok(CoordResponse::Ack) => true,
-            // Refused, typically because the registration was lost (a node that
-            // started before the coordinator listened, or a coordinator restarted
-            // without it): register again and resend once.
-            Ok(CoordResponse::Error { reason }) => {
-                warn!(round = self.round, %reason, "update refused; registering again");
-                self.registered = matches!(
-                    ask(link, self.register.clone(), fetch).await,
-                    Ok(CoordResponse::Ack)
-                );
-                self.registered && matches!(ask(link, up, fetch).await, Ok(CoordResponse::Ack))
-            }
-            _ => false,
-        })
+    /// The round's evaluation (when due), line and checkpoint.
+    async fn end_round(&mut self, o: RoundOutcome) -> anyhow::Result<()> {
+        let eval = self.eval_at(self.model.clone(), o).await?;
+        self.write_line(o, eval, self.started.elapsed().as_secs_f64());
+        self.save();
+        self.offered = None;
+        self.direction = None;
+        self.subspace = None;
+        self.started = Instant::now();
+        Ok(())
     }
 
-    /// The evaluation of a round's model on the rounds evaluated on the way (the last is
-    /// evaluated in the final line), and its export.
+    /// The evaluation of a round's model when the engine asks for one, and its export.
     async fn eval_at(
         &self,
         params: Vec<f32>,
-        round: u64,
+        o: RoundOutcome,
     ) -> anyhow::Result<Option<crate::trace::EvalRecord>> {
-        let cfg = &self.cfg;
-        // The last round is scored in the final line.
-        if is_evaluation_round(round, cfg.eval_every, Some(cfg.rounds)) && round < cfg.rounds {
-            let ev = self.evaluate(params.clone()).await?;
-            // The model just scored is the silo's model to take home until the next one.
-            self.export(params, ev.accuracy()).await;
-            Ok(Some(crate::trace::EvalRecord::from(ev)))
-        } else {
-            Ok(None)
+        if !o.evaluate {
+            return Ok(None);
         }
+        let ev = self.evaluate(params.clone()).await?;
+        // The model just scored is the silo's model to take home until the next one.
+        self.export(params, ev.accuracy()).await;
+        Ok(Some(crate::trace::EvalRecord::from(ev)))
     }
 
     /// `params` on the test set, on the training thread.
@@ -612,47 +525,47 @@ impl Node {
     }
 
     /// A full disk is a warning and a retry ([`RunLog`]).
-    fn write_line(&mut self, line: &RoundLine) -> anyhow::Result<()> {
-        self.log.write(line.round, line);
-        Ok(())
+    fn write_line(&mut self, o: RoundOutcome, eval: Option<crate::trace::EvalRecord>, s: f64) {
+        let line = RoundLine {
+            node: self.me.0,
+            round: o.round,
+            global_round: o.global_round,
+            attached: o.global_round.is_some(),
+            trained: o.trained,
+            update_acked: o.acked,
+            seconds: s,
+            at: now(),
+            eval,
+            recovered: o.recovered,
+            alone: o.alone,
+        };
+        self.log.write(line.round, &line);
     }
 
     /// The checkpoint after a round. A write that fails is counted and logged, never fatal:
     /// the previous checkpoint stays, and the next round writes again.
     fn save(&mut self) {
+        let round = self.engine.round();
         let saved = Saved {
             peer_id: self.peer_id.clone(),
-            round: self.round,
-            last_global: self.last_global,
+            round,
+            last_global: self.engine.last_global(),
             params: self.model.clone(),
-            trained: self.trained,
+            trained: self.engine.trained(),
         };
         match crate::store::write_versioned(&self.ckpt, MAGIC, VERSION, &saved) {
-            Ok(()) => self.saves.saved(self.round),
-            Err(e) => self
-                .saves
-                .failed(self.round, &e.to_string(), std::time::Instant::now()),
+            Ok(()) => self.saves.saved(round),
+            Err(e) => self.saves.failed(round, &e.to_string(), Instant::now()),
         }
     }
 
-    /// The final model: the coordinator's after its last round (or the own model when it
-    /// cannot be had). That round (`rounds`, shared with the coordinator's config) may lie
-    /// ahead when rounds were spent detached: wait for it a little longer.
-    async fn finish(&mut self) -> anyhow::Result<()> {
-        let want = self.cfg.rounds;
-        let until = Instant::now() + self.fetch * 4;
-        let mut final_round = None;
-        if !self.alone
-            && let Ok(
-                CoordResponse::Global { round: g, params }
-                | CoordResponse::Assigned {
-                    round: g, params, ..
-                },
-            ) = fetch_until(&self.link, want, until).await
-            && params.len() == self.model.len()
+    /// The final model (the coordinator's when `final_round` is set, else the own), its score,
+    /// the final line and the export.
+    async fn finish(&mut self, final_round: Option<u64>) -> anyhow::Result<()> {
+        if final_round.is_some()
+            && let Some(p) = self.offered.take()
         {
-            self.model = params.to_vec();
-            final_round = Some(g);
+            self.model = p.to_vec();
         }
         let ev = self.evaluate(self.model.clone()).await?;
         let accuracy = ev.accuracy();
@@ -663,7 +576,8 @@ impl Node {
             eval: crate::trace::EvalRecord::from(ev),
             fell_back_to_federico_at: None,
         };
-        self.log.write(final_round.unwrap_or(self.round) + 1, &line);
+        let round = self.engine.round();
+        self.log.write(final_round.unwrap_or(round) + 1, &line);
         self.log.close();
         let written = self.export(self.model.clone(), accuracy).await;
         info!(accuracy, final_round, model = %written.display(), "coordinated run done");
@@ -673,6 +587,33 @@ impl Node {
     /// Writes `params` as the silo's model to take home, on the training thread.
     async fn export(&self, params: Vec<f32>, accuracy: f64) -> PathBuf {
         let c = &self.cfg;
-        export_one(&self.local, |l| &l.learner, c, params, self.round, accuracy).await
+        let round = self.engine.round();
+        export_one(&self.local, |l| &l.learner, c, params, round, accuracy).await
+    }
+}
+
+/// The engine's events, as log lines.
+fn log_event(e: member::Event) {
+    use member::Event;
+    match e {
+        Event::NotRegistered(reason) => warn!(%reason, "not registered this round"),
+        Event::Detached { round, reason } => warn!(
+            round,
+            %reason,
+            "no model from the coordinator: training from the last model (fallback)"
+        ),
+        Event::Alone { round } => warn!(
+            round,
+            "the coordinator's run started without this silo (it joined after the join \
+             deadline): training alone for the remaining rounds"
+        ),
+        Event::UpdateRefused { round, reason } => {
+            warn!(round, %reason, "update refused; registering again")
+        }
+        Event::FallingBack { round, without } => warn!(
+            round,
+            rounds_without = without,
+            "the coordinator is gone: switching to FedeRiCo with the other silos"
+        ),
     }
 }

@@ -1,7 +1,8 @@
 //! What a coordinated node keeps: its run log's lines, its checkpoint
 //! (`<state_dir>/coordinated.bin`, read back in both its versions) and the last-update marker
-//! (`<state_dir>/coordinated.sent`) with the catch-up it allows after a kill.
-//! Owns: those formats and the decision which trainings a resumed node skips ([`catch_up`]).
+//! (`<state_dir>/coordinated.sent`).
+//! Owns: those formats (which trainings a resumed node skips is the round engine's
+//! [`crate::coord::member::catch_up`]).
 //! Must not: do I/O beyond reading the checkpoint, talk to the network or train.
 
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,7 @@ pub(super) const VERSION: u32 = 2;
 /// coordinator round the update is for, the trainings done with it and the trained model. A
 /// node killed after sending but before its checkpoint finds the coordinator past that round
 /// on restart: it takes the round as done (this model, its log line rebuilt) and skips that
-/// training's draws instead of training again (see [`catch_up`]).
+/// training's draws instead of training again (see [`crate::coord::member::catch_up`]).
 #[derive(Serialize, Deserialize)]
 pub(super) struct Sent {
     pub(super) round: u64,
@@ -84,18 +85,6 @@ pub(super) struct Sent {
 }
 
 pub(super) const SENT_MAGIC: &[u8; 8] = b"FEDCSNT1";
-
-/// A resumed node's first global: when its last update went out but its checkpoint missed the
-/// round (`sent` past the checkpoint's rounds) and the coordinator has closed that round, the
-/// training behind the update counts: the streams move past it. When the round is still open,
-/// the node trains it again on the same batches (the same update, which the coordinator takes
-/// again). The trainings to skip.
-pub(super) fn catch_up(sent: Option<&Sent>, want: u64, got: u64, trained: u64) -> u64 {
-    match sent {
-        Some(s) if s.round >= want && got > s.round => s.trained.saturating_sub(trained),
-        _ => 0,
-    }
-}
 
 /// The node's checkpoint, if any, and whether it is of the current version (one of version 1
 /// is read without its training count). A damaged latest falls back to the previous generation
@@ -173,21 +162,5 @@ mod tests {
         let e = e.to_string();
         assert!(e.contains("coordinated.bin"), "{e}");
         assert!(read_saved(&dir.path().join("none.bin")).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_training_whose_update_went_out_is_skipped_only_once_its_round_closed() {
-        let sent = Sent {
-            round: 7,
-            trained: 8,
-            params: vec![],
-        };
-        // Checkpoint after global 6 (7 trainings), the coordinator closed round 7: skip one.
-        assert_eq!(catch_up(Some(&sent), 7, 8, 7), 1);
-        // Round 7 still open: train it again, on the same batches.
-        assert_eq!(catch_up(Some(&sent), 7, 7, 7), 0);
-        // The checkpoint already covers round 7 (the marker is old news).
-        assert_eq!(catch_up(Some(&sent), 8, 9, 8), 0);
-        assert_eq!(catch_up(None, 7, 8, 7), 0);
     }
 }
