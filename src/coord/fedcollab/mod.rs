@@ -12,11 +12,13 @@
 //! choice here comes from an RNG the caller passes in.
 //!
 //! Layout: `config.rs` (the `[fedcollab]` section), `solver.rs` (objective and Algorithm 2),
-//! `distance.rs` (the pairwise discriminator protocol's numbers); the coalition average is
+//! `distance.rs` (the pairwise discriminator protocol's numbers), `pairs.rs` (the answering
+//! side's rules over the network: restarts, silent partners); the coalition average is
 //! here; `server.rs` is the network coordinator's state (also `coord::fedcollab_server`).
 
 mod config;
 mod distance;
+pub mod pairs;
 pub mod server;
 mod solver;
 #[cfg(test)]

@@ -1,14 +1,17 @@
 //! The answering side of a silo's discriminator pairs (FedCollab spec §6 phase 2): the pairs
 //! with higher-index partners, which drive them, answered on the silo's discriminator thread.
 //! Owns: this side's half of each such pair (its steps, the cache of the last answer for
-//! retransmissions, starting a pair over when either side was restarted), giving up on a
-//! silent partner, and one result per pair.
+//! retransmissions), carrying out the protocol's decisions (start a pair over when either side
+//! was restarted, give up on a silent partner: [`crate::coord::fedcollab::pairs`] decides),
+//! and one result per pair.
 //! Must not: touch the network (the event loop hands requests over and sends the answers),
-//! or do the distances' arithmetic ([`PairHalf`] does).
+//! decide the pair protocol's rules or compare times, or do the distances' arithmetic
+//! ([`PairHalf`] does).
 
 use super::link::DiscJob;
 use crate::coord::PairDistance;
 use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::fedcollab::pairs::{Admit, Held, PairRequest, Silence, admit};
 use crate::learn::Learner;
 use crate::protocol::{CollabRequest, CollabResponse};
 use crate::silo::fedcollab::{DiscData, DiscModel, PairHalf};
@@ -43,7 +46,6 @@ struct Pair {
     /// This side's accuracy of the last evaluated average, until the partner's arrives.
     pending: Option<f64>,
     last: Option<(u32, CollabResponse)>,
-    seen: Instant,
 }
 
 /// The answering side of this silo's pairs with higher-index partners, on its own thread:
@@ -62,7 +64,7 @@ pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
     // The one clock of this thread: read here, passed in to the side's rules.
     let mut side = Side {
         params: a.model.init.len(),
-        started: Instant::now(),
+        silence: Silence::new(Instant::now(), a.idle),
         pairs: HashMap::new(),
         finished,
         // Pairs that ended with an estimate: partner → rounds.
@@ -88,7 +90,8 @@ struct Side {
     a: Answering,
     /// Weights a request must carry.
     params: usize,
-    started: Instant,
+    /// When each partner was last heard from.
+    silence: Silence,
     pairs: HashMap<usize, Pair>,
     finished: HashSet<usize>,
     agreed: HashMap<usize, u32>,
@@ -112,13 +115,11 @@ impl Side {
 
     /// Gives up the pairs whose partner has been silent for `idle` at `now`.
     fn give_up_silent(&mut self, now: Instant) {
-        for partner in self.a.higher.clone() {
-            let seen = self.pairs.get(&partner).map_or(self.started, |p| p.seen);
-            let silent = now.saturating_duration_since(seen);
-            if !self.finished.contains(&partner) && silent > self.a.idle {
-                warn!(partner, "pair partner silent: pair given up");
-                self.finish(partner, None, 0);
-            }
+        let open = self.a.higher.iter().copied();
+        let open = open.filter(|p| !self.finished.contains(p));
+        for partner in self.silence.silent(open.collect::<Vec<_>>(), now) {
+            warn!(partner, "pair partner silent: pair given up");
+            self.finish(partner, None, 0);
         }
     }
 
@@ -166,32 +167,32 @@ impl Side {
         from: usize,
         req: &CollabRequest,
     ) -> Result<(), CollabResponse> {
-        let continues = match req {
-            CollabRequest::DiscStep { round, .. } => *round > 0,
-            CollabRequest::DiscDone { .. } => true,
-            CollabRequest::Model { .. } => false,
+        let asked = match req {
+            CollabRequest::DiscStep { round, .. } => PairRequest::Step { round: *round },
+            CollabRequest::DiscDone { .. } => PairRequest::Done,
+            CollabRequest::Model { .. } => return Err(refuse("not a pair request".into())),
         };
-        match self.pairs.get(&from) {
-            None if continues => {
+        let held = self.pairs.get(&from).map(|p| Held {
+            rounds: p.half.rounds(),
+            last_answered: p.last.as_ref().map(|(r, _)| *r),
+        });
+        match admit(held, asked) {
+            Admit::Restart => {
                 info!(
                     partner = from,
                     "a pair this silo does not hold: asking to start it over"
                 );
                 return Err(CollabResponse::Restart);
             }
-            Some(p)
-                if matches!(req, CollabRequest::DiscStep { round: 0, .. })
-                    && p.half.rounds() > 0
-                    && !matches!(p.last, Some((0, _))) =>
-            {
+            Admit::StartOver => {
                 info!(
                     partner = from,
-                    at = p.half.rounds(),
+                    at = held.map_or(0, |h| h.rounds),
                     "the partner started the pair over (restarted): so does this side"
                 );
                 self.pairs.remove(&from);
             }
-            _ => {}
+            Admit::Start | Admit::Continue => {}
         }
         if !self.pairs.contains_key(&from) {
             let a = &self.a;
@@ -201,7 +202,6 @@ impl Side {
                         half,
                         pending: None,
                         last: None,
-                        seen: now,
                     };
                     self.pairs.insert(from, pair);
                 }
@@ -211,9 +211,7 @@ impl Side {
                 }
             }
         }
-        if let Some(p) = self.pairs.get_mut(&from) {
-            p.seen = now;
-        }
+        self.silence.heard(from, now);
         Ok(())
     }
 
