@@ -962,6 +962,137 @@ async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
     (weight, biggest)
 }
 
+/// Insiders' review D5, played with a member key: silo-2's key registers with a live FedDisco
+/// coordinator, stays connected and is never heard from again, while the two honest silos run
+/// 6 rounds. Every round awaits every registered member up to τ; with the excuse rule
+/// (`excuse_rounds`, 100 by default) the member whose absence timed a round out is not
+/// awaited in the rounds after it, so the federation loses two deadlines (the engine's first
+/// round never excuses). With `excuse_rounds = 0` (the rule off, as before it) every round
+/// waits its full τ.
+#[tokio::test]
+async fn a_silent_feddisco_registrant_costs_the_federation_one_deadline_not_every_round() {
+    let rounds = 6;
+    let (timed_out, excused, seconds) = silent_registrant(rounds, None).await;
+    assert!(
+        timed_out <= 2,
+        "defended: {timed_out} of {rounds} rounds waited out τ"
+    );
+    // The rounds after the excuse name whom they closed without.
+    assert!(
+        excused >= rounds - 2,
+        "only {excused} rounds list the excused member"
+    );
+    let (timed_out_off, excused_off, seconds_off) = silent_registrant(rounds, Some(0)).await;
+    assert_eq!(
+        timed_out_off, rounds,
+        "undefended: every round should wait for the silent member"
+    );
+    assert_eq!(excused_off, 0);
+    eprintln!(
+        "silent FedDisco registrant, {rounds} rounds, tau 2 s: {timed_out} rounds timed out \
+         ({seconds:.1} s) with the excuse rule, {timed_out_off} ({seconds_off:.1} s) without"
+    );
+}
+
+/// Two honest FedDisco silos and a member with silo-2's key that registers and then stays
+/// silent; the coordinator's τ is 2 s (`excuse_rounds` as given, else the default). The rounds
+/// that timed out, the rounds whose line lists an excused member, and the seconds from the
+/// registration to the last round's line.
+async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize, usize, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let over: Vec<String> = [
+        "split.clients=3".to_string(),
+        format!("rounds={rounds}"),
+        "eval_every=100".to_string(),
+    ]
+    .to_vec();
+    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
+    let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
+    let setup =
+        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 2.0, 10.0, Algorithm::Feddisco)
+            .unwrap();
+    if let Some(n) = excuse_rounds {
+        let text = std::fs::read_to_string(&setup.config).unwrap();
+        let mut cfg: toml::Table = toml::from_str(&text).unwrap();
+        cfg.insert("excuse_rounds".into(), toml::Value::Integer(n as i64));
+        std::fs::write(&setup.config, toml::to_string(&cfg).unwrap()).unwrap();
+    }
+    let coord_log = p.nodes_dir.join("coordinator.log");
+    let coordinator =
+        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let coord = manifest.members.last().unwrap();
+    let addr = coord.addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr).await;
+    let register = CoordRequest::Register {
+        n_train: 100,
+        discrepancy: 0.1,
+    };
+    match h
+        .send(Proto::Coord, protocol::encode(&register).unwrap())
+        .await
+    {
+        Outcome::Answer(b) => assert!(matches!(decode(&b), CoordResponse::Ack)),
+        Outcome::Failed(e) => panic!("registering failed: {e}"),
+    }
+    let started = Instant::now();
+    let nodes: Vec<KillOnDrop> = (0..2)
+        .map(|i| {
+            KillOnDrop(
+                launch::start_node(
+                    Path::new(EXE),
+                    &p.configs[i],
+                    &p.nodes_dir.join(format!("silo-{i}.log")),
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    // The member stays connected (its swarm is polled) and says nothing.
+    let log = setup.state_dir.join("coordinator.jsonl");
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while read().len() < rounds {
+        assert!(
+            Instant::now() < until,
+            "{} of {rounds} rounds in 120 s; coordinator log:\n{}",
+            read().len(),
+            std::fs::read_to_string(&coord_log).unwrap_or_default()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), h.swarm.select_next_some()).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let lines = read();
+    let timed_out = lines
+        .iter()
+        .filter(|l| l["timed_out"].as_bool() == Some(true))
+        .count();
+    let excused = lines
+        .iter()
+        .filter(|l| l["excused"].as_array().is_some_and(|a| !a.is_empty()))
+        .count();
+    for mut c in nodes.into_iter().chain([coordinator]) {
+        let _ = c.0.kill();
+        let _ = c.0.wait();
+        std::mem::forget(c);
+    }
+    (timed_out, excused, seconds)
+}
+
 /// A member that keeps sending garbage to a coordinator is disconnected and blocked after
 /// `intake::BAD_FRAMES` bad frames, as a node blocks one (issue 18): its redial is refused,
 /// the coordinator logs the block once, states its receive budget at start, and stays up.
