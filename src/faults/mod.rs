@@ -5,7 +5,8 @@
 //! against the federation's size, the [`Timeline`] that says for every round which silos are up,
 //! which can reach which and how late or lossy each one is, and the pass/fail [`checks`] computed
 //! from the per-round traces both drivers write. The round-by-round
-//! [`Timeline`] lives in `timeline.rs`.
+//! [`Timeline`] lives in `timeline.rs`; what a lossy or slow link does to one message, the
+//! rule both drivers follow, in `link.rs`.
 //! Must not: apply anything. The simulator (`sim`) and the swarm launcher (`launch`) apply a
 //! schedule, each in its own way; this module only describes it and judges the outcome.
 //!
@@ -55,6 +56,7 @@
 
 mod attack;
 pub mod checks;
+pub mod link;
 #[cfg(test)]
 mod tests;
 mod timeline;

@@ -1,8 +1,9 @@
 //! Scheduled impairments of a node's own traffic: a straggler's added latency and message
 //! loss (issue 4), set by `federico swarm` through the control channel.
 //!
-//! Owns: the current delay and loss settings, the seeded draws that decide which message is
-//! lost, and the queue of messages held back until they are due. It mirrors the simulator's
+//! Owns: the current delay and loss settings, the node's stream of loss draws (what one draw
+//! decides is [`crate::faults::link`], the simulator's rule), and the queue of messages held
+//! back until they are due. It mirrors the simulator's
 //! model (`sim::faults`): a delay holds back everything the silo *sends* (its models and its
 //! gradients); a loss drops pulls, models and gradients, each with the given probability, to or
 //! from the named peers. A lost message is never sent, so the other side waits out its
@@ -11,9 +12,10 @@
 //! Must not: touch the swarm or the core. The node's event loop asks [`Impairment::route`]
 //! before it sends, and sends what [`Impairment::due`] gives back.
 
+use crate::faults::link::{self, Fate};
 use libp2p::PeerId;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -76,26 +78,36 @@ impl<T> Impairment<T> {
         self.loss_peers = (!peers.is_empty()).then(|| peers.into_iter().collect());
     }
 
-    /// Whether a message to or from `peer` is lost (one draw per message).
-    pub(crate) fn lost(&mut self, peer: &PeerId) -> bool {
-        if self.loss <= 0.0 || self.loss_peers.as_ref().is_some_and(|s| !s.contains(peer)) {
-            return false;
+    /// The loss on the link to or from `peer`.
+    fn loss_to(&self, peer: &PeerId) -> f64 {
+        match &self.loss_peers {
+            Some(s) if !s.contains(peer) => 0.0,
+            _ => self.loss,
         }
-        let lost = self.rng.random::<f64>() < self.loss;
+    }
+
+    /// Whether a message to or from `peer` is lost (one draw per message on a lossy link).
+    pub(crate) fn lost(&mut self, peer: &PeerId) -> bool {
+        let loss = self.loss_to(peer);
+        let lost = link::lost(&mut self.rng, loss);
         self.lost += u64::from(lost);
         lost
     }
 
     /// The fate of one message this node sends to `peer` at `now`: lost, held for the delay,
-    /// or sent.
+    /// or sent ([`link::fate`], the simulator's rule).
     pub(crate) fn route(&mut self, now: Instant, peer: &PeerId) -> Route {
-        if self.lost(peer) {
-            Route::Lost
-        } else if self.delay > Duration::ZERO {
-            self.delayed += 1;
-            Route::At(now + self.delay)
-        } else {
-            Route::Now
+        let loss = self.loss_to(peer);
+        match link::fate(&mut self.rng, loss, self.delay) {
+            Fate::Lost => {
+                self.lost += 1;
+                Route::Lost
+            }
+            Fate::After(d) if d > Duration::ZERO => {
+                self.delayed += 1;
+                Route::At(now + d)
+            }
+            Fate::After(_) => Route::Now,
         }
     }
 

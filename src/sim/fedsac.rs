@@ -77,13 +77,8 @@ impl FedsacRun {
 
     /// This round's cohort in increasing id.
     fn cohort(&mut self, k: usize) -> Vec<usize> {
-        let m = self.cfg.cohort_size;
-        if m == 0 || m >= k {
-            return (0..k).collect();
-        }
-        let mut v = rand::seq::index::sample(&mut self.sampler, k, m).into_vec();
-        v.sort_unstable();
-        v
+        let all: Vec<usize> = (0..k).collect();
+        fedsac::draw_cohort(&mut self.sampler, &all, self.cfg.cohort_size)
     }
 }
 

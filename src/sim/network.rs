@@ -24,13 +24,14 @@ use super::{Ctx, SimError, par_silos};
 use crate::core::round::{Action, Done, Job, Round, RoundConfig};
 use crate::core::{FedericoConfig, Peer};
 use crate::faults::checks::{Applied, CrashEvidence};
+use crate::faults::link::{self, Fate};
 use crate::faults::{Fault, NetState, Schedule, Timeline};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Adam;
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use crate::trace::NodeRound;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{Arc, Mutex};
@@ -424,10 +425,11 @@ impl FaultNet {
         let mut at = self.now;
         if msg.is_payload() {
             let p = self.state.loss_between(from as u32, to as u32);
-            if p > 0.0 && self.slots[from].loss.random::<f64>() < p {
-                return;
+            let delay = Duration::from_millis(self.state.delay_ms[from]);
+            match link::fate(&mut self.slots[from].loss, p, delay) {
+                Fate::Lost => return,
+                Fate::After(d) => at += d,
             }
-            at += Duration::from_millis(self.state.delay_ms[from]);
         }
         let lives = (self.slots[from].life, self.slots[to].life);
         self.at(

@@ -50,6 +50,23 @@ pub const DEFAULT_LAMBDA: f64 = 0.01;
 /// α is set to 0 once `t / T` exceeds this (paper B.1).
 pub const DEFAULT_ALPHA_CUTOFF: f64 = 0.7;
 
+/// A round's cohort: `size` of `members` drawn from `rng` without replacement, in increasing
+/// order (every member when `size` is 0 or at least their number). The one draw the simulator
+/// and the network coordinator both make, so a run with every silo draws the same cohorts in
+/// both.
+pub fn draw_cohort(rng: &mut impl rand::Rng, members: &[usize], size: usize) -> Vec<usize> {
+    let k = members.len();
+    if size == 0 || size >= k {
+        return members.to_vec();
+    }
+    let mut v: Vec<usize> = rand::seq::index::sample(rng, k, size)
+        .into_iter()
+        .map(|j| members[j])
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// Errors of FedSaC's computations; each names the value and the allowed range.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum FedsacError {

@@ -213,18 +213,7 @@ impl FedsacServer {
     /// with every silo in the run, exactly the simulator's cohorts).
     fn draw(&mut self) {
         let members = self.joining.members();
-        let k = members.len();
-        let m = self.settings.cohort_size;
-        self.cohort = if m == 0 || m >= k {
-            members.to_vec()
-        } else {
-            let mut v: Vec<usize> = rand::seq::index::sample(&mut self.sampler, k, m)
-                .into_iter()
-                .map(|j| members[j])
-                .collect();
-            v.sort_unstable();
-            v
-        };
+        self.cohort = fedsac::draw_cohort(&mut self.sampler, members, self.settings.cohort_size);
     }
 
     /// Records silo `index`'s sample count; the last registration draws round 0's cohort. A
