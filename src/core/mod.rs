@@ -853,6 +853,28 @@ pub fn is_evaluation_round(round: u64, every: u64, rounds: Option<u64>) -> bool 
     (every > 0 && round % every == 0) || rounds.is_some_and(|t| round >= t)
 }
 
+/// An evaluation mixture (`mix`, from [`Peer::inference_weights`]) after some of its models
+/// could not be had (spec §6, departed peers at inference): the parts whose model `arrived`,
+/// renormalised over them. A complete mixture keeps its weights exactly; when nothing with
+/// weight is left, the silo `me` alone. The one rule for the node's round engine and the
+/// simulator's fault network.
+pub fn incomplete_mixture(
+    mix: &[(NodeId, f64)],
+    arrived: impl Fn(NodeId) -> bool,
+    me: NodeId,
+) -> Vec<(NodeId, f64)> {
+    let kept: Vec<(NodeId, f64)> = mix.iter().copied().filter(|&(j, _)| arrived(j)).collect();
+    if kept.len() == mix.len() {
+        return kept;
+    }
+    let total: f64 = kept.iter().map(|x| x.1).sum();
+    if total > 0.0 {
+        kept.into_iter().map(|(j, w)| (j, w / total)).collect()
+    } else {
+        vec![(me, 1.0)]
+    }
+}
+
 /// Rounds a suspect sits out after the `n`-th failure counted from `suspect_after` (n ≥ 1):
 /// 2, 4, 8, … up to [`MAX_BACKOFF_ROUNDS`].
 pub fn backoff_rounds(n: u32) -> u64 {

@@ -550,3 +550,21 @@ fn evaluation_rounds_are_every_nth_and_the_last() {
     );
     assert_eq!(scored(4, None, 12), [4, 8, 12]);
 }
+
+#[test]
+fn an_incomplete_mixture_is_renormalised_over_what_arrived_and_a_complete_one_is_kept() {
+    let mix = [(NodeId(0), 0.3), (NodeId(1), 0.3000000001), (NodeId(2), 0.4)];
+    // Complete: the weights exactly as they were (no division by a sum of about 1).
+    assert_eq!(incomplete_mixture(&mix, |_| true, NodeId(0)), mix.to_vec());
+    // Silo 2's model did not come: the rest share its weight in proportion.
+    let w = incomplete_mixture(&mix, |j| j != NodeId(2), NodeId(0));
+    assert_eq!(w.len(), 2);
+    assert!((w[0].1 - 0.3 / 0.6000000001).abs() < 1e-12);
+    assert!((w.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    // Nothing with weight left (the own model was below the inference cut-off): itself alone.
+    let only_peers = [(NodeId(1), 0.5), (NodeId(2), 0.5)];
+    assert_eq!(
+        incomplete_mixture(&only_peers, |_| false, NodeId(0)),
+        vec![(NodeId(0), 1.0)]
+    );
+}

@@ -132,15 +132,8 @@ fn evaluate_faulty(ctx: &mut Ctx<'_>, f: &mut FaultNet) -> Result<Vec<ClientEval
             *mix = vec![(NodeId(me), 1.0)];
             continue;
         }
-        mix.retain(|&(j, _)| j.0 == me || f.state.connected(me, j.0));
-        let total: f64 = mix.iter().map(|x| x.1).sum();
-        if total > 0.0 {
-            for x in mix.iter_mut() {
-                x.1 /= total;
-            }
-        } else {
-            *mix = vec![(NodeId(me), 1.0)];
-        }
+        let reachable = |j: NodeId| j.0 == me || f.state.connected(me, j.0);
+        *mix = crate::core::incomplete_mixture(mix, reachable, NodeId(me));
     }
     let net = &*f;
     let evals = score_each(ctx, |i| {

@@ -234,14 +234,19 @@ impl<H> Round<H> {
             self.log(Event::FetchLate { peer });
         }
         let all = std::mem::take(&mut self.fetched);
-        let wanted = all.len();
-        let mut parts: Vec<_> = all.into_iter().filter(|p| !p.1.is_empty()).collect();
-        if parts.len() < wanted {
-            let total: f64 = parts.iter().map(|p| p.2).sum();
-            for p in &mut parts {
-                p.2 /= total;
-            }
-        }
+        let mix: Vec<(NodeId, f64)> = all.iter().map(|p| (p.0, p.2)).collect();
+        let arrived = |id: NodeId| all.iter().any(|p| p.0 == id && !p.1.is_empty());
+        let me = self.cfg.me;
+        let parts = crate::core::incomplete_mixture(&mix, arrived, me)
+            .into_iter()
+            .map(|(id, w)| {
+                let params = match all.iter().find(|p| p.0 == id) {
+                    Some(p) if id != me || !p.1.is_empty() => p.1.clone(),
+                    _ => self.snapshot.clone(),
+                };
+                (id, params, w)
+            })
+            .collect();
         self.phase = Phase::Evaluating;
         self.actions.push_back(Action::Run(Job::Evaluate {
             round: self.round,
