@@ -553,7 +553,11 @@ fn evaluation_rounds_are_every_nth_and_the_last() {
 
 #[test]
 fn an_incomplete_mixture_is_renormalised_over_what_arrived_and_a_complete_one_is_kept() {
-    let mix = [(NodeId(0), 0.3), (NodeId(1), 0.3000000001), (NodeId(2), 0.4)];
+    let mix = [
+        (NodeId(0), 0.3),
+        (NodeId(1), 0.3000000001),
+        (NodeId(2), 0.4),
+    ];
     // Complete: the weights exactly as they were (no division by a sum of about 1).
     assert_eq!(incomplete_mixture(&mix, |_| true, NodeId(0)), mix.to_vec());
     // Silo 2's model did not come: the rest share its weight in proportion.

@@ -271,30 +271,18 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
     // Each round's line is written before its checkpoint: cut what the checkpoint lacks.
     let log = RunLog::open(&cfg.state_dir, round).map_err(|e| anyhow::anyhow!(e))?;
     info!(node = %me, peer = %peer_id, round, "coordinated node started");
-    let switched =
-        cc.federico_after().is_some() && cfg.state_dir.join("federico/checkpoint.bin").exists();
-    let engine = Member::new(
-        MemberConfig {
-            rounds: cfg.rounds,
-            budget: fetch,
-            retry: RETRY,
-            final_budget: fetch * 4,
-            eval_every: cfg.eval_every,
-            // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
-            // (`run_rest_as_federico`).
-            fall_back_after: cc.federico_after(),
-        },
-        member::Resume {
-            round,
-            last_global,
-            trained: replay,
-            sent: sent.as_ref().map(|s| member::SentMark {
-                round: s.round,
-                trained: s.trained,
-            }),
-            switched,
-        },
-    );
+    let resume = member::Resume {
+        round,
+        last_global,
+        trained: replay,
+        sent: sent.as_ref().map(|s| member::SentMark {
+            round: s.round,
+            trained: s.trained,
+        }),
+        switched: cc.federico_after().is_some()
+            && cfg.state_dir.join("federico/checkpoint.bin").exists(),
+    };
+    let engine = engine(&cfg, &cc, fetch, resume);
     let node = Node {
         me,
         peer_id: peer_id.to_string(),
@@ -319,6 +307,23 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
         cfg,
     };
     Ok((node, task))
+}
+
+/// The node's round engine, resumed at `resume`; `fetch` is the per-round budget.
+fn engine(cfg: &NodeConfig, cc: &Coordinated, fetch: Duration, resume: member::Resume) -> Member {
+    Member::new(
+        MemberConfig {
+            rounds: cfg.rounds,
+            budget: fetch,
+            retry: RETRY,
+            final_budget: fetch * 4,
+            eval_every: cfg.eval_every,
+            // `fallback = "federico"`: the rounds after the switch run as FedeRiCo
+            // (`run_rest_as_federico`).
+            fall_back_after: cc.federico_after(),
+        },
+        resume,
+    )
 }
 
 /// Seconds since the epoch, for the log lines.

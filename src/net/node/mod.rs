@@ -203,19 +203,7 @@ pub(crate) async fn run_from(
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
     let Start { peer, silo, round } =
         setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
-    let sub_steps = match (cfg.federico.mstep(), manifest.epoch_steps) {
-        (MStep::Epoch, None) => {
-            return Err(fatal(format!(
-                "federico.mstep = \"epoch\" (the default) takes one epoch of the federation's \
-                 largest silo in sub-steps per round, a number every member must share: set \
-                 epoch_steps = ceil(largest silo's training samples / train.batch_size) in the \
-                 manifest {} (`federico init` writes it), or mstep = \"full\" or \
-                 {{ minibatch = S }} in this node's config",
-                cfg.manifest.display()
-            )));
-        }
-        (mstep, steps) => mstep.sub_steps(steps.unwrap_or(1)),
-    };
+    let sub_steps = sub_steps(&cfg, &manifest)?;
     let silo = silo.with_batches(
         sub_steps,
         cfg.seed,
@@ -256,26 +244,7 @@ pub(crate) async fn run_from(
         .map(|(i, p)| (*p, NodeId(i as u32)))
         .collect();
 
-    let round_cfg = RoundConfig {
-        me,
-        members: manifest.members.len(),
-        rounds: (cfg.rounds > 0).then_some(cfg.rounds),
-        eval_every: cfg.eval_every,
-        n_train,
-        num_params,
-        clip_norm: cfg.federico.clip_norm,
-        suspect_after: cfg.federico.suspect_after,
-        model_deadline: cfg.model_deadline(),
-        gradient_deadline: cfg.gradient_deadline(),
-        start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
-        alone_after: cfg.deadlines.alone_s.map(Duration::from_secs_f64),
-        linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
-        sub_steps,
-        foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
-        norm_bound: cfg.defences.norm_bound(cfg.federico.variant),
-        drop_opposed: cfg.defences.drop_opposed(cfg.federico.variant),
-        weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
-    };
+    let round_cfg = round_config(&cfg, &manifest, me, n_train, num_params, sub_steps);
     let snapshot = Arc::new(silo.params.clone());
     let engine = Round::new(
         round_cfg,
@@ -352,6 +321,53 @@ pub(crate) async fn run_from(
         return Err(fatal("the training thread panicked"));
     }
     result
+}
+
+/// The M-step's sub-steps per round: `mstep = "epoch"` takes the manifest's `epoch_steps`,
+/// which every member must share (an error names the fix when it is missing).
+fn sub_steps(cfg: &NodeConfig, manifest: &Manifest) -> Result<Option<u64>, NodeError> {
+    match (cfg.federico.mstep(), manifest.epoch_steps) {
+        (MStep::Epoch, None) => Err(fatal(format!(
+            "federico.mstep = \"epoch\" (the default) takes one epoch of the federation's \
+             largest silo in sub-steps per round, a number every member must share: set \
+             epoch_steps = ceil(largest silo's training samples / train.batch_size) in the \
+             manifest {} (`federico init` writes it), or mstep = \"full\" or \
+             {{ minibatch = S }} in this node's config",
+            cfg.manifest.display()
+        ))),
+        (mstep, steps) => Ok(mstep.sub_steps(steps.unwrap_or(1))),
+    }
+}
+
+/// The round engine's settings from the node's config and the manifest.
+fn round_config(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+    me: NodeId,
+    n_train: usize,
+    num_params: usize,
+    sub_steps: Option<u64>,
+) -> RoundConfig {
+    RoundConfig {
+        me,
+        members: manifest.members.len(),
+        rounds: (cfg.rounds > 0).then_some(cfg.rounds),
+        eval_every: cfg.eval_every,
+        n_train,
+        num_params,
+        clip_norm: cfg.federico.clip_norm,
+        suspect_after: cfg.federico.suspect_after,
+        model_deadline: cfg.model_deadline(),
+        gradient_deadline: cfg.gradient_deadline(),
+        start_deadline: Duration::from_secs_f64(cfg.deadlines.start_s),
+        alone_after: cfg.deadlines.alone_s.map(Duration::from_secs_f64),
+        linger: Duration::from_secs_f64(cfg.deadlines.linger_s),
+        sub_steps,
+        foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
+        norm_bound: cfg.defences.norm_bound(cfg.federico.variant),
+        drop_opposed: cfg.defences.drop_opposed(cfg.federico.variant),
+        weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
+    }
 }
 
 impl Driver {
