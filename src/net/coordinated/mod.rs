@@ -4,13 +4,12 @@
 //! data are checked.
 //! Owns: checking a coordinated node's config, key and manifest and loading its data (here),
 //! registering (FedDisco: `(N_k, δ_k)`, computed from the node's own label counts — the
-//! histogram never leaves it; HCCT: the sample count only) and the round loop (`rounds.rs`:
+//! histogram never leaves it; HCCT: the sample count only), and carrying out the rounds its
+//! engine ([`crate::coord::member::Member`]: budgets, retries, detached rounds, reattaching,
+//! training alone, the catch-up after a kill, the switch to FedeRiCo) decides (`rounds.rs`:
 //! fetch the model the round starts from — FedDisco's global, HCCT's group model — train
 //! locally with the simulator's recipe for the algorithm on the node's training thread, send
-//! the trained model, evaluate), the fallback when the coordinator is unreachable (keep
-//! training from the last model it has, retry every round, reattach when the coordinator
-//! answers again), training alone once the coordinator says its run started without this silo
-//! (HCCT, FedSaC: `join_s`), the run log and the checkpoint (`state.rs`), the switch to
+//! the trained model, evaluate), the run log and the checkpoint (`state.rs`), the switch to
 //! FedeRiCo (`federico.rs`) and the node's swarm (`link.rs`).
 //! Must not: weigh, group or aggregate (the coordinator does), or train inside the event loop: the
 //! swarm runs in its own task and training on the node's training thread
