@@ -171,6 +171,16 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The node of `dir` has logged a detached round (read while it writes: a line still being
+/// written is skipped).
+fn fell_back(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("rounds.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|l| l["attached"].as_bool() == Some(false))
+}
+
 /// (per-round lines, the final line) of a node's log.
 fn node_log(dir: &Path) -> (Vec<serde_json::Value>, serde_json::Value) {
     let mut l = lines(&dir.join("rounds.jsonl"));
@@ -399,8 +409,15 @@ fn kill_the_coordinator_mid_run(algorithm: Algorithm) {
         "the checkpoint holds the last closed round ({before} vs {closed} lines)"
     );
     assert_eq!(registered, 4);
-    // Down long enough for every node to fall back at least once.
-    std::thread::sleep(Duration::from_secs(4));
+    // Down until every node has fallen back at least once (a detached round in its log).
+    let until = Instant::now() + Duration::from_secs(30);
+    while !s.p.state_dirs.iter().all(|d| fell_back(d)) {
+        assert!(
+            Instant::now() < until,
+            "not every node fell back within 30 s of the coordinator's kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut coord = start_coordinator(&s, "coordinator-restarted.log");
     let until = Instant::now() + Duration::from_secs(45);
     for (n, c) in nodes.iter_mut().enumerate() {
@@ -796,7 +813,22 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
         !before.contains("distances received"),
         "the pairs ended before the kill: make them longer\n{before}"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // Down until a silo has finished its pairs without it (peer to peer, nothing to wait for).
+    let until = Instant::now() + Duration::from_secs(60);
+    let estimated = || {
+        s.p.names.iter().any(|n| {
+            std::fs::read_to_string(s.p.nodes_dir.join(format!("{n}.log")))
+                .unwrap_or_default()
+                .contains("distances estimated")
+        })
+    };
+    while !estimated() {
+        assert!(
+            Instant::now() < until,
+            "no silo finished its pairs within 60 s of the coordinator's kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut coord = start_coordinator(&s, "coordinator-restarted.log");
     let until = Instant::now() + Duration::from_secs(90);
     for (n, c) in nodes.iter_mut().enumerate() {
