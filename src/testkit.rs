@@ -32,6 +32,12 @@ impl Clock {
         self.now
     }
 
+    /// Moves the clock to `t`, or leaves it where it is when `t` has passed (nothing is served
+    /// on the way).
+    pub(crate) fn advance_to(&mut self, t: Instant) {
+        self.now = self.now.max(t);
+    }
+
     /// Moves the clock `by` forward (nothing is served on the way).
     pub(crate) fn advance(&mut self, by: std::time::Duration) {
         self.now += by;

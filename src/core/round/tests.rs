@@ -1,9 +1,11 @@
-//! Several peers' round engines driven against each other on a virtual clock, with a step bound
+//! Several peers' round engines driven against each other on a virtual clock (`testkit::Clock`,
+//! the coordinator engines' tests use it too), with a step bound
 //! (quinn's `drive_bounded`): messages take a latency, jobs a fixed time, a link can be cut,
 //! a peer can stay silent, be slow, or be killed and restarted from its checkpoint.
 
 use super::*;
 use crate::core::FedericoConfig;
+use crate::testkit::Clock;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
@@ -152,7 +154,8 @@ struct Node {
 
 struct Net {
     t0: Instant,
-    now: Instant,
+    /// The virtual clock ([`crate::testkit::Clock`], shared with the coordinator engines' tests).
+    clock: Clock,
     seq: u64,
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     pending: BTreeMap<u64, Ev>,
@@ -251,7 +254,7 @@ impl Net {
             .collect();
         let mut net = Self {
             t0,
-            now: t0,
+            clock: Clock::at(t0),
             seq: 0,
             queue: BinaryHeap::new(),
             pending: BTreeMap::new(),
@@ -279,7 +282,7 @@ impl Net {
     }
 
     fn connect_all(&mut self, i: usize) {
-        let now = self.now;
+        let now = self.clock.now();
         for j in 0..self.k() {
             if i != j && self.linked(i, j) {
                 for (a, b) in [(i, j), (j, i)] {
@@ -302,7 +305,7 @@ impl Net {
         if !self.linked(from, to) {
             return self.lose(from, to, msg);
         }
-        let at = self.now + LATENCY + self.nodes[from].slow + self.draw_jitter();
+        let at = self.clock.now() + LATENCY + self.nodes[from].slow + self.draw_jitter();
         self.at(at, Ev::Deliver { from, to, msg });
     }
 
@@ -330,7 +333,7 @@ impl Net {
             Msg::Model { req, .. } | Msg::Ack { req } => (to, req),
             Msg::Gradient { .. } | Msg::Skip { .. } => return,
         };
-        let now = self.now;
+        let now = self.clock.now();
         if let Some(r) = self.nodes[requester].round.as_mut() {
             r.handle_failed(now, req);
         }
@@ -420,7 +423,7 @@ impl Net {
                 }
                 Action::Run(job) => {
                     let done = self.nodes[me].silo.run(job);
-                    let at = self.now + JOB + self.draw_jitter();
+                    let at = self.clock.now() + JOB + self.draw_jitter();
                     self.at(at, Ev::Done { node: me, done });
                 }
                 Action::Report(rep) => self.nodes[me].reports.push(rep),
@@ -430,7 +433,7 @@ impl Net {
     }
 
     fn dispatch(&mut self, ev: Ev) {
-        let now = self.now;
+        let now = self.clock.now();
         match ev {
             Ev::Done { node, done } => {
                 if let Some(r) = self.nodes[node].round.as_mut() {
@@ -512,16 +515,16 @@ impl Net {
             let Some(next) = next else {
                 return done(self);
             };
-            self.now = self.now.max(next);
+            self.clock.advance_to(next);
             while let Some(&Reverse((t, seq))) = self.queue.peek() {
-                if t > self.now {
+                if t > self.clock.now() {
                     break;
                 }
                 self.queue.pop();
                 let ev = self.pending.remove(&seq).expect("queued");
                 self.dispatch(ev);
             }
-            let now = self.now;
+            let now = self.clock.now();
             for i in 0..self.k() {
                 if let Some(r) = self.nodes[i].round.as_mut()
                     && r.poll_timeout().is_some_and(|t| t <= now)
@@ -550,7 +553,7 @@ impl Net {
 
     fn kill(&mut self, i: usize) {
         self.nodes[i].round = None;
-        let now = self.now;
+        let now = self.clock.now();
         for j in 0..self.k() {
             if let Some(r) = self.nodes[j].round.as_mut() {
                 r.handle_disconnected(now, NodeId(i as u32));
@@ -570,14 +573,14 @@ impl Net {
             saved.round,
             self.nodes[i].silo.version,
             Arc::new(self.nodes[i].silo.params.clone()),
-            self.now,
+            self.clock.now(),
         );
         self.nodes[i].round = Some(round);
         self.connect_all(i);
     }
 
     fn set_cut(&mut self, side: &[usize], cut: bool) {
-        let now = self.now;
+        let now = self.clock.now();
         for a in 0..self.k() {
             for b in 0..self.k() {
                 if a < b && side.contains(&a) != side.contains(&b) {
@@ -610,7 +613,7 @@ impl Net {
     }
 
     fn elapsed(&self) -> Duration {
-        self.now - self.t0
+        self.clock.now() - self.t0
     }
 }
 
@@ -749,7 +752,7 @@ fn a_partition_splits_the_rounds_without_deadlines_and_heals() {
     let mut net = Net::new(4, 12);
     assert!(net.drive(10_000, |n| n.all_done(2)));
     net.set_cut(&[0, 1], true);
-    let cut_at = net.now;
+    let cut_at = net.clock.now();
     assert!(net.drive(10_000, |n| n.all_done(6)));
     // Pulls across the cut fail at once (the connection is gone): no round waits a deadline.
     for i in 0..4 {
@@ -767,7 +770,7 @@ fn a_partition_splits_the_rounds_without_deadlines_and_heals() {
             );
         }
     }
-    assert!(net.now - cut_at < TAU_MODEL);
+    assert!(net.clock.now() - cut_at < TAU_MODEL);
     net.set_cut(&[0, 1], false);
     assert!(net.drive(20_000, |n| n.all_finished()));
     // After healing, models cross again.
@@ -836,19 +839,23 @@ fn a_killed_peer_costs_no_deadline_and_its_restart_behind_the_others_stalls_nobo
     let mut net = Net::new(4, 20);
     assert!(net.drive(10_000, |n| n.all_done(3)));
     // Killed in the middle of a round: its owners were waiting for its gradient.
-    let killed_at = net.now;
+    let killed_at = net.clock.now();
     net.kill(2);
     assert!(net.drive(20_000, |n| {
         [0, 1, 3].iter().all(|&i| n.rounds_done(i) >= 10)
     }));
     // The disconnect released them: no owner waited τ_grad for the dead sampler.
-    assert!(net.now - killed_at < TAU_GRAD, "{:?}", net.now - killed_at);
+    assert!(
+        net.clock.now() - killed_at < TAU_GRAD,
+        "{:?}",
+        net.clock.now() - killed_at
+    );
     let saved_round = net.nodes[2].saved.as_ref().expect("a checkpoint").round;
     assert!(
         saved_round + 5 < 10,
         "the restarted silo must be well behind"
     );
-    let restarted_at = net.now;
+    let restarted_at = net.clock.now();
     net.restart(2, 20);
     let others: Vec<u64> = [0, 1, 3].iter().map(|&i| net.rounds_done(i)).collect();
     // The others' next two rounds, and the restarted silo's first, take no deadline.
@@ -860,9 +867,9 @@ fn a_killed_peer_costs_no_deadline_and_its_restart_behind_the_others_stalls_nobo
             && n.rounds_done(2) > saved_round
     }));
     assert!(
-        net.now - restarted_at < TAU_MODEL,
+        net.clock.now() - restarted_at < TAU_MODEL,
         "two rounds after the restart took {:?}",
-        net.now - restarted_at
+        net.clock.now() - restarted_at
     );
     assert!(net.drive(80_000, |n| n.all_finished()));
     for i in 0..4 {
@@ -1284,7 +1291,7 @@ fn a_pull_held_from_a_peer_that_then_disconnects_is_not_waited_for() {
     };
     assert!(net.drive(100_000, |n| n.rounds_done(0) >= 2 && held(n).is_some()));
     let (owner, sampler) = held(&net).expect("a held pull");
-    let killed_at = net.now;
+    let killed_at = net.clock.now();
     let done = net.rounds_done(owner);
     net.kill(sampler);
     assert!(net.drive(100_000, |n| n.rounds_done(owner) >= done + 2));
@@ -1294,7 +1301,11 @@ fn a_pull_held_from_a_peer_that_then_disconnects_is_not_waited_for() {
         "silo {owner} held silo {sampler}'s pull: {:?}",
         net.nodes[owner].events
     );
-    assert!(net.now - killed_at < TAU_GRAD, "{:?}", net.now - killed_at);
+    assert!(
+        net.clock.now() - killed_at < TAU_GRAD,
+        "{:?}",
+        net.clock.now() - killed_at
+    );
 }
 
 /// A mini-batch M-step of S sub-steps: every round of every peer ends on its last gradient at
