@@ -868,33 +868,13 @@ async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
 /// Two honest FedDisco silos and a liar with silo-2's key, 3 rounds: the liar's largest weight
 /// in `coordinator.jsonl` and the largest parameter of the last global it fetched.
 async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
     let over: Vec<String> = ["split.clients=3", "rounds=3", "eval_every=1"]
         .iter()
         .chain(extra)
         .map(|s| s.to_string())
         .collect();
-    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
-    let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
-    let setup =
-        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 5.0, 5.0, Algorithm::Feddisco)
-            .unwrap();
-    let coord_log = p.nodes_dir.join("coordinator.log");
-    let coordinator =
-        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
-    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
-    let coord = manifest.members.last().unwrap();
-    let addr = coord.addrs[0]
-        .clone()
-        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
-    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
-    let liar_id = key.public().to_peer_id().to_string();
-    let mut h = Client {
-        swarm: swarm(key),
-        node: coord.peer_id,
-        inbound: Vec::new(),
-    };
-    h.connect(addr).await;
+    let mut f = DiscoMember::start(&over, 5.0, 5.0, None).await;
+    let (setup, liar_id, h) = (&f.setup, f.id.clone(), &mut f.h);
     let mut ask = async |req: &CoordRequest| -> CoordResponse {
         match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
             Outcome::Answer(b) => decode(&b),
@@ -909,18 +889,7 @@ async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
         .await,
         CoordResponse::Ack
     ));
-    let nodes: Vec<KillOnDrop> = (0..2)
-        .map(|i| {
-            KillOnDrop(
-                launch::start_node(
-                    Path::new(EXE),
-                    &p.configs[i],
-                    &p.nodes_dir.join(format!("silo-{i}.log")),
-                )
-                .unwrap(),
-            )
-        })
-        .collect();
+    let nodes = DiscoMember::start_honest(&f.p);
     let mut last = Vec::new();
     for round in 0..=3u64 {
         let params = match ask(&CoordRequest::Fetch { round }).await {
@@ -954,11 +923,7 @@ async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
         .fold(0.0f64, f64::max);
     let biggest = last.iter().map(|x| f64::from(x.abs())).fold(0.0, f64::max);
     // The honest silos and the coordinator may have finished: stop them either way.
-    for mut c in nodes.into_iter().chain([coordinator]) {
-        let _ = c.0.kill();
-        let _ = c.0.wait();
-        std::mem::forget(c);
-    }
+    f.stop(nodes);
     (weight, biggest)
 }
 
@@ -999,44 +964,18 @@ async fn a_silent_feddisco_registrant_costs_the_federation_one_deadline_not_ever
 /// that timed out, the rounds whose line lists an excused member, and the seconds from the
 /// registration to the last round's line.
 async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize, usize, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let over: Vec<String> = [
+    let over = [
         "split.clients=3".to_string(),
         format!("rounds={rounds}"),
         "eval_every=100".to_string(),
-    ]
-    .to_vec();
-    let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), &over).unwrap();
-    let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
-    let setup =
-        coordinated::add_coordinator(&p, &scenario, 1, dir.path(), 2.0, 10.0, Algorithm::Feddisco)
-            .unwrap();
-    if let Some(n) = excuse_rounds {
-        let text = std::fs::read_to_string(&setup.config).unwrap();
-        let mut cfg: toml::Table = toml::from_str(&text).unwrap();
-        cfg.insert("excuse_rounds".into(), toml::Value::Integer(n as i64));
-        std::fs::write(&setup.config, toml::to_string(&cfg).unwrap()).unwrap();
-    }
-    let coord_log = p.nodes_dir.join("coordinator.log");
-    let coordinator =
-        KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
-    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
-    let coord = manifest.members.last().unwrap();
-    let addr = coord.addrs[0]
-        .clone()
-        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
-    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
-    let mut h = Client {
-        swarm: swarm(key),
-        node: coord.peer_id,
-        inbound: Vec::new(),
-    };
-    h.connect(addr).await;
+    ];
+    let mut f = DiscoMember::start(&over, 2.0, 10.0, excuse_rounds).await;
     let register = CoordRequest::Register {
         n_train: 100,
         discrepancy: 0.1,
     };
-    match h
+    match f
+        .h
         .send(Proto::Coord, protocol::encode(&register).unwrap())
         .await
     {
@@ -1044,20 +983,10 @@ async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize,
         Outcome::Failed(e) => panic!("registering failed: {e}"),
     }
     let started = Instant::now();
-    let nodes: Vec<KillOnDrop> = (0..2)
-        .map(|i| {
-            KillOnDrop(
-                launch::start_node(
-                    Path::new(EXE),
-                    &p.configs[i],
-                    &p.nodes_dir.join(format!("silo-{i}.log")),
-                )
-                .unwrap(),
-            )
-        })
-        .collect();
+    let nodes = DiscoMember::start_honest(&f.p);
     // The member stays connected (its swarm is polled) and says nothing.
-    let log = setup.state_dir.join("coordinator.jsonl");
+    let log = f.setup.state_dir.join("coordinator.jsonl");
+    let coord_log = f.p.nodes_dir.join("coordinator.log");
     let read = || -> Vec<serde_json::Value> {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
@@ -1073,7 +1002,8 @@ async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize,
             read().len(),
             std::fs::read_to_string(&coord_log).unwrap_or_default()
         );
-        let _ = tokio::time::timeout(Duration::from_millis(100), h.swarm.select_next_some()).await;
+        let _ =
+            tokio::time::timeout(Duration::from_millis(100), f.h.swarm.select_next_some()).await;
     }
     let seconds = started.elapsed().as_secs_f64();
     let lines = read();
@@ -1085,12 +1015,82 @@ async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize,
         .iter()
         .filter(|l| l["excused"].as_array().is_some_and(|a| !a.is_empty()))
         .count();
-    for mut c in nodes.into_iter().chain([coordinator]) {
-        let _ = c.0.kill();
-        let _ = c.0.wait();
-        std::mem::forget(c);
-    }
+    f.stop(nodes);
     (timed_out, excused, seconds)
+}
+
+/// A three-silo FedDisco federation on the quick start (`over` added) with its coordinator
+/// running (τ = `tau_s`, the silos' `fetch_s`; `excuse_rounds` written into its config when
+/// given) and a client
+/// holding silo-2's key connected to it: the member the FedDisco attack tests play. The two
+/// honest silos start when the test says ([`DiscoMember::start_honest`]).
+struct DiscoMember {
+    _dir: tempfile::TempDir,
+    p: launch::Prepared,
+    setup: coordinated::CoordinatorSetup,
+    coordinator: KillOnDrop,
+    h: Client,
+    /// The member's peer ID.
+    id: String,
+}
+
+impl DiscoMember {
+    async fn start(over: &[String], tau_s: f64, fetch_s: f64, excuse_rounds: Option<u64>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = Scenario::load_with(Path::new("simulations/quickstart.toml"), over).unwrap();
+        let p = launch::prepare(&scenario, 1, None, &Deadlines::default(), dir.path()).unwrap();
+        let (d, alg) = (dir.path(), Algorithm::Feddisco);
+        let setup = coordinated::add_coordinator(&p, &scenario, 1, d, tau_s, fetch_s, alg).unwrap();
+        if let Some(n) = excuse_rounds {
+            let text = std::fs::read_to_string(&setup.config).unwrap();
+            let mut cfg: toml::Table = toml::from_str(&text).unwrap();
+            cfg.insert("excuse_rounds".into(), toml::Value::Integer(n as i64));
+            std::fs::write(&setup.config, toml::to_string(&cfg).unwrap()).unwrap();
+        }
+        let coord_log = p.nodes_dir.join("coordinator.log");
+        let coordinator =
+            KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
+        let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+        let coord = manifest.members.last().unwrap();
+        let addr = coord.addrs[0]
+            .clone()
+            .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+        let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+        let id = key.public().to_peer_id().to_string();
+        let mut h = Client {
+            swarm: swarm(key),
+            node: coord.peer_id,
+            inbound: Vec::new(),
+        };
+        h.connect(addr).await;
+        Self {
+            _dir: dir,
+            p,
+            setup,
+            coordinator,
+            h,
+            id,
+        }
+    }
+
+    /// Starts the two honest silos of `p` (the federation's).
+    fn start_honest(p: &launch::Prepared) -> Vec<KillOnDrop> {
+        (0..2)
+            .map(|i| {
+                let log = p.nodes_dir.join(format!("silo-{i}.log"));
+                KillOnDrop(launch::start_node(Path::new(EXE), &p.configs[i], &log).unwrap())
+            })
+            .collect()
+    }
+
+    /// Stops the honest silos and the coordinator, finished or not.
+    fn stop(self, nodes: Vec<KillOnDrop>) {
+        for mut c in nodes.into_iter().chain([self.coordinator]) {
+            let _ = c.0.kill();
+            let _ = c.0.wait();
+            std::mem::forget(c);
+        }
+    }
 }
 
 /// A member that keeps sending garbage to a coordinator is disconnected and blocked after
