@@ -28,14 +28,12 @@ use super::runlog::RunLog;
 use super::trainer::SaveHealth;
 use crate::coord::engine::{Action, CoordAlgorithm, Disco, Engine, EngineConfig, Event};
 use crate::coord::fedcollab_server::FedCollabServer;
-use crate::coord::feddisco::Params;
 use crate::coord::feddisco_server::ServerState;
-use crate::coord::fedsac_server::{self, FedsacServer};
+use crate::coord::fedsac_server::FedsacServer;
 use crate::coord::hcct_server::HcctServer;
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::Learner;
 use crate::protocol::{COORD_PROTOCOL, CoordRequest, CoordResponse};
-use crate::scenario::FedsacScore;
 use libp2p::StreamProtocol;
 use libp2p::futures::StreamExt;
 use libp2p::request_response::{self as rr, ProtocolSupport, ResponseChannel};
@@ -45,38 +43,6 @@ use rand::rngs::StdRng;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-
-impl CoordinatorConfig {
-    /// FedSaC's coordinator settings.
-    fn fedsac_settings(&self) -> fedsac_server::Settings {
-        let f = &self.fedsac;
-        fedsac_server::Settings {
-            alpha: f.alpha,
-            beta: f.beta,
-            alpha_cutoff: f.alpha_cutoff,
-            principal_angles: f.principal_angles,
-            cohort_size: f.cohort_size,
-            score_trained: f.score == FedsacScore::Trained,
-        }
-    }
-
-    /// The seed of FedSaC's cohort stream: the simulator's.
-    fn fedsac_sampler_seed(&self) -> u64 {
-        stream_seed(
-            self.seed ^ crate::silo::fedsac::STREAM_TAG,
-            NodeId(u32::MAX),
-            Stream::Sampling,
-        )
-    }
-
-    fn params(&self) -> Params {
-        Params {
-            a: self.feddisco.a,
-            b: self.feddisco.b,
-            normalise: self.feddisco.normalise,
-        }
-    }
-}
 
 #[derive(NetworkBehaviour)]
 struct CoordBehaviour {
@@ -193,7 +159,7 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
         .model
         .spec(&cfg.sample_shape, Some(cfg.classes))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let params = cfg.params();
+    let params = cfg.feddisco.params();
     params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let init = || {
         Learner::new(&spec, 1)
@@ -232,9 +198,9 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
         })?,
         CoordinatedAlgorithm::Fedsac => load(&|b| {
             let s = FedsacServer::decode(
-                cfg.fedsac_settings(),
+                cfg.fedsac.settings(),
                 cfg.rounds,
-                cfg.fedsac_sampler_seed(),
+                crate::silo::fedsac::cohort_seed(cfg.seed),
                 b,
             )?;
             same_silos(s.nodes())?;
@@ -263,10 +229,10 @@ fn open_algorithm(cfg: &CoordinatorConfig, ckpt: &Path) -> anyhow::Result<Box<dy
         ),
         CoordinatedAlgorithm::Fedsac => Box::new(
             FedsacServer::new(
-                cfg.fedsac_settings(),
+                cfg.fedsac.settings(),
                 cfg.nodes,
                 cfg.rounds,
-                cfg.fedsac_sampler_seed(),
+                crate::silo::fedsac::cohort_seed(cfg.seed),
                 init()?,
             )
             .map_err(|e| anyhow::anyhow!(e))?,

@@ -190,6 +190,18 @@ impl Default for FedsacConfig {
 }
 
 impl FedsacConfig {
+    /// The coordinator's settings (graph, cohort, what is scored).
+    pub fn settings(&self) -> crate::coord::fedsac_server::Settings {
+        crate::coord::fedsac_server::Settings {
+            alpha: self.alpha,
+            beta: self.beta,
+            alpha_cutoff: self.alpha_cutoff,
+            principal_angles: self.principal_angles,
+            cohort_size: self.cohort_size,
+            score_trained: self.score == FedsacScore::Trained,
+        }
+    }
+
     /// Checks every field; the error names the field (without the section), the allowed
     /// range and the value.
     pub fn validate(&self) -> Result<(), String> {

@@ -17,6 +17,16 @@ pub(crate) const STREAM_TAG: u64 = 0x5AC0_0000;
 /// Keeps each silo's feature-sample draws apart from its batch order.
 pub(crate) const FEATURE_TAG: u64 = 0x5AC0_FEA7;
 
+/// The seed of the coordinator's cohort stream in a run of seed `seed` (the same in
+/// `simulate` and over the network).
+pub(crate) fn cohort_seed(seed: u64) -> u64 {
+    crate::ids::stream_seed(
+        seed ^ STREAM_TAG,
+        crate::ids::NodeId(u32::MAX),
+        crate::ids::Stream::Sampling,
+    )
+}
+
 /// The draws of one [`train_silo`] on `rows` rows, without training: its batches and its
 /// feature sample (a resumed silo replays its streams).
 pub(crate) fn skip_silo(

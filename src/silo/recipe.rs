@@ -7,9 +7,16 @@
 
 use super::{BatchCursor, feddisco, fedsac, hcct};
 use crate::coord::hcct::HcctConfig;
+use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, Learner};
 use crate::scenario::{FeddiscoConfig, FedsacConfig};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
+
+/// Silo `me`'s batch stream under `tagged` (the run seed mixed with the recipe's tag).
+fn stream(tagged: u64, me: NodeId) -> StdRng {
+    StdRng::seed_from_u64(stream_seed(tagged, me, Stream::Batches))
+}
 
 /// A silo's local training between two fetches, with the simulator's recipe and batch
 /// stream for each algorithm, so a swarm trains exactly as `federico simulate` does.
@@ -43,6 +50,31 @@ pub(crate) enum LocalRecipe {
 }
 
 impl LocalRecipe {
+    /// FedDisco's recipe for silo `me` of `rows` training rows in a run of seed `seed`.
+    pub(crate) fn feddisco(cfg: &FeddiscoConfig, seed: u64, me: NodeId, rows: usize) -> Self {
+        LocalRecipe::Feddisco {
+            cfg: cfg.clone(),
+            cursor: BatchCursor::new(rows, stream(seed ^ feddisco::STREAM_TAG, me)),
+        }
+    }
+
+    /// HCCT's recipe for silo `me` in a run of seed `seed`.
+    pub(crate) fn hcct(cfg: &HcctConfig, seed: u64, me: NodeId) -> Self {
+        LocalRecipe::Hcct {
+            cfg: cfg.clone(),
+            rng: stream(seed ^ hcct::BATCH_TAG, me),
+        }
+    }
+
+    /// FedSaC's recipe for silo `me` of `rows` training rows in a run of seed `seed`.
+    pub(crate) fn fedsac(cfg: &FedsacConfig, seed: u64, me: NodeId, rows: usize) -> Self {
+        LocalRecipe::Fedsac {
+            cfg: Box::new(cfg.clone()),
+            cursor: BatchCursor::new(rows, stream(seed ^ fedsac::STREAM_TAG, me)),
+            features: stream(seed ^ fedsac::FEATURE_TAG, me),
+        }
+    }
+
     /// Advances the random streams past `trainings` rounds of [`LocalRecipe::train`] on
     /// `rows` rows without training: the draws depend only on the row count, so a resumed
     /// node trains on the batches an uninterrupted run would.
@@ -105,7 +137,7 @@ impl LocalRecipe {
 mod tests {
     use super::*;
     use crate::learn::{Labels, ModelSpec};
-    use rand::{RngExt, SeedableRng};
+    use rand::RngExt;
 
     fn data(n: usize) -> Dataset {
         let mut rng = StdRng::seed_from_u64(5);

@@ -1,9 +1,9 @@
 //! The coordinator algorithms of the same family as FedeRiCo (FedDisco, FedCollab, HCCT,
 //! FedSaC) as simulator runs, beside FedeRiCo and the baselines.
-//! Owns: the per-round driver work of each (local training on the silos, handing what the
-//! algorithm needs to its pure core in [`crate::coord`], applying the models it returns) behind
-//! one trait, [`CoordinatedRun`], which `run_seed` drives (`seed.rs` builds the runs: this file
-//! names none of them, so they can all depend on it).
+//! Owns: the trait every such run implements, [`CoordinatedRun`] (the engines the network runs,
+//! `members.rs`, and the lock-step loops of FedCollab and of the simulator-only modes), which
+//! `run_seed` drives (`seed.rs` builds the runs: this file names none of them, so they can all
+//! depend on it).
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in
 //! [`crate::coord`], which knows nothing of tensors or threads.
 

@@ -10,8 +10,8 @@ use super::baselines::{FedAvgRun, LocalRun};
 use super::fedcollab::FedCollabRun;
 use super::feddisco::FeddiscoRun;
 use super::federico::FedericoRun;
-use super::fedsac::FedsacRun;
 use super::hcct::HcctRun;
+use super::members::MemberRun;
 use super::network::FaultNet;
 use super::pool::ExportTo;
 use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
@@ -124,8 +124,12 @@ pub(super) fn run_seed(
     let mut coordinated: Vec<(Algorithm, Box<dyn coordinated::CoordinatedRun>)> = scenario
         .algorithms
         .iter()
-        .filter_map(|&a| coordinated_run(a, &ctx, &init).map(|r| (a, r)))
-        .collect();
+        .filter_map(|&a| {
+            coordinated_run(a, &ctx, &init)
+                .transpose()
+                .map(|r| r.map(|r| (a, r)))
+        })
+        .collect::<Result<_, _>>()?;
     let algorithms = ordered(&scenario.algorithms);
     let started = Instant::now();
     let mut train_rounds: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
@@ -390,17 +394,30 @@ fn write_fault_files(dir: &Path, f: &FaultNet, report: &checks::Report) -> Resul
 
 /// The run for `algorithm`, or `None` when it is not a coordinated algorithm (Local, FedAvg,
 /// FedAvg+ and FedeRiCo have their own drivers). `init[i]` is silo i's initial weights,
-/// identical for every algorithm.
+/// identical for every algorithm. FedDisco, HCCT and FedSaC run on the engines the network
+/// runs ([`MemberRun`]) whenever the network can run their settings; the simulator's own modes
+/// (FedDisco's partial participation, HCCT-E, HCCT-P, HCCT with Adam, HCCT's trace) on their
+/// lock-step loops.
 fn coordinated_run(
     algorithm: Algorithm,
     ctx: &Ctx<'_>,
     init: &[Vec<f32>],
-) -> Option<Box<dyn coordinated::CoordinatedRun>> {
-    match algorithm {
+) -> Result<Option<Box<dyn coordinated::CoordinatedRun>>, SimError> {
+    Ok(match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
         Algorithm::Fedcollab => Some(Box::new(FedCollabRun::new(ctx, init))),
-        Algorithm::Hcct => Some(Box::new(HcctRun::new(ctx, init))),
-        Algorithm::Feddisco => Some(Box::new(FeddiscoRun::new(ctx, init))),
-        Algorithm::Fedsac => Some(Box::new(FedsacRun::new(ctx, init))),
-    }
+        // HCCT's trace prints the Gram matrix only the lock-step loop sees (same decisions).
+        Algorithm::Hcct if std::env::var_os("FEDERICO_HCCT_TRACE").is_some() => {
+            Some(Box::new(HcctRun::new(ctx, init)))
+        }
+        Algorithm::Hcct => Some(match MemberRun::hcct(ctx, init)? {
+            Some(run) => Box::new(run),
+            None => Box::new(HcctRun::new(ctx, init)),
+        }),
+        Algorithm::Feddisco => Some(match MemberRun::feddisco(ctx, init) {
+            Some(run) => Box::new(run),
+            None => Box::new(FeddiscoRun::new(ctx, init)),
+        }),
+        Algorithm::Fedsac => Some(Box::new(MemberRun::fedsac(ctx, init)?)),
+    })
 }

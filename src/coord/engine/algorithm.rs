@@ -14,6 +14,7 @@ use crate::coord::feddisco::{DiscoReport, Params, Robust};
 use crate::coord::feddisco_server::{FetchAnswer, ServerState};
 use crate::coord::fedsac_server::{self, FedsacServer};
 use crate::coord::hcct_server::{self, HcctServer};
+use std::sync::Arc;
 
 /// The refusal of a request from a peer that is not one of the run's silos.
 pub const NOT_A_SILO: &str = "not a silo of this federation's manifest";
@@ -93,6 +94,13 @@ pub trait CoordAlgorithm {
 
     /// FedCollab: the solved structure (`fedcollab.json`), once solved.
     fn solved(&self) -> Option<&Solved> {
+        None
+    }
+
+    /// The model silo `index` is scored with now: FedDisco's global, the last aggregate of
+    /// HCCT's group, FedSaC's personalised model (with `score = "trained"`, the last model
+    /// the silo trained); `None` for FedCollab, whose models never reach the coordinator.
+    fn scored(&self, _index: usize) -> Option<Arc<Vec<f32>>> {
         None
     }
 }
@@ -183,6 +191,10 @@ impl CoordAlgorithm for Disco {
     fn encode(&self) -> Result<Vec<u8>, String> {
         self.state.encode()
     }
+
+    fn scored(&self, _index: usize) -> Option<Arc<Vec<f32>>> {
+        Some(self.state.global.clone())
+    }
 }
 
 impl CoordAlgorithm for HcctServer {
@@ -269,6 +281,10 @@ impl CoordAlgorithm for HcctServer {
 
     fn encode(&self) -> Result<Vec<u8>, String> {
         HcctServer::encode(self)
+    }
+
+    fn scored(&self, index: usize) -> Option<Arc<Vec<f32>>> {
+        HcctServer::model(self, index)
     }
 }
 
@@ -360,6 +376,10 @@ impl CoordAlgorithm for FedsacServer {
 
     fn encode(&self) -> Result<Vec<u8>, String> {
         FedsacServer::encode(self)
+    }
+
+    fn scored(&self, index: usize) -> Option<Arc<Vec<f32>>> {
+        FedsacServer::scored(self, index)
     }
 }
 

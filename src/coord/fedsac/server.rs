@@ -147,6 +147,15 @@ impl FedsacServer {
         self.round
     }
 
+    /// The model silo `i` is scored with: θ̃^i, or with `score_trained` the model its last
+    /// local training produced (θ̃^i before its first).
+    pub fn scored(&self, i: usize) -> Option<Arc<Vec<f32>>> {
+        match (self.trained.get(i)?, self.settings.score_trained) {
+            (Some(t), true) => Some(t.clone()),
+            _ => self.params.get(i).cloned(),
+        }
+    }
+
     /// Silos in this run.
     pub fn nodes(&self) -> usize {
         self.joining.nodes()

@@ -183,6 +183,11 @@ impl HcctServer {
         self.joining.left_out(i)
     }
 
+    /// Silo `i`'s model: its group's last aggregate (the common start before round 0).
+    pub fn model(&self, i: usize) -> Option<Arc<Vec<f32>>> {
+        self.models.get(i).cloned()
+    }
+
     /// The silos in the run, ascending (empty before it started).
     pub fn members(&self) -> &[usize] {
         self.joining.members()

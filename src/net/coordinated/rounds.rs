@@ -24,7 +24,7 @@ use crate::net::runlog::RunLog;
 use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CoordRequest, CoordResponse};
-use crate::silo::{BatchCursor, LocalRecipe};
+use crate::silo::LocalRecipe;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::future::Future;
@@ -130,35 +130,11 @@ fn registration(cc: &Coordinated, data: &ClientData) -> anyhow::Result<CoordRequ
 
 /// The simulator's local recipe of the node's algorithm, its streams seeded as there.
 fn recipe(cc: &Coordinated, cfg: &NodeConfig, me: NodeId, rows: usize) -> LocalRecipe {
+    let shared = cc.config();
     match cc.mode() {
-        CoordinatedAlgorithm::Fedsac => {
-            let rng =
-                |tag: u64| StdRng::seed_from_u64(stream_seed(cfg.seed ^ tag, me, Stream::Batches));
-            LocalRecipe::Fedsac {
-                cfg: Box::new(cc.config().fedsac.clone()),
-                cursor: BatchCursor::new(rows, rng(crate::silo::fedsac::STREAM_TAG)),
-                features: rng(crate::silo::fedsac::FEATURE_TAG),
-            }
-        }
-        CoordinatedAlgorithm::Hcct => LocalRecipe::Hcct {
-            cfg: cc.config().hcct.clone(),
-            rng: StdRng::seed_from_u64(stream_seed(
-                cfg.seed ^ crate::silo::hcct::BATCH_TAG,
-                me,
-                Stream::Batches,
-            )),
-        },
-        _ => LocalRecipe::Feddisco {
-            cfg: cc.config().feddisco.clone(),
-            cursor: BatchCursor::new(
-                rows,
-                StdRng::seed_from_u64(stream_seed(
-                    cfg.seed ^ crate::silo::feddisco::STREAM_TAG,
-                    me,
-                    Stream::Batches,
-                )),
-            ),
-        },
+        CoordinatedAlgorithm::Fedsac => LocalRecipe::fedsac(&shared.fedsac, cfg.seed, me, rows),
+        CoordinatedAlgorithm::Hcct => LocalRecipe::hcct(&shared.hcct, cfg.seed, me),
+        _ => LocalRecipe::feddisco(&shared.feddisco, cfg.seed, me, rows),
     }
 }
 

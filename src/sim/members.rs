@@ -1,0 +1,572 @@
+//! FedDisco, HCCT and FedSaC as the network runs them: the coordinator's round engine
+//! ([`Engine`], the one `net::coordinator` drives) and one member engine per silo ([`Member`],
+//! the one a coordinated node drives), on a simulated network where every request is answered
+//! at once, with each silo training by the node's recipe ([`LocalRecipe`], its streams seeded
+//! as a node seeds them). A fault-free `simulate` and a fault-free swarm make the same decisions
+//! by construction: the same engines decide, the same recipe trains.
+//!
+//! Owns: carrying each member's questions to the coordinator's engine and its answers back (a
+//! request's ticket is the asking silo's index), holding what a node's driver holds (its
+//! model, the last model offered, FedSaC's direction and subspace), running the trainings the
+//! members ask for in parallel batches, and keeping the run lock-step: a call runs exactly one
+//! round on every silo.
+//! Must not: decide anything about a round (the engines do) or combine models (the servers
+//! behind [`CoordAlgorithm`] do). Nothing here reads a clock: the engines' clock never moves,
+//! so no deadline is ever reached, every round closes on its last update, and a member that
+//! detaches, is refused or falls back is a broken invariant, reported as an error.
+
+use super::coordinated::CoordinatedRun;
+use super::pool::{Owner, par_silos, score_each};
+use super::{ClientEval, Ctx, SimError};
+use crate::coord::engine::{self, Answer, CoordAlgorithm, Engine, EngineConfig, Request};
+use crate::coord::feddisco::{self, DiscoReport};
+use crate::coord::feddisco_server::ServerState;
+use crate::coord::fedsac_server::FedsacServer;
+use crate::coord::hcct_server::HcctServer;
+use crate::coord::member::{self, Action, Ask, Member, MemberConfig, Reply};
+use crate::ids::NodeId;
+use crate::silo::LocalRecipe;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a coordinated node's driver holds for its engine.
+struct Silo {
+    /// The model it trains and sends.
+    model: Vec<f32>,
+    /// The last model the coordinator sent, until adopted.
+    offered: Option<Arc<Vec<f32>>>,
+    /// FedSaC: the direction sent with it.
+    direction: Option<Arc<Vec<f32>>>,
+    /// FedSaC: the subspace of the last training.
+    subspace: Option<Vec<Vec<f64>>>,
+    recipe: LocalRecipe,
+    /// The registration it sends.
+    register: Request,
+    /// The coordinator round its pending training follows.
+    job: Option<u64>,
+}
+
+/// One coordinator algorithm's run over its engines.
+pub(crate) struct MemberRun {
+    engine: Engine<usize>,
+    members: Vec<Member>,
+    silos: Vec<Silo>,
+    /// The members' names at the coordinator, sorted as their indices (FedDisco keeps its
+    /// registrations in name order, and sums in that order).
+    names: Vec<String>,
+    /// FedSaC's personalised models are the silos' own; the others are shared.
+    personal: bool,
+    /// The engines' clock, which never moves.
+    now: Instant,
+}
+
+impl MemberRun {
+    /// A run of `alg` (fresh, for `ctx`'s silos) where silo `i` registers with `register[i]`
+    /// and trains with `recipes[i]`; `contributes`: updates are FedSaC's contributions.
+    pub(crate) fn new(
+        ctx: &Ctx<'_>,
+        alg: Box<dyn CoordAlgorithm>,
+        register: Vec<Request>,
+        recipes: Vec<LocalRecipe>,
+        personal: bool,
+    ) -> Self {
+        let k = ctx.clients();
+        let now = Instant::now();
+        let rounds = ctx.scenario.rounds as u64;
+        // Deadlines exist (the engines need them) but are never reached: time does not move.
+        let day = Duration::from_secs(86_400);
+        let names: Vec<String> = (0..k).map(|i| format!("silo-{i:06}")).collect();
+        let mut engine = Engine::new(
+            alg,
+            EngineConfig {
+                rounds,
+                nodes: k,
+                round_deadline: day,
+                join_deadline: None,
+                linger: Duration::ZERO,
+                excuse_rounds: 0,
+                names: names.clone(),
+            },
+        );
+        // A fresh engine cannot fail to start: nothing is resumed.
+        let _ = engine.handle_start(now);
+        let members = (0..k)
+            .map(|_| {
+                Member::new(
+                    MemberConfig {
+                        rounds,
+                        budget: day,
+                        retry: Duration::from_millis(500),
+                        final_budget: day,
+                        // The simulator scores the silos itself, between rounds.
+                        eval_every: 0,
+                        fall_back_after: None,
+                    },
+                    member::Resume::default(),
+                )
+            })
+            .collect();
+        let num_params = engine.algorithm().num_params();
+        let silos = register
+            .into_iter()
+            .zip(recipes)
+            .map(|(register, recipe)| Silo {
+                model: vec![0.0; num_params],
+                offered: None,
+                direction: None,
+                subspace: None,
+                recipe,
+                register,
+                job: None,
+            })
+            .collect();
+        let mut run = Self {
+            engine,
+            members,
+            silos,
+            names,
+            personal,
+            now,
+        };
+        for m in &mut run.members {
+            m.handle_start(now);
+        }
+        run
+    }
+
+    /// Carries every action and answer until the engines are quiet.
+    fn pump(&mut self) -> Result<(), SimError> {
+        loop {
+            let mut moved = false;
+            for i in 0..self.members.len() {
+                while let Some(action) = self.members[i].poll_action() {
+                    moved = true;
+                    self.act(i, action)?;
+                }
+            }
+            if !moved {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Carries out member `i`'s action.
+    fn act(&mut self, i: usize, action: Action) -> Result<(), SimError> {
+        let broken = |what: String| Err(SimError::Invariant(format!("silo-{i}: {what}")));
+        match action {
+            Action::Ask { ask, .. } => self.ask(i, ask)?,
+            Action::Adopt { .. } => {
+                let s = &mut self.silos[i];
+                if let Some(p) = s.offered.take() {
+                    s.model = p.to_vec();
+                }
+            }
+            Action::Train { at } => {
+                if self.silos[i].job.replace(at).is_some() {
+                    return broken("asked to train with a training in flight".into());
+                }
+            }
+            // Nothing is written: the simulator keeps no checkpoints or run logs.
+            Action::MarkSent(_) => {}
+            Action::EndRound(_) => self.members[i].handle_round_written(self.now),
+            Action::Finish { final_round } => {
+                let s = &mut self.silos[i];
+                if final_round.is_some()
+                    && let Some(p) = s.offered.take()
+                {
+                    s.model = p.to_vec();
+                }
+            }
+            Action::Event(e) => return broken(format!("{e:?} in a fault-free run")),
+            Action::Recover { .. } => return broken("recovered in a run without kills".into()),
+            Action::FallBack { at } => return broken(format!("fell back after round {at}")),
+        }
+        Ok(())
+    }
+
+    /// Member `i`'s question to the coordinator's engine; the answers it gives (to `i`, or to
+    /// silos whose held fetches it now serves) go back to their members.
+    fn ask(&mut self, i: usize, ask: Ask) -> Result<(), SimError> {
+        let s = &self.silos[i];
+        let request = match ask {
+            Ask::Register => s.register.clone(),
+            Ask::Fetch { round } => Request::Fetch { round },
+            Ask::Update { round } => {
+                let params = Arc::new(s.model.clone());
+                match s.recipe {
+                    LocalRecipe::Fedsac { .. } => Request::Contribute {
+                        round,
+                        params,
+                        subspace: s.subspace.clone(),
+                    },
+                    _ => Request::Update { round, params },
+                }
+            }
+        };
+        self.engine
+            .handle_request(self.now, &self.names[i], Some(i), request, i)
+            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                engine::Action::Respond { ticket, answer } => {
+                    let reply = self.read(ticket, answer);
+                    self.members[ticket].handle_reply(self.now, reply);
+                }
+                engine::Action::Event(engine::Event::Refused { who, what, reason }) => {
+                    return Err(SimError::Invariant(format!(
+                        "the coordinator refused {what} of {who}: {reason}"
+                    )));
+                }
+                // Checkpoints, log lines and events are the coordinator process's business.
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The coordinator's answer as silo `i`'s driver reads it (the parameters wait in
+    /// `offered`).
+    fn read(&mut self, i: usize, answer: Answer) -> Reply {
+        let s = &mut self.silos[i];
+        match answer {
+            Answer::Ack => Reply::Ack,
+            Answer::Error { reason } => Reply::Refused(reason),
+            Answer::Alone => Reply::Alone,
+            Answer::Global { round, params } => {
+                s.offered = Some(params);
+                s.direction = None;
+                Reply::Model { round, train: true }
+            }
+            Answer::Assigned {
+                round,
+                params,
+                direction,
+                train,
+            } => {
+                s.offered = Some(params);
+                s.direction = direction;
+                Reply::Model { round, train }
+            }
+            other => Reply::Unusable(format!("an answer to another question: {other:?}")),
+        }
+    }
+}
+
+impl CoordinatedRun for MemberRun {
+    /// Runs one coordinator round. A training of the next round (a silo whose next model
+    /// came already) waits for the next call.
+    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        let target = self.engine.round() + 1;
+        loop {
+            self.pump()?;
+            let jobs: Vec<Option<u64>> = self
+                .silos
+                .iter_mut()
+                .zip(&self.members)
+                .map(|(s, m)| {
+                    if m.round() < target {
+                        s.job.take()
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if jobs.iter().all(Option::is_none) {
+                break;
+            }
+            let (fed, batch) = (ctx.fed, ctx.batch_size());
+            let cells: Vec<Mutex<(Option<u64>, &mut Silo)>> = jobs
+                .into_iter()
+                .zip(self.silos.iter_mut())
+                .map(Mutex::new)
+                .collect();
+            let out = par_silos(ctx, |i, learner| {
+                let mut cell = cells[i].lock().expect("one worker per silo");
+                let (job, s) = &mut *cell;
+                let Some(at) = job.take() else {
+                    return Ok(false);
+                };
+                let direction = s.direction.take();
+                let data = &fed.clients[i].train;
+                s.subspace = s
+                    .recipe
+                    .train(
+                        learner,
+                        &mut s.model,
+                        data,
+                        batch,
+                        at,
+                        direction.as_deref().map(|d| d.as_slice()),
+                    )
+                    .map_err(|e| SimError::Invariant(format!("silo-{i} training: {e}")))?;
+                Ok::<bool, SimError>(true)
+            });
+            drop(cells);
+            for (i, trained) in out.into_iter().enumerate() {
+                if trained? {
+                    self.members[i].handle_trained(self.now);
+                }
+            }
+        }
+        // A silo outside FedSaC's cohort trains nothing: it may be a round ahead, waiting for
+        // the coordinator's next round.
+        if let Some(i) = (0..self.members.len()).find(|&i| self.members[i].round() < target) {
+            return Err(SimError::Invariant(format!(
+                "silo-{i} did not complete round {target} in a fault-free round"
+            )));
+        }
+        if self.engine.round() != target {
+            return Err(SimError::Invariant(format!(
+                "the coordinator did not close round {target} in a fault-free round"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every silo's model as the coordinator holds it for the silo.
+    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+        let alg = self.engine.algorithm();
+        let models = (0..self.members.len())
+            .map(|i| {
+                alg.scored(i).ok_or_else(|| {
+                    SimError::Invariant(format!("the coordinator holds no model for silo-{i}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let personal = self.personal;
+        score_each(ctx, |i| {
+            let owner = if personal {
+                Owner::Silo(i)
+            } else {
+                Owner::Shared
+            };
+            vec![(owner, models[i].as_slice(), 1.0)]
+        })
+    }
+}
+
+/// The runs of the three algorithms, built as the coordinator and the nodes build theirs.
+impl MemberRun {
+    /// FedDisco over every silo (every silo sends every round: partial participation,
+    /// `clients_per_round`, is a simulator mode the network does not run; `None` then). Each
+    /// silo registers its own `(N_k, δ_k)` (the histogram stays with it).
+    pub(crate) fn feddisco(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Option<Self> {
+        let cfg = &ctx.scenario.feddisco;
+        let k = ctx.clients();
+        if cfg.clients_per_round != 0 && cfg.clients_per_round < k {
+            return None;
+        }
+        let alg = Box::new(engine::Disco {
+            state: ServerState::new(init[0].clone()),
+            params: cfg.params(),
+            robust: cfg.robust(),
+        });
+        let register = ctx
+            .fed
+            .clients
+            .iter()
+            .map(|c| {
+                let counts: Vec<u64> = c.train.class_counts().iter().map(|&n| n as u64).collect();
+                let r = feddisco::report(&counts, cfg.metric).unwrap_or(DiscoReport {
+                    num_samples: 0,
+                    discrepancy: 0.0,
+                });
+                Request::Register {
+                    n_train: r.num_samples,
+                    discrepancy: r.discrepancy,
+                }
+            })
+            .collect();
+        let recipes = (0..k)
+            .map(|i| LocalRecipe::feddisco(cfg, ctx.seed, NodeId(i as u32), rows(ctx, i)))
+            .collect();
+        Some(Self::new(ctx, alg, register, recipes, false))
+    }
+
+    /// HCCT as the network runs it (`None` for HCCT-E, HCCT-P and Adam, simulator modes).
+    pub(crate) fn hcct(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Option<Self>, SimError> {
+        let cfg = &ctx.scenario.hcct;
+        if HcctServer::check_config(cfg).is_err() {
+            return Ok(None);
+        }
+        let (k, rounds) = (ctx.clients(), ctx.scenario.rounds as u64);
+        let alg = HcctServer::new(cfg.clone(), k, rounds, init[0].clone())
+            .map_err(|e| SimError::Invariant(format!("hcct: {e}")))?;
+        let recipes = (0..k)
+            .map(|i| LocalRecipe::hcct(cfg, ctx.seed, NodeId(i as u32)))
+            .collect();
+        Ok(Some(Self::new(
+            ctx,
+            Box::new(alg),
+            joins(ctx),
+            recipes,
+            false,
+        )))
+    }
+
+    /// FedSaC (every configuration runs over the network).
+    pub(crate) fn fedsac(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Self, SimError> {
+        let cfg = &ctx.scenario.fedsac;
+        let (k, rounds) = (ctx.clients(), ctx.scenario.rounds as u64);
+        let alg = FedsacServer::new(
+            cfg.settings(),
+            k,
+            rounds,
+            crate::silo::fedsac::cohort_seed(ctx.seed),
+            init[0].clone(),
+        )
+        .map_err(|e| SimError::Invariant(format!("fedsac: {e}")))?;
+        let recipes = (0..k)
+            .map(|i| LocalRecipe::fedsac(cfg, ctx.seed, NodeId(i as u32), rows(ctx, i)))
+            .collect();
+        Ok(Self::new(ctx, Box::new(alg), joins(ctx), recipes, true))
+    }
+}
+
+/// Silo `i`'s training rows.
+fn rows(ctx: &Ctx<'_>, i: usize) -> usize {
+    ctx.fed.clients[i].train.len()
+}
+
+/// Every silo's `Join` with its sample count.
+fn joins(ctx: &Ctx<'_>) -> Vec<Request> {
+    (0..ctx.clients())
+        .map(|i| Request::Join {
+            n_train: rows(ctx, i) as u64,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::feddisco::FeddiscoRun;
+    use super::super::hcct::HcctRun;
+    use super::*;
+    use crate::scenario::Scenario;
+
+    /// 6 silos of a synthetic label-group task with `extra` settings.
+    fn scenario(extra: &str) -> Scenario {
+        Scenario::parse(&format!(
+            "rounds = 6\nalgorithms = [\"feddisco\", \"hcct\", \"fedsac\"]\n\
+             [data]\nsource = \"mixture\"\ntrain = 40\ntest = 50\n\
+             [split]\nclients = 6\ngroups = 2\n[model]\nkind = \"softmax\"\n\
+             [train]\nbatch_size = 16\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    /// Runs `check` with a context for `s` (seed 3) and the silos' initial models.
+    fn with_ctx(s: &Scenario, check: impl FnOnce(&mut Ctx<'_>, &[Vec<f32>])) {
+        let setup = super::super::setup(s, 3, None).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut ctx = Ctx {
+            scenario: s,
+            fed: &setup.fed,
+            seed: 3,
+            learners: setup.learners,
+            pool: &pool,
+            export: None,
+        };
+        check(&mut ctx, &setup.init);
+    }
+
+    /// Every round's scores of `a` and `b`, run side by side.
+    fn side_by_side(
+        ctx: &mut Ctx<'_>,
+        mut a: Box<dyn CoordinatedRun>,
+        mut b: Box<dyn CoordinatedRun>,
+    ) -> Vec<(Vec<ClientEval>, Vec<ClientEval>)> {
+        (0..ctx.scenario.rounds)
+            .map(|_| {
+                a.round(ctx).unwrap();
+                b.round(ctx).unwrap();
+                (a.evaluate(ctx).unwrap(), b.evaluate(ctx).unwrap())
+            })
+            .collect()
+    }
+
+    /// The engines of the network and the lock-step loops of the papers' recipes make the same
+    /// decisions, bit for bit, every round: FedDisco's weights and aggregate, HCCT's groups
+    /// and group models. (FedSaC has no second loop: `tests/coordinator.rs` checks it against
+    /// a swarm.)
+    #[test]
+    fn the_engines_score_every_round_as_the_lock_step_loops() {
+        let s = scenario("[hcct]\nalpha = 2.0\n");
+        with_ctx(&s, |ctx, init| {
+            let engines = Box::new(MemberRun::feddisco(ctx, init).unwrap());
+            let lock_step = Box::new(FeddiscoRun::new(ctx, init));
+            let rounds = side_by_side(ctx, engines, lock_step);
+            for (r, (a, b)) in rounds.iter().enumerate() {
+                assert_eq!(a, b, "feddisco round {r}");
+            }
+            // The rounds learn (the check compares something that moves).
+            assert_ne!(rounds[0].0, rounds[5].0);
+
+            let engines = Box::new(MemberRun::hcct(ctx, init).unwrap().unwrap());
+            let lock_step = Box::new(HcctRun::new(ctx, init));
+            for (r, (a, b)) in side_by_side(ctx, engines, lock_step).iter().enumerate() {
+                assert_eq!(a, b, "hcct round {r}");
+            }
+        });
+    }
+
+    /// The simulator's modes the network does not run keep their lock-step loops.
+    #[test]
+    fn simulator_only_modes_have_no_engine_run() {
+        let s = scenario("[feddisco]\nclients_per_round = 3\n[hcct]\nefficient = true\n");
+        with_ctx(&s, |ctx, init| {
+            assert!(MemberRun::feddisco(ctx, init).is_none());
+            assert!(MemberRun::hcct(ctx, init).unwrap().is_none());
+        });
+        let s = scenario("[feddisco]\nclients_per_round = 6\n");
+        with_ctx(&s, |ctx, init| {
+            assert!(MemberRun::feddisco(ctx, init).is_some());
+        });
+    }
+
+    /// FedSaC with a cohort of 2: only the cohort trains and sends each round, the others take
+    /// their model and wait, and every round closes on its cohort's contributions.
+    #[test]
+    fn a_fedsac_cohort_round_closes_on_the_cohort() {
+        let s = scenario("[fedsac]\ncohort_size = 2\n");
+        with_ctx(&s, |ctx, init| {
+            let mut run = MemberRun::fedsac(ctx, init).unwrap();
+            let before: Vec<Vec<f32>> = (0..6).map(|i| run.scored(i)).collect();
+            run.round(ctx).unwrap();
+            let after: Vec<Vec<f32>> = (0..6).map(|i| run.scored(i)).collect();
+            let moved = (0..6).filter(|&i| before[i] != after[i]).count();
+            assert_eq!(moved, 2, "only the cohort's models change");
+            assert_eq!(run.engine.round(), 1);
+            for _ in 1..6 {
+                run.round(ctx).unwrap();
+            }
+            assert_eq!(run.engine.round(), 6);
+            assert!(run.members.iter().all(|m| m.round() == 6));
+        });
+    }
+
+    /// A member the coordinator refuses is a broken invariant in a fault-free run: the run
+    /// stops and says who was refused and why, instead of going on without the silo.
+    #[test]
+    fn a_refusal_stops_the_run_naming_it() {
+        let s = scenario("");
+        with_ctx(&s, |ctx, init| {
+            let mut run = MemberRun::feddisco(ctx, init).unwrap();
+            // Silo 4 joins a FedDisco coordinator as if it ran HCCT.
+            run.silos[4].register = Request::Join { n_train: 40 };
+            let e = run.round(ctx).unwrap_err().to_string();
+            assert!(e.contains("refused a registration of silo-000004"), "{e}");
+            assert!(e.contains("register with (n_train, discrepancy)"), "{e}");
+        });
+    }
+
+    impl MemberRun {
+        /// The model the coordinator holds for silo `i`.
+        fn scored(&self, i: usize) -> Vec<f32> {
+            self.engine.algorithm().scored(i).unwrap().to_vec()
+        }
+    }
+}
