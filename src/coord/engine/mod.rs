@@ -26,6 +26,12 @@
 //! excused when the round had no update at all, when the missing members outnumber the senders
 //! (that is the network or the coordinator failing, not a member), or in the first round after
 //! the engine started (a restarted coordinator lost that round's updates).
+//!
+//! # Members ahead of the round
+//!
+//! A member whose fetch is held for a later round than the open one (it trained detached while
+//! the coordinator was away and ran ahead, or it is done and waits for the final model) sends
+//! nothing more for the open round: the round does not wait for it.
 
 mod algorithm;
 #[cfg(test)]
@@ -269,6 +275,7 @@ const MAX_EXCUSE_FACTOR: u64 = 64;
 /// A fetch held until its round exists.
 #[derive(Debug)]
 struct Held<T> {
+    who: String,
     index: Option<usize>,
     round: u64,
     ticket: T,
@@ -424,6 +431,7 @@ impl<T> Engine<T> {
             Request::Fetch { round } => match self.alg.fetch(index, round) {
                 Ok(Some(answer)) => self.respond(ticket, answer),
                 Ok(None) => self.held.push(Held {
+                    who: who.to_string(),
                     index,
                     round,
                     ticket,
@@ -470,7 +478,9 @@ impl<T> Engine<T> {
         self.advance(now)
     }
 
-    /// Every member the open round awaits has sent (the excused are not awaited).
+    /// Every member the open round awaits has sent (the excused are not awaited, nor a member
+    /// whose fetch waits for a later round: it is past the open round, and sends nothing more
+    /// for it).
     fn all_awaited_in(&self) -> bool {
         let round = self.alg.round();
         self.alg.complete(self.cfg.nodes)
@@ -478,7 +488,12 @@ impl<T> Engine<T> {
                 .alg
                 .waiting(&self.cfg.names)
                 .iter()
-                .all(|w| self.excused_in(w, round))
+                .all(|w| self.excused_in(w, round) || self.ahead(w, round))
+    }
+
+    /// `who` waits for the model of a round after `round`.
+    fn ahead(&self, who: &str, round: u64) -> bool {
+        self.held.iter().any(|h| h.who == who && h.round > round)
     }
 
     /// The rules that follow from the state: joining closes once due, the round clock starts,

@@ -661,3 +661,33 @@ fn a_round_with_every_update_lost_closes_at_its_deadline_and_keeps_the_global() 
     let t = b.send(0, Request::Fetch { round: 2 });
     assert!(matches!(b.answer(t), Some(Answer::Global { round: 2, params }) if *params == before));
 }
+
+/// A member whose fetch waits for a later round (its update of the open round was lost, it
+/// trained detached and ran ahead, or it is done and waits for the final model) sends nothing
+/// more for the open round: the round closes without waiting out τ for it.
+#[test]
+fn a_round_does_not_wait_for_a_member_waiting_for_a_later_round() {
+    let mut b = disco_bench(3, 5, |_| {});
+    let t = b.send(2, Request::Fetch { round: 1 });
+    assert_eq!(b.answer(t), None, "held");
+    round_of(&mut b, &[0, 1]);
+    assert_eq!(b.engine.round(), 1, "closed on the last awaited update");
+    assert_eq!(b.timed_out(), [false]);
+    assert!(matches!(b.answer(t), Some(Answer::Global { round: 1, .. })));
+    // Once served, it is awaited again.
+    round_of(&mut b, &[0, 1]);
+    assert_eq!(b.engine.round(), 1, "member 2 is awaited in round 1");
+    b.wait(TAU);
+    assert_eq!(b.timed_out(), [false, true]);
+    // Done and waiting for the final model (round 5): the rounds left do not wait for it.
+    let done = b.send(2, Request::Fetch { round: 5 });
+    for r in 2..5 {
+        round_of(&mut b, &[0, 1]);
+        assert_eq!(b.engine.round(), r + 1);
+    }
+    assert_eq!(b.timed_out(), [false, true, false, false, false]);
+    assert!(matches!(
+        b.answer(done),
+        Some(Answer::Global { round: 5, .. })
+    ));
+}
