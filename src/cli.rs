@@ -833,6 +833,25 @@ fn fault_lines(outcome: &sim::Outcome) -> String {
             Err(e) => text += &format!("fault checks, seed {}: unreadable ({e})\n", run.seed),
         }
     }
+    for run in &outcome.summary.runs {
+        for (algorithm, v) in &run.coordinated_faults {
+            match serde_json::from_value::<crate::faults::checks::Report>(v.clone()) {
+                Ok(report) => {
+                    text += &format!(
+                        "fault checks, seed {}, {algorithm}:\n{}",
+                        run.seed,
+                        report.render()
+                    );
+                }
+                Err(e) => {
+                    text += &format!(
+                        "fault checks, seed {}, {algorithm}: unreadable ({e})\n",
+                        run.seed
+                    )
+                }
+            }
+        }
+    }
     text
 }
 

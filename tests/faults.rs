@@ -424,3 +424,97 @@ fn gradients_opposed_to_the_owners_own_are_left_out_with_drop_opposed() {
         assert!(lost(&on) < 0.5, "{kind}: {on:#}");
     }
 }
+
+/// Runs seed 1 of a coordinated scenario; each algorithm's fault report.
+fn coordinated_reports(s: &Scenario, out: &Path) -> serde_json::Map<String, Value> {
+    let mut s = s.clone();
+    s.seeds = vec![1];
+    let o = sim::run(
+        &s,
+        &sim::Options {
+            out: out.to_owned(),
+            data_dir: None,
+            progress: false,
+            export: false,
+        },
+    )
+    .expect("simulation runs");
+    let run = serde_json::to_value(&o.summary.runs[0]).unwrap();
+    run["coordinated_faults"]
+        .as_object()
+        .expect("a fault report per coordinated algorithm")
+        .clone()
+}
+
+/// FedDisco, HCCT and FedSaC on the network's engines, under a silent member (registered, then
+/// gone), a slow one (past the coordinator's deadline for five rounds), the coordinator's crash
+/// and restart from its checkpoint, and lost messages: every silo that stayed finishes, the
+/// coordinator keeps its pace, every silo reattaches to the restarted coordinator at once, and
+/// accuracy stays within 2 points of the run without faults.
+#[test]
+fn the_coordinator_family_survives_a_silent_member_a_slow_one_and_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reports = coordinated_reports(&scenario("coordinator-faults.toml", &[]), tmp.path());
+    assert_eq!(reports.len(), 3);
+    for (algorithm, r) in &reports {
+        for check in ["liveness", "pace", "reattach", "accuracy"] {
+            assert!(verdict(r, check), "{algorithm} {check}: {r}");
+        }
+        // The faults did cost deadlines (the checks judged something).
+        let timed_out = figure(r, "pace", "timed_out");
+        assert!(
+            timed_out.as_array().unwrap().len() >= 5,
+            "{algorithm}: {timed_out}"
+        );
+    }
+    let text = std::fs::read_to_string(tmp.path().join("seed-1/faults-hcct.txt")).unwrap();
+    assert!(text.contains("coordinator_restart @ 22.5"), "{text}");
+}
+
+/// The attack on the pace, replayed without the defence: with `excuse_rounds = 0` the
+/// coordinator waits out its deadline for the silent member every round, and the pace check
+/// fails.
+#[test]
+fn without_the_excuse_rule_a_silent_member_costs_the_coordinator_its_pace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = scenario(
+        "coordinator-faults.toml",
+        &["faults.excuse_rounds=0", "algorithms=[\"feddisco\"]"],
+    );
+    let reports = coordinated_reports(&s, tmp.path());
+    let r = &reports["feddisco"];
+    assert!(!verdict(r, "pace"), "{r}");
+    let timed_out = figure(r, "pace", "timed_out");
+    assert!(timed_out.as_array().unwrap().len() >= 30, "{timed_out}");
+    assert!(verdict(r, "liveness"), "{r}");
+}
+
+/// Faults a coordinated run does not simulate, and a coordinator crash without a coordinator,
+/// are refused at load, naming the event.
+#[test]
+fn coordinated_faults_are_checked_at_load() {
+    let partition = "faults.events=[{round=3, partition=[[0,1,2,3],[4,5,6,7]]}]";
+    let e = Scenario::load_with(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/coordinator-faults.toml"),
+        &[partition.to_string()],
+    )
+    .and_then(|s| s.fault_schedule().map(|_| ()))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("faults.events[1]: partition is not simulated for"),
+        "{e}"
+    );
+    let crash = "faults.events=[{round=3, coordinator_crash={restart_after_rounds=2}}]";
+    let e = Scenario::load_with(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/straggler.toml"),
+        &[crash.to_string()],
+    )
+    .and_then(|s| s.fault_schedule().map(|_| ()))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("coordinator_crash needs a run with a coordinator"),
+        "{e}"
+    );
+}

@@ -48,7 +48,15 @@
 //! [[faults.events]]
 //! round = 5
 //! attack = { silos = [3], kind = "scale", factor = 1e6 }   # kind = "none" ends it
+//!
+//! [[faults.events]]
+//! round = 20
+//! coordinator_crash = { restart_after_rounds = 3 }   # FedDisco, HCCT, FedSaC (simulator)
 //! ```
+//!
+//! FedDisco, HCCT and FedSaC take `delay`, `loss`, `leave` and `coordinator_crash`, with their own
+//! deadlines (`update_deadline_s`, `fetch_s`, `excuse_rounds`) and checks
+//! ([`checks::evaluate_coordinated`]).
 //!
 //! Attack kinds ([`Attack`], carried out by `crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
 //! `noise` (factor: its norm over the honest gradient's), `extreme`, `stale`, `free_ride`,
@@ -86,6 +94,13 @@ pub struct FaultsConfig {
     /// Under an attack, the honest silos' final accuracy must be within this many points of
     /// the fault-free run's.
     pub attack_tolerance: f64,
+    /// Coordinated runs (simulator): τ, how long a coordinator round waits for updates.
+    pub update_deadline_s: f64,
+    /// Coordinated runs (simulator): a silo's budget per round for registering and fetching.
+    pub fetch_s: f64,
+    /// Coordinated runs (simulator): the coordinator's first excuse of a member whose absence
+    /// made a round time out, in rounds (0: nobody is excused).
+    pub excuse_rounds: u64,
     /// The events, in the order they happen.
     pub events: Vec<EventSpec>,
 }
@@ -100,6 +115,9 @@ impl Default for FaultsConfig {
             accuracy_tolerance: 2.0,
             join_rounds: 10,
             attack_tolerance: 1.0,
+            update_deadline_s: 30.0,
+            fetch_s: 20.0,
+            excuse_rounds: 100,
             events: Vec::new(),
         }
     }
@@ -139,6 +157,19 @@ pub struct EventSpec {
     /// Members start (or, with `kind = "none"`, stop) poisoning what they send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attack: Option<AttackSpec>,
+    /// The coordinator of FedDisco, HCCT and FedSaC runs is killed (simulator only), and maybe
+    /// restarted from its checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_crash: Option<CoordinatorCrashSpec>,
+}
+
+/// `coordinator_crash = { restart_after_rounds = 3 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorCrashSpec {
+    /// Restart it when the federation has run this many more rounds (never if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_after_rounds: Option<u64>,
 }
 
 /// `attack = { silos = [3, 6], kind = "scale", factor = 10 }`.
@@ -249,6 +280,15 @@ pub enum Fault {
         /// What they do.
         attack: Option<Attack>,
     },
+    /// The coordinator of a FedDisco, HCCT or FedSaC run is killed, and restarted from its
+    /// checkpoint after `restart_after` rounds (never if `None`).
+    CoordinatorCrash {
+        /// Federation rounds until the restart.
+        restart_after: Option<u64>,
+    },
+    /// The crashed coordinator is started again (never written in a file: it follows from
+    /// the crash's restart delay).
+    CoordinatorRestart,
 }
 
 impl Fault {
@@ -264,6 +304,8 @@ impl Fault {
             Fault::Join(_) => "join",
             Fault::Restart(_) => "restart",
             Fault::Attack { .. } => "attack",
+            Fault::CoordinatorCrash { .. } => "coordinator_crash",
+            Fault::CoordinatorRestart => "coordinator_restart",
         }
     }
 
@@ -309,6 +351,8 @@ impl FaultsConfig {
         for (name, v) in [
             ("faults.model_deadline_s", self.model_deadline_s),
             ("faults.gradient_deadline_s", self.gradient_deadline_s),
+            ("faults.update_deadline_s", self.update_deadline_s),
+            ("faults.fetch_s", self.fetch_s),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(format!(
@@ -490,13 +534,22 @@ impl EventSpec {
                 attack,
             });
         }
+        if let Some(c) = &self.coordinator_crash {
+            if c.restart_after_rounds == Some(0) {
+                return Err("coordinator_crash.restart_after_rounds must be at least 1".into());
+            }
+            actions.push(Fault::CoordinatorCrash {
+                restart_after: c.restart_after_rounds,
+            });
+        }
         match actions.len() {
             1 => Ok(Event {
                 trigger,
                 fault: actions.pop().expect("one action"),
             }),
             0 => Err(
-                "needs one action: partition, heal, crash, delay, loss, leave, join or attack"
+                "needs one action: partition, heal, crash, delay, loss, leave, join, attack or \
+                 coordinator_crash"
                     .into(),
             ),
             _ => Err(format!(

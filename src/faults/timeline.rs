@@ -35,6 +35,8 @@ pub struct NetState {
     pub loss: Option<(f64, Option<Vec<u32>>)>,
     /// Per silo: the poisoning attack it plays, if any.
     pub attack: Vec<Option<Attack>>,
+    /// The coordinator (of a coordinated run) is running.
+    pub coordinator_up: bool,
 }
 
 impl NetState {
@@ -51,6 +53,7 @@ impl NetState {
             delay_ms: vec![0; schedule.clients],
             loss: None,
             attack: vec![None; schedule.clients],
+            coordinator_up: true,
         }
     }
 
@@ -134,6 +137,18 @@ impl NetState {
                     self.attack[s as usize] = attack.clone();
                 }
             }
+            Fault::CoordinatorCrash { .. } => {
+                if !self.coordinator_up {
+                    return Err("coordinator_crash while the coordinator is down".into());
+                }
+                self.coordinator_up = false;
+            }
+            Fault::CoordinatorRestart => {
+                if self.coordinator_up {
+                    return Err("coordinator restart while it is up".into());
+                }
+                self.coordinator_up = true;
+            }
         }
         Ok(())
     }
@@ -157,16 +172,12 @@ impl Schedule {
                     if at > r {
                         break;
                     }
-                    st.apply(&Fault::Restart(s))
+                    st.apply(&restart_of(s))
                         .map_err(|m| format!("faults: {m}"))?;
                     pending.remove(0);
                 }
-                if let Fault::Crash {
-                    silo,
-                    restart: Some(Restart::Rounds(d)),
-                } = e.fault
-                {
-                    pending.push((r + d, silo));
+                if let Some(p) = pending_restart(r, &e.fault) {
+                    pending.push(p);
                 }
             }
             st.apply(&e.fault)
@@ -206,9 +217,9 @@ impl Schedule {
             let mut now = Vec::new();
             pending.retain(|&(at, s)| {
                 if at == r {
-                    // Validated by `replay`: the silo is crashed here.
-                    let _ = st.apply(&Fault::Restart(s));
-                    now.push(Fault::Restart(s));
+                    // Validated by `replay`: the silo (or the coordinator) is crashed here.
+                    let _ = st.apply(&restart_of(s));
+                    now.push(restart_of(s));
                     false
                 } else {
                     true
@@ -217,12 +228,8 @@ impl Schedule {
             for e in &self.events {
                 if e.trigger == Trigger::Round(r) {
                     let _ = st.apply(&e.fault);
-                    if let Fault::Crash {
-                        silo,
-                        restart: Some(Restart::Rounds(d)),
-                    } = e.fault
-                    {
-                        pending.push((r + d, silo));
+                    if let Some(p) = pending_restart(r, &e.fault) {
+                        pending.push(p);
                     }
                     now.push(e.fault.clone());
                 }
@@ -231,6 +238,32 @@ impl Schedule {
             fired.push(now);
         }
         Timeline { states, fired }
+    }
+}
+
+/// Who a pending restart is for: a silo, or (`COORDINATOR`) the coordinator.
+const COORDINATOR: u32 = u32::MAX;
+
+/// The restart of `who` (a silo, or [`COORDINATOR`]).
+fn restart_of(who: u32) -> Fault {
+    if who == COORDINATOR {
+        Fault::CoordinatorRestart
+    } else {
+        Fault::Restart(who)
+    }
+}
+
+/// The restart a crash at round `r` schedules by rounds: `(round, who)`.
+fn pending_restart(r: u64, fault: &Fault) -> Option<(u64, u32)> {
+    match *fault {
+        Fault::Crash {
+            silo,
+            restart: Some(Restart::Rounds(d)),
+        } => Some((r + d, silo)),
+        Fault::CoordinatorCrash {
+            restart_after: Some(d),
+        } => Some((r + d, COORDINATOR)),
+        _ => None,
     }
 }
 

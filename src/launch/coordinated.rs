@@ -337,6 +337,7 @@ fn report_seed(
             trained_group_mass: None,
         }],
         faults: None,
+        coordinated_faults: Default::default(),
     };
     write_json(&dir.join("summary.json"), &summary)?;
     let curve = curve(&logs, scenario.rounds, algorithm, regression);

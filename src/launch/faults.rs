@@ -329,6 +329,9 @@ impl FaultDriver {
                 }
             }
             Fault::Restart(_) => bail!("restart is not an event of a schedule file"),
+            Fault::CoordinatorCrash { .. } | Fault::CoordinatorRestart => {
+                bail!("a FedeRiCo swarm has no coordinator to crash")
+            }
         }
         self.applied.push(Applied {
             at: unix_now(),

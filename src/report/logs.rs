@@ -190,6 +190,7 @@ pub fn seed_summary(
             trained_group_mass: None,
         }],
         faults: None,
+        coordinated_faults: Default::default(),
     })
 }
 

@@ -87,6 +87,9 @@ pub struct RunSummary {
     /// The fault checks of a run with a `[faults]` schedule (`faults::checks::Report`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults: Option<serde_json::Value>,
+    /// The fault checks of each coordinated algorithm run under the schedule, by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub coordinated_faults: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// One algorithm across seeds, in the scenario's `summary.json`.

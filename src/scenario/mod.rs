@@ -193,6 +193,11 @@ impl Default for Scenario {
     }
 }
 
+/// The coordinated algorithms a fault schedule applies to (the simulator runs them on the
+/// network's engines, on a moving clock).
+pub const COORDINATED_UNDER_FAULTS: [Algorithm; 3] =
+    [Algorithm::Feddisco, Algorithm::Hcct, Algorithm::Fedsac];
+
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
@@ -303,15 +308,65 @@ impl Scenario {
         Ok((s, clients_given))
     }
 
-    /// The validated fault schedule (empty when the scenario has no `[faults]` events).
+    /// The validated fault schedule (empty when the scenario has no `[faults]` events). Faults
+    /// apply to FedeRiCo and to FedDisco, HCCT and FedSaC (on the network's engines: delay,
+    /// loss, leave and the coordinator's crash); the other algorithms run fault-free beside.
     pub fn fault_schedule(&self) -> Result<Schedule, ScenarioError> {
         let s = self
             .faults
             .schedule(self.split.clients)
             .map_err(ScenarioError::Invalid)?;
-        if !s.events.is_empty() && !self.algorithms.contains(&Algorithm::Federico) {
-            return Err(ScenarioError::Invalid(
-                "faults apply to FedeRiCo runs, but algorithms does not list \"federico\"".into(),
+        if s.events.is_empty() {
+            return Ok(s);
+        }
+        let invalid = |m: String| Err(ScenarioError::Invalid(m));
+        let coordinated: Vec<Algorithm> = self
+            .algorithms
+            .iter()
+            .copied()
+            .filter(|a| COORDINATED_UNDER_FAULTS.contains(a))
+            .collect();
+        if !self.algorithms.contains(&Algorithm::Federico) && coordinated.is_empty() {
+            return invalid(
+                "faults apply to FedeRiCo, FedDisco, HCCT and FedSaC runs, but algorithms lists \
+                 none of \"federico\", \"feddisco\", \"hcct\", \"fedsac\""
+                    .into(),
+            );
+        }
+        for (n, e) in s.events.iter().enumerate() {
+            let n = n + 1;
+            let kind = e.fault.kind();
+            if kind == "coordinator_crash" && coordinated.is_empty() {
+                return invalid(format!(
+                    "faults.events[{n}]: coordinator_crash needs a run with a coordinator: list \
+                     \"feddisco\", \"hcct\" or \"fedsac\" in algorithms"
+                ));
+            }
+            if let Some(a) = coordinated.first()
+                && !["delay", "loss", "leave", "coordinator_crash"].contains(&kind)
+            {
+                return invalid(format!(
+                    "faults.events[{n}]: {kind} is not simulated for {} (a coordinated run takes \
+                     delay, loss, leave and coordinator_crash); run it with \"federico\" alone",
+                    a.name()
+                ));
+            }
+        }
+        if coordinated.contains(&Algorithm::Feddisco)
+            && self.feddisco.clients_per_round != 0
+            && self.feddisco.clients_per_round < self.split.clients
+        {
+            return invalid(
+                "faults: feddisco.clients_per_round is a simulator mode without faults (the \
+                 network's FedDisco hears from every silo); drop it or the faults"
+                    .into(),
+            );
+        }
+        if coordinated.contains(&Algorithm::Hcct)
+            && let Err(e) = crate::coord::hcct_server::HcctServer::check_config(&self.hcct)
+        {
+            return invalid(format!(
+                "faults: {e}, and so without faults (faults run on the network's engines)"
             ));
         }
         Ok(s)

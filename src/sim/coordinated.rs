@@ -1,7 +1,7 @@
 //! The coordinator algorithms of the same family as FedeRiCo (FedDisco, FedCollab, HCCT,
 //! FedSaC) as simulator runs, beside FedeRiCo and the baselines.
 //! Owns: the trait every such run implements, [`CoordinatedRun`] (the engines the network runs,
-//! `members.rs`, and the lock-step loops of FedCollab and of the simulator-only modes), which
+//! `members/`, and the lock-step loops of FedCollab and of the simulator-only modes), which
 //! `run_seed` drives (`seed.rs` builds the runs: this file names none of them, so they can all
 //! depend on it).
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in
@@ -18,6 +18,10 @@ pub(crate) trait CoordinatedRun {
     /// A JSON record of the algorithm's decisions (e.g. FedCollab's distances and coalitions),
     /// written to `<seed dir>/<algorithm>.json` after the last round; `None` writes nothing.
     fn record(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// The fault checks of a run under a fault schedule (`None`: it ran without faults).
+    fn fault_report(&self) -> Option<crate::faults::checks::Report> {
         None
     }
 }

@@ -11,7 +11,7 @@ use super::fedcollab::FedCollabRun;
 use super::feddisco::FeddiscoRun;
 use super::federico::FedericoRun;
 use super::hcct::HcctRun;
-use super::members::MemberRun;
+use super::members::{self, MemberRun, UnderFaults};
 use super::network::FaultNet;
 use super::pool::ExportTo;
 use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
@@ -125,7 +125,7 @@ pub(super) fn run_seed(
         .algorithms
         .iter()
         .filter_map(|&a| {
-            coordinated_run(a, &ctx, &init)
+            coordinated_run(a, &ctx, &init, &schedule)
                 .transpose()
                 .map(|r| r.map(|r| (a, r)))
         })
@@ -297,6 +297,7 @@ pub(super) fn run_seed(
             })
             .collect(),
         faults: None,
+        coordinated_faults: Default::default(),
     };
     let mut summary = summary;
     if let Some(f) = fedrc.as_ref().and_then(FedericoRun::faults) {
@@ -306,6 +307,17 @@ pub(super) fn run_seed(
             path: dir.join("summary.json"),
             source: e.into(),
         })?);
+    }
+    for (a, run) in &coordinated {
+        if let Some(report) = run.fault_report() {
+            let path = dir.join(format!("faults-{}.txt", a.name()));
+            std::fs::write(&path, report.render()).map_err(io_err(&path))?;
+            let v = serde_json::to_value(&report).map_err(|e| SimError::Io {
+                path: dir.join("summary.json"),
+                source: e.into(),
+            })?;
+            summary.coordinated_faults.insert(a.name().to_string(), v);
+        }
     }
     write_json(&dir.join("summary.json"), &summary)?;
     for (a, run) in &coordinated {
@@ -402,7 +414,23 @@ fn coordinated_run(
     algorithm: Algorithm,
     ctx: &Ctx<'_>,
     init: &[Vec<f32>],
+    schedule: &crate::faults::Schedule,
 ) -> Result<Option<Box<dyn coordinated::CoordinatedRun>>, SimError> {
+    if !schedule.events.is_empty()
+        && crate::scenario::COORDINATED_UNDER_FAULTS.contains(&algorithm)
+        && let Some(parts) = members::parts(algorithm, ctx, init)?
+    {
+        let beside = match schedule.config.baseline {
+            true => members::parts(algorithm, ctx, init)?,
+            false => None,
+        };
+        return Ok(Some(Box::new(UnderFaults::new(
+            ctx,
+            parts,
+            beside,
+            schedule.clone(),
+        ))));
+    }
     Ok(match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
         Algorithm::Fedcollab => Some(Box::new(FedCollabRun::new(ctx, init))),
@@ -410,14 +438,10 @@ fn coordinated_run(
         Algorithm::Hcct if std::env::var_os("FEDERICO_HCCT_TRACE").is_some() => {
             Some(Box::new(HcctRun::new(ctx, init)))
         }
-        Algorithm::Hcct => Some(match MemberRun::hcct(ctx, init)? {
-            Some(run) => Box::new(run),
-            None => Box::new(HcctRun::new(ctx, init)),
-        }),
-        Algorithm::Feddisco => Some(match MemberRun::feddisco(ctx, init) {
-            Some(run) => Box::new(run),
-            None => Box::new(FeddiscoRun::new(ctx, init)),
-        }),
-        Algorithm::Fedsac => Some(Box::new(MemberRun::fedsac(ctx, init)?)),
+        a => match (members::parts(a, ctx, init)?, a) {
+            (Some(parts), _) => Some(Box::new(MemberRun::new(ctx, parts))),
+            (None, Algorithm::Hcct) => Some(Box::new(HcctRun::new(ctx, init))),
+            (None, _) => Some(Box::new(FeddiscoRun::new(ctx, init))),
+        },
     })
 }

@@ -161,6 +161,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                 })
                 .collect(),
             faults: None,
+            coordinated_faults: Default::default(),
         })
         .collect();
     Summary {

@@ -18,6 +18,8 @@
 use super::coordinated::CoordinatedRun;
 use super::pool::{Owner, par_silos, score_each};
 use super::{ClientEval, Ctx, SimError};
+
+mod faulty;
 use crate::coord::engine::{self, Answer, CoordAlgorithm, Engine, EngineConfig, Request};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::coord::feddisco_server::ServerState;
@@ -25,7 +27,9 @@ use crate::coord::fedsac_server::FedsacServer;
 use crate::coord::hcct_server::HcctServer;
 use crate::coord::member::{self, Action, Ask, Member, MemberConfig, Reply};
 use crate::ids::NodeId;
+use crate::scenario::Algorithm;
 use crate::silo::LocalRecipe;
+pub(crate) use faulty::UnderFaults;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +50,93 @@ struct Silo {
     job: Option<u64>,
 }
 
+impl Silo {
+    fn new(register: Request, recipe: LocalRecipe, num_params: usize) -> Self {
+        Self {
+            model: vec![0.0; num_params],
+            offered: None,
+            direction: None,
+            subspace: None,
+            recipe,
+            register,
+            job: None,
+        }
+    }
+
+    /// The member's question as the request its node sends.
+    fn request(&self, ask: Ask) -> Request {
+        match ask {
+            Ask::Register => self.register.clone(),
+            Ask::Fetch { round } => Request::Fetch { round },
+            Ask::Update { round } => {
+                let params = Arc::new(self.model.clone());
+                match self.recipe {
+                    LocalRecipe::Fedsac { .. } => Request::Contribute {
+                        round,
+                        params,
+                        subspace: self.subspace.clone(),
+                    },
+                    _ => Request::Update { round, params },
+                }
+            }
+        }
+    }
+
+    /// The coordinator's answer as the node's driver reads it (the parameters wait in
+    /// `offered`).
+    fn read(&mut self, answer: Answer) -> Reply {
+        match answer {
+            Answer::Ack => Reply::Ack,
+            Answer::Error { reason } => Reply::Refused(reason),
+            Answer::Alone => Reply::Alone,
+            Answer::Global { round, params } => {
+                self.offered = Some(params);
+                self.direction = None;
+                Reply::Model { round, train: true }
+            }
+            Answer::Assigned {
+                round,
+                params,
+                direction,
+                train,
+            } => {
+                self.offered = Some(params);
+                self.direction = direction;
+                Reply::Model { round, train }
+            }
+            other => Reply::Unusable(format!("an answer to another question: {other:?}")),
+        }
+    }
+
+    /// Takes the model the coordinator sent.
+    fn adopt(&mut self) {
+        if let Some(p) = self.offered.take() {
+            self.model = p.to_vec();
+        }
+    }
+
+    /// Trains the model on `data` on the schedule of coordinator round `at`, with the direction
+    /// that came with it (FedSaC).
+    fn train(
+        &mut self,
+        learner: &mut crate::learn::Learner,
+        data: &crate::learn::Dataset,
+        batch: usize,
+        at: u64,
+    ) -> Result<(), String> {
+        let direction = self.direction.take();
+        self.subspace = self.recipe.train(
+            learner,
+            &mut self.model,
+            data,
+            batch,
+            at,
+            direction.as_deref().map(|d| d.as_slice()),
+        )?;
+        Ok(())
+    }
+}
+
 /// One coordinator algorithm's run over its engines.
 pub(crate) struct MemberRun {
     engine: Engine<usize>,
@@ -61,15 +152,15 @@ pub(crate) struct MemberRun {
 }
 
 impl MemberRun {
-    /// A run of `alg` (fresh, for `ctx`'s silos) where silo `i` registers with `register[i]`
-    /// and trains with `recipes[i]`; `contributes`: updates are FedSaC's contributions.
-    pub(crate) fn new(
-        ctx: &Ctx<'_>,
-        alg: Box<dyn CoordAlgorithm>,
-        register: Vec<Request>,
-        recipes: Vec<LocalRecipe>,
-        personal: bool,
-    ) -> Self {
+    /// A fault-free run of `parts` for `ctx`'s silos.
+    pub(crate) fn new(ctx: &Ctx<'_>, parts: Parts) -> Self {
+        let Parts {
+            alg,
+            register,
+            recipes,
+            personal,
+            ..
+        } = parts;
         let k = ctx.clients();
         let now = Instant::now();
         let rounds = ctx.scenario.rounds as u64;
@@ -110,15 +201,7 @@ impl MemberRun {
         let silos = register
             .into_iter()
             .zip(recipes)
-            .map(|(register, recipe)| Silo {
-                model: vec![0.0; num_params],
-                offered: None,
-                direction: None,
-                subspace: None,
-                recipe,
-                register,
-                job: None,
-            })
+            .map(|(register, recipe)| Silo::new(register, recipe, num_params))
             .collect();
         let mut run = Self {
             engine,
@@ -155,12 +238,7 @@ impl MemberRun {
         let broken = |what: String| Err(SimError::Invariant(format!("silo-{i}: {what}")));
         match action {
             Action::Ask { ask, .. } => self.ask(i, ask)?,
-            Action::Adopt { .. } => {
-                let s = &mut self.silos[i];
-                if let Some(p) = s.offered.take() {
-                    s.model = p.to_vec();
-                }
-            }
+            Action::Adopt { .. } => self.silos[i].adopt(),
             Action::Train { at } => {
                 if self.silos[i].job.replace(at).is_some() {
                     return broken("asked to train with a training in flight".into());
@@ -170,11 +248,8 @@ impl MemberRun {
             Action::MarkSent(_) => {}
             Action::EndRound(_) => self.members[i].handle_round_written(self.now),
             Action::Finish { final_round } => {
-                let s = &mut self.silos[i];
-                if final_round.is_some()
-                    && let Some(p) = s.offered.take()
-                {
-                    s.model = p.to_vec();
+                if final_round.is_some() {
+                    self.silos[i].adopt();
                 }
             }
             Action::Event(e) => return broken(format!("{e:?} in a fault-free run")),
@@ -187,22 +262,7 @@ impl MemberRun {
     /// Member `i`'s question to the coordinator's engine; the answers it gives (to `i`, or to
     /// silos whose held fetches it now serves) go back to their members.
     fn ask(&mut self, i: usize, ask: Ask) -> Result<(), SimError> {
-        let s = &self.silos[i];
-        let request = match ask {
-            Ask::Register => s.register.clone(),
-            Ask::Fetch { round } => Request::Fetch { round },
-            Ask::Update { round } => {
-                let params = Arc::new(s.model.clone());
-                match s.recipe {
-                    LocalRecipe::Fedsac { .. } => Request::Contribute {
-                        round,
-                        params,
-                        subspace: s.subspace.clone(),
-                    },
-                    _ => Request::Update { round, params },
-                }
-            }
-        };
+        let request = self.silos[i].request(ask);
         self.engine
             .handle_request(self.now, &self.names[i], Some(i), request, i)
             .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
@@ -224,31 +284,9 @@ impl MemberRun {
         Ok(())
     }
 
-    /// The coordinator's answer as silo `i`'s driver reads it (the parameters wait in
-    /// `offered`).
+    /// The coordinator's answer as silo `i`'s driver reads it.
     fn read(&mut self, i: usize, answer: Answer) -> Reply {
-        let s = &mut self.silos[i];
-        match answer {
-            Answer::Ack => Reply::Ack,
-            Answer::Error { reason } => Reply::Refused(reason),
-            Answer::Alone => Reply::Alone,
-            Answer::Global { round, params } => {
-                s.offered = Some(params);
-                s.direction = None;
-                Reply::Model { round, train: true }
-            }
-            Answer::Assigned {
-                round,
-                params,
-                direction,
-                train,
-            } => {
-                s.offered = Some(params);
-                s.direction = direction;
-                Reply::Model { round, train }
-            }
-            other => Reply::Unusable(format!("an answer to another question: {other:?}")),
-        }
+        self.silos[i].read(answer)
     }
 }
 
@@ -286,18 +324,7 @@ impl CoordinatedRun for MemberRun {
                 let Some(at) = job.take() else {
                     return Ok(false);
                 };
-                let direction = s.direction.take();
-                let data = &fed.clients[i].train;
-                s.subspace = s
-                    .recipe
-                    .train(
-                        learner,
-                        &mut s.model,
-                        data,
-                        batch,
-                        at,
-                        direction.as_deref().map(|d| d.as_slice()),
-                    )
+                s.train(learner, &fed.clients[i].train, batch, at)
                     .map_err(|e| SimError::Invariant(format!("silo-{i} training: {e}")))?;
                 Ok::<bool, SimError>(true)
             });
@@ -345,81 +372,143 @@ impl CoordinatedRun for MemberRun {
     }
 }
 
-/// The runs of the three algorithms, built as the coordinator and the nodes build theirs.
+/// Reads a coordinator's checkpoint back (a restart).
+pub(crate) type Decode = Box<dyn Fn(&[u8]) -> Result<Box<dyn CoordAlgorithm>, String>>;
+
+/// What a coordinated run is built from, as the coordinator and the nodes build theirs.
+pub(crate) struct Parts {
+    /// The coordinator's algorithm, fresh.
+    pub(crate) alg: Box<dyn CoordAlgorithm>,
+    /// How its checkpoint is read back.
+    pub(crate) decode: Decode,
+    /// Each silo's registration.
+    pub(crate) register: Vec<Request>,
+    /// Each silo's recipe.
+    pub(crate) recipes: Vec<LocalRecipe>,
+    /// The silos' models are their own (FedSaC), not shared.
+    pub(crate) personal: bool,
+}
+
+/// The parts of a FedDisco, HCCT or FedSaC run for `ctx`'s silos; `None` for the simulator's
+/// own modes, which no node runs (FedDisco's partial participation, HCCT-E, HCCT-P, HCCT with
+/// Adam) and for the other algorithms.
+pub(crate) fn parts(
+    algorithm: Algorithm,
+    ctx: &Ctx<'_>,
+    init: &[Vec<f32>],
+) -> Result<Option<Parts>, SimError> {
+    let (k, rounds, seed) = (ctx.clients(), ctx.scenario.rounds as u64, ctx.seed);
+    let w0 = init[0].clone();
+    let invariant = |what: &str, e: String| SimError::Invariant(format!("{what}: {e}"));
+    Ok(Some(match algorithm {
+        Algorithm::Feddisco => {
+            let cfg = ctx.scenario.feddisco.clone();
+            if cfg.clients_per_round != 0 && cfg.clients_per_round < k {
+                return Ok(None);
+            }
+            let register = ctx
+                .fed
+                .clients
+                .iter()
+                .map(|c| {
+                    // The silo's own computation: only the report leaves it.
+                    let counts: Vec<u64> =
+                        c.train.class_counts().iter().map(|&n| n as u64).collect();
+                    let r = feddisco::report(&counts, cfg.metric).unwrap_or(DiscoReport {
+                        num_samples: 0,
+                        discrepancy: 0.0,
+                    });
+                    Request::Register {
+                        n_train: r.num_samples,
+                        discrepancy: r.discrepancy,
+                    }
+                })
+                .collect();
+            let recipes = (0..k)
+                .map(|i| LocalRecipe::feddisco(&cfg, seed, NodeId(i as u32), rows(ctx, i)))
+                .collect();
+            let (params, robust) = (cfg.params(), cfg.robust());
+            Parts {
+                alg: Box::new(engine::Disco {
+                    state: ServerState::new(w0),
+                    params,
+                    robust,
+                }),
+                decode: Box::new(move |b| {
+                    Ok(Box::new(engine::Disco {
+                        state: ServerState::decode(b)?,
+                        params,
+                        robust,
+                    }))
+                }),
+                register,
+                recipes,
+                personal: false,
+            }
+        }
+        Algorithm::Hcct => {
+            let cfg = ctx.scenario.hcct.clone();
+            if HcctServer::check_config(&cfg).is_err() {
+                return Ok(None);
+            }
+            let alg =
+                HcctServer::new(cfg.clone(), k, rounds, w0).map_err(|e| invariant("hcct", e))?;
+            let recipes = (0..k)
+                .map(|i| LocalRecipe::hcct(&cfg, seed, NodeId(i as u32)))
+                .collect();
+            Parts {
+                alg: Box::new(alg),
+                decode: Box::new(move |b| {
+                    Ok(Box::new(HcctServer::decode(cfg.clone(), rounds, b)?))
+                }),
+                register: joins(ctx),
+                recipes,
+                personal: false,
+            }
+        }
+        Algorithm::Fedsac => {
+            let cfg = ctx.scenario.fedsac.clone();
+            let cohort = crate::silo::fedsac::cohort_seed(seed);
+            let alg = FedsacServer::new(cfg.settings(), k, rounds, cohort, w0)
+                .map_err(|e| invariant("fedsac", e))?;
+            let recipes = (0..k)
+                .map(|i| LocalRecipe::fedsac(&cfg, seed, NodeId(i as u32), rows(ctx, i)))
+                .collect();
+            let settings = cfg.settings();
+            Parts {
+                alg: Box::new(alg),
+                decode: Box::new(move |b| {
+                    Ok(Box::new(FedsacServer::decode(settings, rounds, cohort, b)?))
+                }),
+                register: joins(ctx),
+                recipes,
+                personal: true,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
 impl MemberRun {
-    /// FedDisco over every silo (every silo sends every round: partial participation,
-    /// `clients_per_round`, is a simulator mode the network does not run; `None` then). Each
-    /// silo registers its own `(N_k, δ_k)` (the histogram stays with it).
-    pub(crate) fn feddisco(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Option<Self> {
-        let cfg = &ctx.scenario.feddisco;
-        let k = ctx.clients();
-        if cfg.clients_per_round != 0 && cfg.clients_per_round < k {
-            return None;
-        }
-        let alg = Box::new(engine::Disco {
-            state: ServerState::new(init[0].clone()),
-            params: cfg.params(),
-            robust: cfg.robust(),
-        });
-        let register = ctx
-            .fed
-            .clients
-            .iter()
-            .map(|c| {
-                let counts: Vec<u64> = c.train.class_counts().iter().map(|&n| n as u64).collect();
-                let r = feddisco::report(&counts, cfg.metric).unwrap_or(DiscoReport {
-                    num_samples: 0,
-                    discrepancy: 0.0,
-                });
-                Request::Register {
-                    n_train: r.num_samples,
-                    discrepancy: r.discrepancy,
-                }
-            })
-            .collect();
-        let recipes = (0..k)
-            .map(|i| LocalRecipe::feddisco(cfg, ctx.seed, NodeId(i as u32), rows(ctx, i)))
-            .collect();
-        Some(Self::new(ctx, alg, register, recipes, false))
+    /// FedDisco on the engines (`None`: partial participation, a simulator mode).
+    #[cfg(test)]
+    fn feddisco(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Option<Self> {
+        parts(Algorithm::Feddisco, ctx, init)
+            .unwrap()
+            .map(|p| Self::new(ctx, p))
     }
 
-    /// HCCT as the network runs it (`None` for HCCT-E, HCCT-P and Adam, simulator modes).
-    pub(crate) fn hcct(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Option<Self>, SimError> {
-        let cfg = &ctx.scenario.hcct;
-        if HcctServer::check_config(cfg).is_err() {
-            return Ok(None);
-        }
-        let (k, rounds) = (ctx.clients(), ctx.scenario.rounds as u64);
-        let alg = HcctServer::new(cfg.clone(), k, rounds, init[0].clone())
-            .map_err(|e| SimError::Invariant(format!("hcct: {e}")))?;
-        let recipes = (0..k)
-            .map(|i| LocalRecipe::hcct(cfg, ctx.seed, NodeId(i as u32)))
-            .collect();
-        Ok(Some(Self::new(
-            ctx,
-            Box::new(alg),
-            joins(ctx),
-            recipes,
-            false,
-        )))
+    /// HCCT on the engines (`None`: HCCT-E, HCCT-P or Adam, simulator modes).
+    #[cfg(test)]
+    fn hcct(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Option<Self>, SimError> {
+        Ok(parts(Algorithm::Hcct, ctx, init)?.map(|p| Self::new(ctx, p)))
     }
 
-    /// FedSaC (every configuration runs over the network).
-    pub(crate) fn fedsac(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Self, SimError> {
-        let cfg = &ctx.scenario.fedsac;
-        let (k, rounds) = (ctx.clients(), ctx.scenario.rounds as u64);
-        let alg = FedsacServer::new(
-            cfg.settings(),
-            k,
-            rounds,
-            crate::silo::fedsac::cohort_seed(ctx.seed),
-            init[0].clone(),
-        )
-        .map_err(|e| SimError::Invariant(format!("fedsac: {e}")))?;
-        let recipes = (0..k)
-            .map(|i| LocalRecipe::fedsac(cfg, ctx.seed, NodeId(i as u32), rows(ctx, i)))
-            .collect();
-        Ok(Self::new(ctx, Box::new(alg), joins(ctx), recipes, true))
+    /// FedSaC on the engines.
+    #[cfg(test)]
+    fn fedsac(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Result<Self, SimError> {
+        let p = parts(Algorithm::Fedsac, ctx, init)?.expect("every fedsac setting");
+        Ok(Self::new(ctx, p))
     }
 }
 

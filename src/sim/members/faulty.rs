@@ -1,0 +1,492 @@
+//! FedDisco, HCCT and FedSaC under a fault schedule: the same engines as the fault-free run
+//! (the coordinator's [`Engine`], one [`Member`] per silo) on a simulated network with a
+//! virtual clock that moves, so deadlines, budgets, retries and excuses happen as over a real
+//! network: a slow silo (`delay`), lost messages (`loss`), a member that registered and went
+//! silent (`leave`), and the coordinator's crash and restart from its last checkpoint
+//! (`coordinator_crash`).
+//!
+//! Owns: the virtual clock and the messages in flight (a request reaches the coordinator after
+//! the sender's delay, or never; an answer comes back at once, or never; an exchange that got
+//! no answer fails at the member's `within`; a down coordinator refuses at once), applying the
+//! schedule's faults at the start of each federation round, the coordinator's checkpoint bytes
+//! and its restart from them, and the record the checks read (each silo's rounds, each closed
+//! coordinator round).
+//! Must not: decide anything about a round (the engines do), judge the run
+//! ([`crate::faults::checks::evaluate_coordinated`] does), or draw a loss from any stream but
+//! the sender's fault stream ([`crate::faults::link::fate`]).
+//!
+//! A federation round `r` (one [`FaultyMembers::round`] call) runs until a silo that stayed
+//! has completed `r` rounds (the leading silo's round, as the swarm counts it; a silo whose
+//! coordinator is gone trains detached, so this always comes); the last runs until every silo
+//! that stayed took its final model. Training takes no virtual time.
+
+use super::super::coordinated::CoordinatedRun;
+use super::{Parts, Silo};
+use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
+use crate::coord::member::{Action, Member, MemberConfig, Reply, Resume};
+use crate::faults::checks::{Applied, ClosedRound, SiloRun};
+use crate::faults::link::{Fate, fate};
+use crate::faults::{Fault, Schedule, Timeline};
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::sim::{ClientEval, Ctx, SimError};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// A request's handle at the coordinator: the asking silo and its exchange.
+type Ticket = (usize, u64);
+
+/// What the coordinator's answer to an exchange is, as it reaches the member.
+enum Delivery {
+    Answer(Answer),
+    Failed(String),
+}
+
+/// Something due at a moment of the virtual clock.
+enum Due {
+    /// A member's request reaches the coordinator.
+    ToCoordinator { from: usize, id: u64, req: Request },
+    /// The answer to exchange `id` reaches silo `to`.
+    ToMember { to: usize, id: u64, what: Delivery },
+    /// Exchange `id` of silo `silo` has had its `within`.
+    GiveUp { silo: usize, id: u64 },
+}
+
+/// The bound on the events of one federation round (a loop that never ends is a bug).
+const MAX_STEPS: u64 = 10_000_000;
+
+/// One coordinated algorithm's run under a fault schedule.
+pub(crate) struct FaultyMembers {
+    /// `None` while the coordinator is down.
+    engine: Option<Engine<Ticket>>,
+    engine_cfg: EngineConfig,
+    decode: super::Decode,
+    /// The coordinator's last checkpoint.
+    saved: Option<Vec<u8>>,
+    members: Vec<Member>,
+    silos: Vec<Silo>,
+    names: Vec<String>,
+    now: Instant,
+    /// Due events by (time, sequence).
+    due: BTreeMap<(Instant, u64), Due>,
+    seq: u64,
+    /// Each silo's exchange under way.
+    asking: Vec<Option<u64>>,
+    timeline: Timeline,
+    /// Each silo's fault stream (its loss draws).
+    faults: Vec<StdRng>,
+    /// Federation rounds started.
+    round: u64,
+    rounds: u64,
+    /// What the checks read.
+    pub(crate) applied: Vec<Applied>,
+    pub(crate) runs: Vec<SiloRun>,
+    pub(crate) closed: Vec<ClosedRound>,
+    pub(crate) schedule: Schedule,
+}
+
+impl FaultyMembers {
+    /// A run of `parts` for `ctx`'s silos under `schedule`.
+    pub(crate) fn new(ctx: &Ctx<'_>, parts: Parts, schedule: Schedule) -> Self {
+        let Parts {
+            alg,
+            decode,
+            register,
+            recipes,
+            ..
+        } = parts;
+        let k = ctx.clients();
+        let rounds = ctx.scenario.rounds as u64;
+        let now = Instant::now();
+        let fc = &schedule.config;
+        let names: Vec<String> = (0..k).map(|i| format!("silo-{i:06}")).collect();
+        let engine_cfg = EngineConfig {
+            rounds,
+            nodes: k,
+            round_deadline: Duration::from_secs_f64(fc.update_deadline_s),
+            join_deadline: None,
+            linger: Duration::from_secs_f64(fc.fetch_s * 4.0),
+            excuse_rounds: fc.excuse_rounds,
+            names: names.clone(),
+        };
+        let num_params = alg.num_params();
+        let budget = Duration::from_secs_f64(fc.fetch_s);
+        let members = (0..k)
+            .map(|_| {
+                Member::new(
+                    MemberConfig {
+                        rounds,
+                        budget,
+                        retry: Duration::from_millis(500),
+                        final_budget: budget * 4,
+                        eval_every: 0,
+                        fall_back_after: None,
+                    },
+                    Resume::default(),
+                )
+            })
+            .collect();
+        let mut run = Self {
+            engine: Some(Engine::new(alg, engine_cfg.clone())),
+            engine_cfg,
+            decode,
+            saved: None,
+            members,
+            silos: register
+                .into_iter()
+                .zip(recipes)
+                .map(|(r, recipe)| Silo::new(r, recipe, num_params))
+                .collect(),
+            names,
+            now,
+            due: BTreeMap::new(),
+            seq: 0,
+            asking: vec![None; k],
+            timeline: schedule.timeline(rounds),
+            faults: (0..k)
+                .map(|i| {
+                    StdRng::seed_from_u64(stream_seed(ctx.seed, NodeId(i as u32), Stream::Faults))
+                })
+                .collect(),
+            round: 0,
+            rounds,
+            applied: Vec::new(),
+            runs: vec![SiloRun::default(); k],
+            closed: Vec::new(),
+            schedule,
+        };
+        if let Some(e) = run.engine.as_mut() {
+            let _ = e.handle_start(now);
+        }
+        for m in &mut run.members {
+            m.handle_start(now);
+        }
+        run
+    }
+
+    /// Runs federation round `round + 1`: its faults, then the engines until every silo that
+    /// stayed completed it (the last round: took its final model).
+    pub(crate) fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        self.round += 1;
+        let r = self.round;
+        for fault in self.timeline.fired(r).to_vec() {
+            self.apply(&fault)?;
+            self.applied.push(Applied {
+                at: r as f64 - 0.5,
+                fault,
+            });
+        }
+        let last = r >= self.rounds;
+        for step in 0..MAX_STEPS {
+            self.pump(ctx)?;
+            // The federation's round is its leading silo's, as the swarm counts it.
+            let done = if last {
+                (0..self.members.len()).all(|i| self.runs[i].left || self.runs[i].finished)
+            } else {
+                (0..self.members.len()).any(|i| !self.runs[i].left && self.members[i].round() >= r)
+            };
+            if done {
+                return Ok(());
+            }
+            let Some(next) = self.next_due() else {
+                return Err(SimError::Invariant(format!(
+                    "round {r}: nothing is due and the silos have not finished (step {step})"
+                )));
+            };
+            self.now = self.now.max(next);
+            self.fire()?;
+        }
+        Err(SimError::Invariant(format!(
+            "round {r} took more than {MAX_STEPS} events"
+        )))
+    }
+
+    /// Each silo's own model on its test split (what its node would score).
+    pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+        let models: Vec<&[f32]> = self.silos.iter().map(|s| s.model.as_slice()).collect();
+        let evals = super::super::pool::score_each(ctx, |i| {
+            vec![(super::super::pool::Owner::Silo(i), models[i], 1.0)]
+        })?;
+        if self.round >= self.rounds {
+            for (run, e) in self.runs.iter_mut().zip(&evals) {
+                if run.finished {
+                    run.last = Some((*e).into());
+                }
+            }
+        }
+        Ok(evals)
+    }
+
+    /// The earliest moment something is due: a message, an exchange's end, a member's retry, a
+    /// coordinator deadline.
+    fn next_due(&self) -> Option<Instant> {
+        let msgs = self.due.keys().next().map(|k| k.0);
+        let engine = self.engine.as_ref().and_then(Engine::poll_timeout);
+        let members = self
+            .members
+            .iter()
+            .zip(&self.runs)
+            .filter(|(_, r)| !r.left)
+            .filter_map(|(m, _)| m.poll_timeout());
+        msgs.into_iter().chain(engine).chain(members).min()
+    }
+
+    /// Everything due by now.
+    fn fire(&mut self) -> Result<(), SimError> {
+        let now = self.now;
+        while let Some(entry) = self.due.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            match entry.remove() {
+                Due::ToCoordinator { from, id, req } => self.at_coordinator(from, id, req)?,
+                Due::ToMember { to, id, what } => self.at_member(to, id, what),
+                Due::GiveUp { silo, id } => {
+                    if self.asking[silo] == Some(id) {
+                        self.asking[silo] = None;
+                        let reply = Reply::Failed("no answer in time".into());
+                        self.members[silo].handle_reply(now, reply);
+                    }
+                }
+            }
+        }
+        if let Some(e) = self.engine.as_mut()
+            && e.poll_timeout().is_some_and(|t| t <= now)
+        {
+            e.handle_timeout(now)
+                .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+            self.drain_engine();
+        }
+        for i in 0..self.members.len() {
+            if !self.runs[i].left && self.members[i].poll_timeout().is_some_and(|t| t <= now) {
+                self.members[i].handle_timeout(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out every member's instant actions (asking sends a message; training takes no
+    /// virtual time).
+    fn pump(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        loop {
+            let mut moved = false;
+            for i in 0..self.members.len() {
+                if self.runs[i].left {
+                    continue;
+                }
+                while let Some(action) = self.members[i].poll_action() {
+                    moved = true;
+                    self.act(ctx, i, action)?;
+                }
+            }
+            if !moved {
+                return Ok(());
+            }
+        }
+    }
+
+    fn act(&mut self, ctx: &mut Ctx<'_>, i: usize, action: Action) -> Result<(), SimError> {
+        let now = self.now;
+        match action {
+            Action::Ask { ask, within } => {
+                self.seq += 1;
+                let id = self.seq;
+                self.asking[i] = Some(id);
+                self.at(now + within, Due::GiveUp { silo: i, id });
+                let req = self.silos[i].request(ask);
+                let st = self.timeline.at(self.round);
+                let (loss, delay) = (loss_of(st, i), st.delay_ms[i]);
+                if let Fate::After(d) = fate(&mut self.faults[i], loss, ms(delay)) {
+                    self.at(now + d, Due::ToCoordinator { from: i, id, req });
+                }
+            }
+            Action::Adopt { .. } => self.silos[i].adopt(),
+            Action::Train { at } => {
+                let (fed, batch) = (ctx.fed, ctx.batch_size());
+                self.silos[i]
+                    .train(&mut ctx.learners[i], &fed.clients[i].train, batch, at)
+                    .map_err(|e| SimError::Invariant(format!("silo-{i} training: {e}")))?;
+                self.members[i].handle_trained(now);
+            }
+            // A silo never crashes here: its marker is not needed.
+            Action::MarkSent(_) => {}
+            Action::EndRound(o) => {
+                if o.global_round.is_some() && o.trained {
+                    self.runs[i].attached.push(self.round);
+                }
+                self.members[i].handle_round_written(now);
+            }
+            Action::Event(_) => {}
+            Action::Finish { final_round } => {
+                if final_round.is_some() {
+                    self.silos[i].adopt();
+                }
+                self.runs[i].finished = true;
+            }
+            Action::Recover { .. } | Action::FallBack { .. } => {
+                return Err(SimError::Invariant(format!(
+                    "silo-{i}: {action:?} without a silo crash or a fallback configured"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A request reaches the coordinator (or finds it down: refused at once).
+    fn at_coordinator(&mut self, from: usize, id: u64, req: Request) -> Result<(), SimError> {
+        let now = self.now;
+        let Some(e) = self.engine.as_mut() else {
+            let what = Delivery::Failed("the coordinator is unreachable".into());
+            self.at(now, Due::ToMember { to: from, id, what });
+            return Ok(());
+        };
+        e.handle_request(now, &self.names[from], Some(from), req, (from, id))
+            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+        self.drain_engine();
+        Ok(())
+    }
+
+    /// The coordinator's actions: answers go out (or are lost), checkpoints are kept, closed
+    /// rounds recorded.
+    fn drain_engine(&mut self) {
+        let now = self.now;
+        while let Some(action) = self.engine.as_mut().and_then(Engine::poll_action) {
+            match action {
+                engine::Action::Respond {
+                    ticket: (to, id),
+                    answer,
+                } => {
+                    let loss = loss_of(self.timeline.at(self.round), to);
+                    if let Fate::After(d) = fate(&mut self.faults[to], loss, Duration::ZERO) {
+                        let what = Delivery::Answer(answer);
+                        self.at(now + d, Due::ToMember { to, id, what });
+                    }
+                }
+                engine::Action::Save { bytes: Ok(b), .. } => self.saved = Some(b),
+                engine::Action::Event(engine::Event::RoundClosed {
+                    round, timed_out, ..
+                }) => self.closed.push(ClosedRound { round, timed_out }),
+                _ => {}
+            }
+        }
+    }
+
+    /// An answer reaches silo `to` (dropped when the exchange is over, or the silo gone).
+    fn at_member(&mut self, to: usize, id: u64, what: Delivery) {
+        if self.runs[to].left || self.asking[to] != Some(id) {
+            return;
+        }
+        self.asking[to] = None;
+        let reply = match what {
+            Delivery::Answer(a) => self.silos[to].read(a),
+            Delivery::Failed(why) => Reply::Failed(why),
+        };
+        self.members[to].handle_reply(self.now, reply);
+    }
+
+    fn at(&mut self, when: Instant, what: Due) {
+        self.seq += 1;
+        self.due.insert((when, self.seq), what);
+    }
+
+    /// Applies one fault of the schedule now.
+    fn apply(&mut self, fault: &Fault) -> Result<(), SimError> {
+        match fault {
+            // Read from the timeline when a message goes.
+            Fault::Delay { .. } | Fault::Loss { .. } => {}
+            // It registered; now it says nothing (its connection stays up).
+            Fault::Leave(s) => self.runs[*s as usize].left = true,
+            Fault::CoordinatorCrash { .. } => self.engine = None,
+            Fault::CoordinatorRestart => {
+                let bytes = self.saved.as_deref().ok_or_else(|| {
+                    SimError::Invariant("the coordinator restarts without a checkpoint".into())
+                })?;
+                let alg = (self.decode)(bytes)
+                    .map_err(|e| SimError::Invariant(format!("coordinator checkpoint: {e}")))?;
+                let mut e = Engine::new(alg, self.engine_cfg.clone());
+                e.handle_start(self.now)
+                    .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+                self.engine = Some(e);
+                self.drain_engine();
+            }
+            other => {
+                return Err(SimError::Invariant(format!(
+                    "{} is not simulated for a coordinated run",
+                    other.kind()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The loss in force on silo `i`'s link to the coordinator.
+fn loss_of(st: &crate::faults::NetState, i: usize) -> f64 {
+    match &st.loss {
+        Some((f, None)) => *f,
+        Some((f, Some(silos))) if silos.contains(&(i as u32)) => *f,
+        _ => 0.0,
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// A coordinated run under faults, with the same run without them beside it (the accuracy
+/// check's reference, when `faults.baseline` is on).
+pub(crate) struct UnderFaults {
+    faulty: FaultyMembers,
+    fault_free: Option<super::MemberRun>,
+    fault_free_finals: Option<Vec<crate::trace::EvalRecord>>,
+}
+
+impl UnderFaults {
+    /// `parts` under `schedule`, and `beside` (the same parts again) without faults.
+    pub(crate) fn new(
+        ctx: &Ctx<'_>,
+        parts: Parts,
+        beside: Option<Parts>,
+        schedule: Schedule,
+    ) -> Self {
+        Self {
+            faulty: FaultyMembers::new(ctx, parts, schedule),
+            fault_free: beside.map(|p| super::MemberRun::new(ctx, p)),
+            fault_free_finals: None,
+        }
+    }
+}
+
+impl CoordinatedRun for UnderFaults {
+    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        self.faulty.round(ctx)?;
+        if let Some(run) = self.fault_free.as_mut() {
+            run.round(ctx)?;
+            if self.faulty.round >= self.faulty.rounds {
+                let finals = run.evaluate(ctx)?;
+                self.fault_free_finals = Some(finals.into_iter().map(Into::into).collect());
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+        self.faulty.evaluate(ctx)
+    }
+
+    fn fault_report(&self) -> Option<crate::faults::checks::Report> {
+        let f = &self.faulty;
+        Some(crate::faults::checks::evaluate_coordinated(
+            &crate::faults::checks::CoordInputs {
+                schedule: &f.schedule,
+                applied: &f.applied,
+                rounds: f.rounds,
+                silos: &f.runs,
+                closed: &f.closed,
+                excuse_rounds: f.schedule.config.excuse_rounds,
+                baseline: self.fault_free_finals.as_deref(),
+            },
+        ))
+    }
+}
