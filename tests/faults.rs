@@ -493,26 +493,29 @@ fn without_the_excuse_rule_a_silent_member_costs_the_coordinator_its_pace() {
 /// are refused at load, naming the event.
 #[test]
 fn coordinated_faults_are_checked_at_load() {
-    let partition = "faults.events=[{round=3, partition=[[0,1,2,3],[4,5,6,7]]}]";
-    let e = Scenario::load_with(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/coordinator-faults.toml"),
-        &[partition.to_string()],
-    )
-    .and_then(|s| s.fault_schedule().map(|_| ()))
-    .unwrap_err()
-    .to_string();
+    let refusal = |file: &str, events: &str| {
+        Scenario::load_with(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("simulations")
+                .join(file),
+            &[format!("faults.events={events}")],
+        )
+        .and_then(|s| s.fault_schedule().map(|_| ()))
+        .unwrap_err()
+        .to_string()
+    };
+    let e = refusal(
+        "coordinator-faults.toml",
+        "[{round=3, partition=[[0,1,2,3],[4,5,6,7]]}]",
+    );
     assert!(
         e.contains("faults.events[1]: partition is not simulated for"),
         "{e}"
     );
-    let crash = "faults.events=[{round=3, coordinator_crash={restart_after_rounds=2}}]";
-    let e = Scenario::load_with(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/straggler.toml"),
-        &[crash.to_string()],
-    )
-    .and_then(|s| s.fault_schedule().map(|_| ()))
-    .unwrap_err()
-    .to_string();
+    let e = refusal(
+        "straggler.toml",
+        "[{round=3, coordinator_crash={restart_after_rounds=2}}]",
+    );
     assert!(
         e.contains("coordinator_crash needs a run with a coordinator"),
         "{e}"

@@ -354,6 +354,25 @@ fn params(resp: ModelResponse) -> ModelPayload {
     }
 }
 
+/// Silo `i`'s key (a member of the federation) connected to the coordinator of `p` (the
+/// manifest's last member): the client, its peer ID and the coordinator's address.
+async fn member_at_coordinator(p: &launch::Prepared, i: usize) -> (Client, String, Multiaddr) {
+    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
+    let coord = manifest.members.last().unwrap();
+    let addr = coord.addrs[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
+    let key = load_key(&NodeConfig::load(&p.configs[i]).unwrap().key).unwrap();
+    let id = key.public().to_peer_id().to_string();
+    let mut h = Client {
+        swarm: swarm(key),
+        node: coord.peer_id,
+        inbound: Vec::new(),
+    };
+    h.connect(addr.clone()).await;
+    (h, id, addr)
+}
+
 #[tokio::test]
 async fn a_hostile_peer_changes_nothing_and_every_refusal_is_counted() {
     let started = Instant::now();
@@ -668,19 +687,7 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
     let coord_log = p.nodes_dir.join("coordinator.log");
     let mut coordinator =
         KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
-    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
-    let coord = manifest.members.last().unwrap();
-    let addr = coord.addrs[0]
-        .clone()
-        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
-    let key = load_key(&NodeConfig::load(&p.configs[1]).unwrap().key).unwrap();
-    let hostile_id = key.public().to_peer_id().to_string();
-    let mut h = Client {
-        swarm: swarm(key),
-        node: coord.peer_id,
-        inbound: Vec::new(),
-    };
-    h.connect(addr).await;
+    let (mut h, hostile_id, _) = member_at_coordinator(&p, 1).await;
 
     let mut ask = async |req: &CoordRequest| -> CoordResponse {
         match h.send(Proto::Coord, protocol::encode(req).unwrap()).await {
@@ -1050,19 +1057,7 @@ impl DiscoMember {
         let coord_log = p.nodes_dir.join("coordinator.log");
         let coordinator =
             KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
-        let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
-        let coord = manifest.members.last().unwrap();
-        let addr = coord.addrs[0]
-            .clone()
-            .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
-        let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
-        let id = key.public().to_peer_id().to_string();
-        let mut h = Client {
-            swarm: swarm(key),
-            node: coord.peer_id,
-            inbound: Vec::new(),
-        };
-        h.connect(addr).await;
+        let (h, id, _) = member_at_coordinator(&p, 2).await;
         Self {
             _dir: dir,
             p,
@@ -1111,19 +1106,8 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
     let coord_log = p.nodes_dir.join("coordinator.log");
     let mut coordinator =
         KillOnDrop(coordinated::start_coordinator(Path::new(EXE), &setup, &coord_log).unwrap());
-    let manifest = Manifest::load(&p.nodes_dir.join("../manifest.toml")).unwrap();
-    let coord = manifest.members.last().unwrap();
-    let addr = coord.addrs[0]
-        .clone()
-        .with(libp2p::multiaddr::Protocol::P2p(coord.peer_id));
-    let key = load_key(&NodeConfig::load(&p.configs[1]).unwrap().key).unwrap();
-    let hostile_id = key.public().to_peer_id().to_string();
-    let mut h = Client {
-        swarm: swarm(key),
-        node: coord.peer_id,
-        inbound: Vec::new(),
-    };
-    h.connect(addr.clone()).await;
+    let (mut h, hostile_id, addr) = member_at_coordinator(&p, 1).await;
+    let coord_peer = h.node;
     // In good standing: a join is acknowledged.
     match h
         .send(
@@ -1144,12 +1128,12 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
             .swarm
             .behaviour_mut()
             .coord
-            .send_request(&coord.peer_id, garbage.clone());
+            .send_request(&coord_peer, garbage.clone());
         sent += 1;
         loop {
             match h.next().await {
-                SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == coord.peer_id => {
-                    closed = !h.swarm.is_connected(&coord.peer_id);
+                SwarmEvent::ConnectionClosed { peer_id, .. } if peer_id == coord_peer => {
+                    closed = !h.swarm.is_connected(&coord_peer);
                     break;
                 }
                 SwarmEvent::Behaviour(HostileEvent::Coord(rr::Event::OutboundFailure {
@@ -1186,7 +1170,7 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
     let mut refused = false;
     while !refused && Instant::now() < until {
         match tokio::time::timeout(Duration::from_millis(100), h.swarm.select_next_some()).await {
-            Ok(SwarmEvent::ConnectionClosed { peer_id, .. }) if peer_id == coord.peer_id => {
+            Ok(SwarmEvent::ConnectionClosed { peer_id, .. }) if peer_id == coord_peer => {
                 refused = true;
             }
             Ok(SwarmEvent::OutgoingConnectionError { .. }) => refused = true,
@@ -1194,7 +1178,7 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
         }
     }
     assert!(
-        refused && !h.swarm.is_connected(&coord.peer_id),
+        refused && !h.swarm.is_connected(&coord_peer),
         "the blocked member's redial was kept"
     );
     assert!(
@@ -1238,7 +1222,7 @@ async fn a_bad_frame_storm_gets_a_member_blocked_by_the_coordinator() {
             .contains("refused a connection with a blocked peer");
     }
     assert!(
-        refused_again && !h.swarm.is_connected(&coord.peer_id),
+        refused_again && !h.swarm.is_connected(&coord_peer),
         "the restarted coordinator took the blocked member back:\n{}",
         std::fs::read_to_string(&coord_log).unwrap()
     );

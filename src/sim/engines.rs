@@ -10,14 +10,15 @@
 //! no deadline is ever reached and every round ends on its last gradient.
 
 use super::mail::{Handle, Msg, deliver};
-use super::{Ctx, SimError, par_silos};
+use super::pool::par_silos_with;
+use super::{Ctx, SimError};
 use crate::core::round::{Action, Done, Job, Round, RoundConfig};
 use crate::core::{FedericoConfig, Peer};
 use crate::ids::NodeId;
 use crate::learn::Adam;
 use crate::silo::federico::FedericoSilo;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Every silo's engine and model.
@@ -145,19 +146,11 @@ impl Engines {
                 break;
             }
             let fed = ctx.fed;
-            let cells: Vec<Mutex<(Option<Job>, &mut FedericoSilo)>> = batch
-                .into_iter()
-                .zip(self.silos.iter_mut())
-                .map(Mutex::new)
-                .collect();
-            let out = par_silos(ctx, |i, learner| {
-                let mut cell = cells[i].lock().expect("one worker per silo");
-                let (job, silo) = &mut *cell;
-                job.take()
-                    .map(|job| silo.run(learner, &fed.clients[i], job))
+            let items: Vec<_> = batch.into_iter().zip(self.silos.iter_mut()).collect();
+            let out = par_silos_with(ctx, items, |i, learner, (job, silo)| {
+                job.map(|job| silo.run(learner, &fed.clients[i], job))
                     .transpose()
             });
-            drop(cells);
             for (i, done) in out.into_iter().enumerate() {
                 if let Some(done) = done? {
                     self.handle_done(i, done)?;

@@ -315,24 +315,13 @@ mod tests {
         rounds: usize,
         check: impl FnOnce(&HcctRun, &mut Ctx<'_>, &[Vec<f32>]),
     ) {
-        let setup = super::super::setup(s, 3, None).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        let mut ctx = Ctx {
-            scenario: s,
-            fed: &setup.fed,
-            seed: 3,
-            learners: setup.learners,
-            pool: &pool,
-            export: None,
-        };
-        let mut run = HcctRun::new(&ctx, &setup.init);
-        for _ in 0..rounds {
-            run.round(&mut ctx).unwrap();
-        }
-        check(&run, &mut ctx, &setup.init);
+        super::super::with_ctx(s, 3, |ctx, init| {
+            let mut run = HcctRun::new(ctx, init);
+            for _ in 0..rounds {
+                run.round(ctx).unwrap();
+            }
+            check(&run, ctx, init);
+        });
     }
 
     fn batch_rng(i: usize) -> StdRng {

@@ -282,6 +282,30 @@ struct Setup {
     init: Vec<Vec<f32>>,
 }
 
+/// Runs `f` with a context for `s` at `seed` (2 worker threads) and the silos' initial
+/// models: the unit tests' way to drive one run by hand.
+#[cfg(test)]
+pub(crate) fn with_ctx<R>(
+    s: &Scenario,
+    seed: u64,
+    f: impl FnOnce(&mut Ctx<'_>, &[Vec<f32>]) -> R,
+) -> R {
+    let setup = setup(s, seed, None).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let mut ctx = Ctx {
+        scenario: s,
+        fed: &setup.fed,
+        seed,
+        learners: setup.learners,
+        pool: &pool,
+        export: None,
+    };
+    f(&mut ctx, &setup.init)
+}
+
 /// Draws the seed's split and the silos' initial weights (each from its own (seed, node) stream).
 fn setup(
     scenario: &Scenario,

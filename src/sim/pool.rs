@@ -133,6 +133,24 @@ pub(crate) fn par_silos<T: Send>(
         .collect()
 }
 
+/// [`par_silos`] with one item per silo moved into its call (a job and the silo's state, say).
+pub(crate) fn par_silos_with<T: Send, R: Send>(
+    ctx: &mut Ctx<'_>,
+    items: Vec<T>,
+    f: impl Fn(usize, &mut Learner, T) -> R + Sync,
+) -> Vec<R> {
+    use std::sync::Mutex;
+    let cells: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    par_silos(ctx, |i, learner| {
+        let item = cells[i]
+            .lock()
+            .expect("one worker per silo")
+            .take()
+            .expect("each silo runs once");
+        f(i, learner, item)
+    })
+}
+
 /// Scores a mixture `Σ w_j · model_j` on `test`: mixed class probabilities (accuracy and the
 /// mixture's cross-entropy) or mixed regression outputs (squared error).
 pub(crate) fn mix_eval(

@@ -9,7 +9,7 @@
 //!
 //! Clock: rounds. The faults of federation round `r` are applied at `r − 0.5`.
 
-use super::{Applied, AppliedRecord, Report, accuracy, check};
+use super::{Applied, Report, accuracy, check, records};
 use crate::faults::{Fault, Schedule};
 use crate::trace::EvalRecord;
 use serde_json::json;
@@ -48,8 +48,6 @@ pub struct CoordInputs<'a> {
     pub silos: &'a [SiloRun],
     /// Every round the coordinator closed, in order (all of its lives).
     pub closed: &'a [ClosedRound],
-    /// The coordinator's first excuse, in rounds (0: nobody is excused).
-    pub excuse_rounds: u64,
     /// Each silo's final score in the same run without faults.
     pub baseline: Option<&'a [EvalRecord]>,
 }
@@ -107,14 +105,7 @@ pub fn evaluate_coordinated(i: &CoordInputs<'_>) -> Report {
     Report {
         pass: checks.iter().all(|c| c.pass),
         checks,
-        applied: i
-            .applied
-            .iter()
-            .map(|a| AppliedRecord {
-                at: a.at,
-                what: a.describe(),
-            })
-            .collect(),
+        applied: records(i.applied),
         accuracy: acc,
         baseline_accuracy: base,
     }
@@ -179,7 +170,7 @@ fn pace(i: &CoordInputs<'_>) -> super::Check {
     let silent_n = silent.iter().filter(|&&s| s).count() as u64;
     // The promise is the excuse rule's with at least one round of excuse: a run configured
     // to wait for everyone every round (excuse_rounds = 0) does not keep it.
-    let per_silo = strikes_within(i.rounds, i.excuse_rounds.max(1));
+    let per_silo = strikes_within(i.rounds, i.schedule.config.excuse_rounds.max(1));
     let allowed = silent_n * per_silo + 3 * restarts + lossy_rounds;
     let timed_out: Vec<u64> = i
         .closed

@@ -286,6 +286,17 @@ fn against_baseline(
     )
 }
 
+/// The faults as reports show them.
+fn records(applied: &[Applied]) -> Vec<AppliedRecord> {
+    applied
+        .iter()
+        .map(|a| AppliedRecord {
+            at: a.at,
+            what: a.describe(),
+        })
+        .collect()
+}
+
 fn accuracy(evals: impl Iterator<Item = EvalRecord>) -> Option<f64> {
     let (c, n) = evals.fold((0usize, 0usize), |(c, n), e| (c + e.correct, n + e.count));
     (n > 0).then(|| 100.0 * c as f64 / n as f64)
@@ -347,14 +358,7 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Report {
     Report {
         pass: checks.iter().all(|c| c.pass),
         checks,
-        applied: inputs
-            .applied
-            .iter()
-            .map(|a| AppliedRecord {
-                at: a.at,
-                what: a.describe(),
-            })
-            .collect(),
+        applied: records(inputs.applied),
         accuracy: acc_both.or(acc),
         baseline_accuracy: base_both,
     }

@@ -21,6 +21,7 @@
 //! that stayed took its final model. Training takes no virtual time.
 
 use super::super::coordinated::CoordinatedRun;
+use super::super::pool::{Owner, score_each};
 use super::{Parts, Silo};
 use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
 use crate::coord::member::{Action, Member, MemberConfig, Reply, Resume};
@@ -205,9 +206,7 @@ impl FaultyMembers {
     /// Each silo's own model on its test split (what its node would score).
     pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let models: Vec<&[f32]> = self.silos.iter().map(|s| s.model.as_slice()).collect();
-        let evals = super::super::pool::score_each(ctx, |i| {
-            vec![(super::super::pool::Owner::Silo(i), models[i], 1.0)]
-        })?;
+        let evals = score_each(ctx, |i| vec![(Owner::Silo(i), models[i], 1.0)])?;
         if self.round >= self.rounds {
             for (run, e) in self.runs.iter_mut().zip(&evals) {
                 if run.finished {
@@ -484,7 +483,6 @@ impl CoordinatedRun for UnderFaults {
                 rounds: f.rounds,
                 silos: &f.runs,
                 closed: &f.closed,
-                excuse_rounds: f.schedule.config.excuse_rounds,
                 baseline: self.fault_free_finals.as_deref(),
             },
         ))

@@ -16,7 +16,7 @@
 //! detaches, is refused or falls back is a broken invariant, reported as an error.
 
 use super::coordinated::CoordinatedRun;
-use super::pool::{Owner, par_silos, score_each};
+use super::pool::{Owner, par_silos_with, score_each};
 use super::{ClientEval, Ctx, SimError};
 
 mod faulty;
@@ -30,7 +30,7 @@ use crate::ids::NodeId;
 use crate::scenario::Algorithm;
 use crate::silo::LocalRecipe;
 pub(crate) use faulty::UnderFaults;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a coordinated node's driver holds for its engine.
@@ -313,22 +313,15 @@ impl CoordinatedRun for MemberRun {
                 break;
             }
             let (fed, batch) = (ctx.fed, ctx.batch_size());
-            let cells: Vec<Mutex<(Option<u64>, &mut Silo)>> = jobs
-                .into_iter()
-                .zip(self.silos.iter_mut())
-                .map(Mutex::new)
-                .collect();
-            let out = par_silos(ctx, |i, learner| {
-                let mut cell = cells[i].lock().expect("one worker per silo");
-                let (job, s) = &mut *cell;
-                let Some(at) = job.take() else {
+            let items: Vec<_> = jobs.into_iter().zip(self.silos.iter_mut()).collect();
+            let out = par_silos_with(ctx, items, |i, learner, (job, s)| {
+                let Some(at) = job else {
                     return Ok(false);
                 };
                 s.train(learner, &fed.clients[i].train, batch, at)
                     .map_err(|e| SimError::Invariant(format!("silo-{i} training: {e}")))?;
                 Ok::<bool, SimError>(true)
             });
-            drop(cells);
             for (i, trained) in out.into_iter().enumerate() {
                 if trained? {
                     self.members[i].handle_trained(self.now);
@@ -546,20 +539,7 @@ mod tests {
 
     /// Runs `check` with a context for `s` (seed 3) and the silos' initial models.
     fn with_ctx(s: &Scenario, check: impl FnOnce(&mut Ctx<'_>, &[Vec<f32>])) {
-        let setup = super::super::setup(s, 3, None).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        let mut ctx = Ctx {
-            scenario: s,
-            fed: &setup.fed,
-            seed: 3,
-            learners: setup.learners,
-            pool: &pool,
-            export: None,
-        };
-        check(&mut ctx, &setup.init);
+        super::super::with_ctx(s, 3, check)
     }
 
     /// Every round's scores of `a` and `b`, run side by side.
