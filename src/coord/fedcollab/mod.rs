@@ -12,12 +12,14 @@
 //! choice here comes from an RNG the caller passes in.
 //!
 //! Layout: `config.rs` (the `[fedcollab]` section), `solver.rs` (objective and Algorithm 2),
-//! `distance.rs` (the pairwise discriminator protocol's numbers), `pairs.rs` (the answering
-//! side's rules over the network: restarts, silent partners); the coalition average is
-//! here; `server.rs` is the network coordinator's state (also `coord::fedcollab_server`).
+//! `distance.rs` (the pairwise discriminator protocol's numbers), `pairs.rs` (both sides'
+//! rules of a pair over the network: budgets, restarts, silent partners), `member/` (a silo's
+//! run over the network, sans-IO: phases, deadlines, what the coordinator's answers mean);
+//! the coalition average is here; `server.rs` is the network coordinator's state (also `coord::fedcollab_server`).
 
 mod config;
 mod distance;
+pub mod member;
 pub mod pairs;
 pub mod server;
 mod solver;

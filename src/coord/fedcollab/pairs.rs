@@ -1,8 +1,9 @@
-//! The protocol rules of the answering side of a FedCollab discriminator pair (spec §6 phase 2)
-//! over an unreliable network, without the discriminator's arithmetic: which requests start a
+//! The protocol rules of a FedCollab discriminator pair (spec §6 phase 2) over an unreliable
+//! network, without the discriminator's arithmetic. The answering side's: which requests start a
 //! pair, start it over or ask the driving side to start over ([`admit`]), and which partners
-//! have been silent too long ([`Silence`]).
-//! Owns: those two rules (time is passed in as `now`).
+//! have been silent too long ([`Silence`]); and the driving side's ([`Driving`]): each
+//! exchange's budget, what an answer means, how often a pair may start over.
+//! Owns: those rules (time is passed in as `now`).
 //! Must not: read a clock, touch sockets, threads or tensors, or step, average or evaluate a
 //! pair (`silo::fedcollab::PairHalf` does; `net::collab_node` carries out the decisions).
 
@@ -102,6 +103,96 @@ impl Silence {
     }
 }
 
+/// How often a driven pair may be started over at the partner's request before it counts as
+/// failed (a partner restarting again and again, or one that says so without cause).
+pub const PAIR_RESTARTS: usize = 3;
+
+/// What the driving side heard back from its partner.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Heard {
+    /// The answer asked for: the partner's step (to a step), its acknowledgement (to the stop).
+    Answer,
+    /// The partner does not hold the pair (it was restarted): start it over.
+    Restart,
+    /// Anything else (a refusal, a failure, an answer to another question), described.
+    Other(String),
+}
+
+/// What the driving side does next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Drive {
+    /// Go on: combine the step, or (to the stop) the pair is done.
+    Go,
+    /// Start the pair over from round 0 with fresh halves.
+    StartOver,
+    /// The pair failed: its distance counts as 1.
+    Fail(String),
+}
+
+/// The driving side's rules for one pair (the higher index drives, spec §6 phase 2): how long
+/// each exchange may take, what an answer means, and how often the pair may start over.
+#[derive(Clone, Debug)]
+pub struct Driving {
+    restarts: usize,
+    first: bool,
+}
+
+impl Default for Driving {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Driving {
+    /// A pair about to start.
+    pub fn new() -> Self {
+        Self {
+            restarts: 0,
+            first: true,
+        }
+    }
+
+    /// The budget of the next step's exchange: the first of the pair (or after a start-over)
+    /// waits three times `fetch`, as the partner may still be waiting for its plan.
+    pub fn budget(&mut self, fetch: Duration) -> Duration {
+        let first = std::mem::replace(&mut self.first, false);
+        if first { fetch * 3 } else { fetch }
+    }
+
+    /// The partner's answer to round `round`'s step.
+    pub fn on_step(&mut self, round: u32, heard: Heard) -> Drive {
+        match heard {
+            Heard::Answer => Drive::Go,
+            Heard::Restart if round > 0 => self.start_over(),
+            Heard::Restart => Drive::Fail(format!("round {round}: Restart")),
+            Heard::Other(what) => Drive::Fail(format!("round {round}: {what}")),
+        }
+    }
+
+    /// The partner's answer to the stop.
+    pub fn on_done(&mut self, heard: Heard) -> Drive {
+        match heard {
+            Heard::Answer => Drive::Go,
+            Heard::Restart => self.start_over(),
+            Heard::Other(what) => {
+                Drive::Fail(format!("the partner did not confirm the stop: {what}"))
+            }
+        }
+    }
+
+    fn start_over(&mut self) -> Drive {
+        self.restarts += 1;
+        if self.restarts > PAIR_RESTARTS {
+            return Drive::Fail(format!(
+                "the partner asked to start the pair over {} times",
+                self.restarts
+            ));
+        }
+        self.first = true;
+        Drive::StartOver
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +221,41 @@ mod tests {
         assert_eq!(admit(held(1, Some(0)), step(0)), Admit::Continue);
         // Held but never stepped (a pair just started).
         assert_eq!(admit(held(0, None), step(0)), Admit::Continue);
+    }
+
+    #[test]
+    fn the_driving_side_waits_longer_first_and_starts_over_at_most_three_times() {
+        let fetch = Duration::from_secs(2);
+        let mut d = Driving::new();
+        assert_eq!(
+            d.budget(fetch),
+            fetch * 3,
+            "the partner may still wait for its plan"
+        );
+        assert_eq!(d.budget(fetch), fetch);
+        assert_eq!(d.on_step(4, Heard::Answer), Drive::Go);
+        // The partner lost the pair: start over, and the next exchange waits longer again.
+        assert_eq!(d.on_step(4, Heard::Restart), Drive::StartOver);
+        assert_eq!(d.budget(fetch), fetch * 3);
+        assert_eq!(d.on_done(Heard::Restart), Drive::StartOver);
+        assert_eq!(d.on_step(1, Heard::Restart), Drive::StartOver);
+        // The fourth request to start over fails the pair.
+        let Drive::Fail(why) = d.on_step(2, Heard::Restart) else {
+            panic!("a fourth start-over was allowed");
+        };
+        assert!(why.contains("4 times"), "{why}");
+        // A restart at round 0 and any other answer fail at once, naming what came.
+        let mut d = Driving::new();
+        assert!(matches!(d.on_step(0, Heard::Restart), Drive::Fail(_)));
+        let Drive::Fail(why) = d.on_step(3, Heard::Other("Error(busy)".into())) else {
+            panic!("an unexpected answer was taken");
+        };
+        assert!(why.contains("round 3") && why.contains("busy"), "{why}");
+        let Drive::Fail(why) = d.on_done(Heard::Other("Ack?".into())) else {
+            panic!("an unconfirmed stop was taken");
+        };
+        assert!(why.contains("did not confirm the stop"), "{why}");
+        assert_eq!(d.on_done(Heard::Answer), Drive::Go);
     }
 
     #[test]

@@ -34,12 +34,16 @@ use super::client::or_stop;
 use super::config::{Coordinated, NodeConfig};
 use super::identity::Manifest;
 use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::fedcollab::member::{
+    Action, Coalition, CollabMember, CollabMemberConfig, Event, Resume,
+};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Learner, ModelSpec};
 use crate::net::runlog::RunLog;
 use crate::net::trainer::SaveHealth;
 use crate::protocol::CoordRequest;
 use libp2p::{Multiaddr, PeerId};
+use link::Cmd;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use state::{Saved, save};
@@ -50,6 +54,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
+
+/// A round that starts without a coalition asks for it this long before training alone.
+const ATTACH_WAIT: Duration = Duration::from_millis(500);
+/// The pause before asking the coordinator again after an answer that was none.
+const RETRY: Duration = Duration::from_millis(200);
 
 /// What [`super::coordinated::run`] hands over once it has checked the config, the key, the
 /// manifest and loaded the data.
@@ -167,77 +176,149 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
 }
 
 impl Node {
-    /// The phases in order, each skipped when the checkpoint already holds its outcome.
+    /// Carries out the member engine's actions until it is done or `shutdown` resolves.
     async fn drive<S: Future<Output = ()>>(
         &mut self,
         state: &mut Saved,
         learner: Learner,
         shutdown: &mut Pin<&mut S>,
     ) -> anyhow::Result<()> {
-        // Phases 0-2: join, the plan, the pairs (skipped once the distances are in hand).
-        if state.report.is_none()
-            && state.coalition.is_none()
-            && or_stop(shutdown, self.distances(state))
-                .await
-                .transpose()?
-                .is_none()
-        {
-            info!("stopped by a signal");
-            return Ok(());
-        }
-        // Phase 3: report, then the coalition (retried every round while unknown).
-        let until = Instant::now() + self.structure_wait;
-        let mut reported = false;
-        let me = self.me.0 as usize;
-        if state.coalition.is_none() {
-            let attach = structure::attach(&self.link, &self.join, state, &mut reported, until, me);
-            if or_stop(shutdown, attach).await.is_none() {
+        let cfg = CollabMemberConfig {
+            me: self.me.0,
+            n_train: self.n_train,
+            rounds: self.cfg.rounds,
+            fetch: self.fetch,
+            structure_wait: self.structure_wait,
+            attach_wait: ATTACH_WAIT,
+            retry: RETRY,
+            eval_every: self.cfg.eval_every,
+        };
+        let resume = Resume {
+            round: state.round,
+            reported: state.report.is_some(),
+            coalition: state
+                .coalition
+                .clone()
+                .map(|(members, sizes)| Coalition { members, sizes }),
+            last_local: state.last_local.is_some(),
+        };
+        let mut m = CollabMember::new(cfg, resume);
+        let mut fl = coalition::Fl::start(&self.cfg, self.me, state, learner, self.data.clone())?;
+        m.handle_start(Instant::now().into_std());
+        loop {
+            let Some(action) = m.poll_action() else {
+                if m.is_over() {
+                    return Ok(());
+                }
+                let Some(at) = m.poll_timeout() else {
+                    anyhow::bail!("the FedCollab member waits for nothing (a bug)");
+                };
+                let pause = tokio::time::sleep_until(at.into());
+                if or_stop(shutdown, pause).await.is_none() {
+                    info!("stopped by a signal");
+                    return Ok(());
+                }
+                m.handle_timeout(Instant::now().into_std());
+                continue;
+            };
+            let link = &self.link;
+            let done = match action {
+                Action::Ask { ask, within } => {
+                    let report = state.report.as_deref();
+                    let asked = structure::ask(link, ask, within, &self.join, report);
+                    or_stop(shutdown, asked).await.map(|reply| {
+                        m.handle_reply(Instant::now().into_std(), reply);
+                    })
+                }
+                Action::RunPairs { target, planned } => {
+                    let Some(r) = or_stop(shutdown, self.distances(target, &planned)).await else {
+                        info!("stopped by a signal");
+                        return Ok(());
+                    };
+                    state.report = Some(r?);
+                    m.handle_pairs(Instant::now().into_std());
+                    Some(())
+                }
+                Action::Adopt(c) => {
+                    state.coalition = Some((c.members, c.sizes));
+                    Some(())
+                }
+                Action::Save => {
+                    save(&self.ckpt, state, &mut self.saves);
+                    Some(())
+                }
+                Action::Republish => {
+                    if let Some((r, p)) = &state.last_local {
+                        let _ = link.tell(Cmd::Publish(*r, Arc::new(p.clone()))).await;
+                    }
+                    Some(())
+                }
+                Action::Train { round } => {
+                    match or_stop(shutdown, fl.train(link, state, round)).await {
+                        Some(r) => {
+                            r?;
+                            m.handle_trained(Instant::now().into_std());
+                            Some(())
+                        }
+                        None => None,
+                    }
+                }
+                Action::Pull {
+                    round,
+                    coalition,
+                    within,
+                } => {
+                    let pulled = fl.pull(link, state, round, &coalition, within);
+                    or_stop(shutdown, pulled).await.map(|averaged| {
+                        m.handle_pulled(Instant::now().into_std(), averaged);
+                    })
+                }
+                Action::EndRound(o) => {
+                    fl.end_round(state, o, &mut self.log, &self.ckpt, &mut self.saves)
+                        .await?;
+                    m.handle_round_written(Instant::now().into_std());
+                    Some(())
+                }
+                Action::AwaitServed {
+                    round,
+                    others,
+                    within,
+                } => {
+                    coalition::await_served(link, round, others, within).await;
+                    m.handle_served(Instant::now().into_std());
+                    Some(())
+                }
+                Action::Finish => {
+                    fl.finish(&self.cfg, state, &mut self.log).await?;
+                    Some(())
+                }
+                Action::Fail(why) => anyhow::bail!(why),
+                Action::Event(e) => {
+                    log_event(e);
+                    Some(())
+                }
+            };
+            if done.is_none() {
                 info!("stopped by a signal");
                 return Ok(());
             }
-            save(&self.ckpt, state, &mut self.saves);
         }
-        // Phase 4: FedAvg inside the coalition.
-        let fl = coalition::Fl {
-            cfg: &self.cfg,
-            me: self.me,
-            n_train: self.n_train,
-            fetch: self.fetch,
-            link: &self.link,
-            join: &self.join,
-            ckpt: &self.ckpt,
-            saves: &mut self.saves,
-            log: &mut self.log,
-        };
-        coalition::rounds(fl, state, learner, self.data.clone(), reported, shutdown).await
     }
 
-    /// Phases 0-2: joins, fetches the plan and estimates the distances to the other planned
-    /// silos (none for a silo left out of the plan: it trains alone).
-    async fn distances(&mut self, state: &mut Saved) -> anyhow::Result<()> {
-        let me_i = self.me.0 as usize;
-        let (target, nodes, planned) = structure::plan(&self.link, &self.join, self.fetch).await?;
-        if me_i >= nodes {
-            anyhow::bail!("this silo has index {me_i}; the coordinator runs {nodes} silos");
-        }
-        if !planned.contains(&me_i) {
-            warn!(
-                ?planned,
-                "this silo joined after the distance plan went out: it is in no pair and \
-                 trains alone (FedCollab's singleton)"
-            );
-            state.coalition = Some((vec![self.me.0], vec![self.n_train]));
-            save(&self.ckpt, state, &mut self.saves);
-            return Ok(());
-        }
+    /// Phase 2: the distances to the other planned silos.
+    async fn distances(
+        &mut self,
+        target: f64,
+        planned: &[usize],
+    ) -> anyhow::Result<Vec<crate::coord::PairDistance>> {
         let started = std::time::Instant::now();
         let report = pairs::estimate(pairs::Phase {
             link: &self.link,
             fc: &self.fc,
             data: &self.data,
             seed: self.cfg.seed,
-            me: me_i,
-            planned: &planned,
+            me: self.me.0 as usize,
+            planned,
             target,
             fetch: self.fetch,
             pairs_path: &self.pairs_path,
@@ -251,8 +332,29 @@ impl Node {
             distances = ?report.iter().map(|p| p.distance).collect::<Vec<_>>(),
             "distances estimated"
         );
-        state.report = Some(report);
-        save(&self.ckpt, state, &mut self.saves);
-        Ok(())
+        Ok(report)
+    }
+}
+
+/// The engine's events, as log lines.
+fn log_event(e: Event) {
+    match e {
+        Event::NotJoined(why) => warn!(%why, "could not join the coordinator; trying again"),
+        Event::NoPlan(why) => info!(%why, "no distance plan yet; asking again"),
+        Event::PlanRefused(why) => warn!(%why, "plan refused; joining again"),
+        Event::NotPlanned { planned } => warn!(
+            ?planned,
+            "this silo joined after the distance plan went out: it is in no pair and \
+             trains alone (FedCollab's singleton)"
+        ),
+        Event::DistancesRefused(why) => warn!(%why, "distances refused; joining again"),
+        Event::NotReported(why) => warn!(%why, "could not report the distances"),
+        Event::CoalitionRefused(why) => warn!(%why, "coalition refused; reporting again"),
+        Event::NoCoalition(why) => warn!(%why, "no coalition yet"),
+        Event::CoalitionReceived(members) => info!(?members, "coalition received"),
+        Event::MalformedCoalition { members, sizes } => {
+            warn!(?members, ?sizes, "a malformed coalition; ignored")
+        }
+        Event::NoStructure => warn!("no collaboration structure yet: training alone this round"),
     }
 }

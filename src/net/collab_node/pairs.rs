@@ -9,6 +9,7 @@ use super::answer::{Answering, answer_pairs};
 use super::link::{Cmd, DISC_QUEUE, Link, peer_within};
 use crate::coord::PairDistance;
 use crate::coord::fedcollab::FedCollabConfig;
+use crate::coord::fedcollab::pairs::{Drive, Driving, Heard};
 use crate::learn::{ClientData, Learner};
 use crate::net::trainer::Worker;
 use crate::protocol::{CollabRequest, CollabResponse};
@@ -215,14 +216,11 @@ fn pair_result(partner: usize, r: Result<(Option<f64>, u32), String>) -> PairDis
     }
 }
 
-/// How often a pair may be started over at the partner's request before it counts as failed
-/// (a partner restarting again and again, or one that says so without cause).
-const PAIR_RESTARTS: usize = 3;
-
 /// Drives one pair as its higher-index silo: per round, the own step, the exchange, the
 /// average, and every evaluation's accuracies, the steps on the pair's own training thread.
-/// `(estimate, rounds)`. When the partner lost the pair (it was restarted), both start it over
-/// from round 0 with fresh halves (`fresh`).
+/// `(estimate, rounds)`. What each answer means, each exchange's budget and how often the pair
+/// may start over are [`Driving`]'s rules; when the partner lost the pair (it was restarted),
+/// both start it over from round 0 with fresh halves (`fresh`).
 async fn drive_pair(
     link: &Link,
     fresh: impl Fn() -> Result<PairHalf, String>,
@@ -233,15 +231,8 @@ async fn drive_pair(
     let worker = Worker::spawn("pair", learner).map_err(|e| e.to_string())?;
     let mut half = fresh()?;
     let mut acc_prev: Option<f64> = None;
-    let mut first = true;
-    let mut restarts = 0;
-    let mut start_over = |half: &mut PairHalf, at: u32| -> Result<(), String> {
-        restarts += 1;
-        if restarts > PAIR_RESTARTS {
-            return Err(format!(
-                "the partner asked to start the pair over {restarts} times"
-            ));
-        }
+    let mut rules = Driving::new();
+    let start_over = |half: &mut PairHalf, at: u32| -> Result<(), String> {
         info!(
             partner,
             at, "the partner lost the pair (restarted): starting it over"
@@ -265,20 +256,24 @@ async fn drive_pair(
             weights: Arc::new(own.clone()),
             acc: acc_prev.take(),
         };
-        // The partner may still be waiting for its plan: the first exchange waits longer.
-        let budget = if first { fetch * 3 } else { fetch };
-        first = false;
-        let (theirs, acc_lo) = match peer_within(link, partner, req, budget)
+        let budget = rules.budget(fetch);
+        let resp = peer_within(link, partner, req, budget)
             .await
-            .map_err(|e| e.to_string())?
-        {
-            CollabResponse::DiscStep { weights, acc } => (weights, acc),
-            CollabResponse::Restart if round > 0 => {
-                start_over(&mut half, round)?;
-                (acc_prev, first) = (None, true);
-                continue;
+            .map_err(|e| e.to_string())?;
+        let (theirs, acc_lo) = match resp {
+            CollabResponse::DiscStep { weights, acc } => {
+                let _ = rules.on_step(round, Heard::Answer);
+                (weights, acc)
             }
-            other => return Err(format!("round {round}: {other:?}")),
+            other => match rules.on_step(round, heard(other)) {
+                Drive::StartOver => {
+                    start_over(&mut half, round)?;
+                    acc_prev = None;
+                    continue;
+                }
+                Drive::Fail(why) => return Err(why),
+                Drive::Go => unreachable!("only a step goes on"),
+            },
         };
         let (h, r) = worker
             .run(move |l| {
@@ -295,18 +290,30 @@ async fn drive_pair(
                 rounds,
                 acc: acc_prev,
             };
-            match peer_within(link, partner, stop, fetch)
+            let resp = peer_within(link, partner, stop, fetch)
                 .await
-                .map_err(|e| e.to_string())?
-            {
-                CollabResponse::Ack => return Ok((half.estimate(), rounds)),
-                CollabResponse::Restart => {
+                .map_err(|e| e.to_string())?;
+            let answer = match resp {
+                CollabResponse::Ack => Heard::Answer,
+                other => heard(other),
+            };
+            match rules.on_done(answer) {
+                Drive::Go => return Ok((half.estimate(), rounds)),
+                Drive::StartOver => {
                     start_over(&mut half, rounds)?;
-                    (acc_prev, first) = (None, true);
+                    acc_prev = None;
                 }
-                other => return Err(format!("the partner did not confirm the stop: {other:?}")),
+                Drive::Fail(why) => return Err(why),
             }
         }
+    }
+}
+
+/// What an answer that is not the one asked for says, for [`Driving`].
+fn heard(resp: CollabResponse) -> Heard {
+    match resp {
+        CollabResponse::Restart => Heard::Restart,
+        other => Heard::Other(format!("{other:?}")),
     }
 }
 
