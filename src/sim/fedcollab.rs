@@ -14,18 +14,26 @@
 //! from then on. A record of it (sizes, raw distances, rounds per pair, coalitions, objective,
 //! the C sweep of spec §8 item 7) is written to `<seed dir>/fedcollab.json`.
 
-use super::coordinated::CoordinatedRun;
-use super::pool::{Owner, score_each};
-use super::{ClientEval, Ctx, SimError};
+//! FedCollab's distances in the simulator (`docs/specs/fedcollab.md`), and the record of the
+//! structure found from them.
+//!
+//! Owns: the pairwise discriminator protocol (spec §3.2) on every pair of silos, both halves
+//! ([`crate::silo::fedcollab`]: each silo's inputs, plain-SGD steps, validation accuracies) in
+//! this process, pairs in parallel; the label-TV debug distances; each silo's report as a
+//! node sends it; and the record of the structure (sizes, raw distances, rounds per pair,
+//! coalitions, objective, the C sweep of spec §8 item 7) written to
+//! `<seed dir>/fedcollab.json`.
+//! Must not: decide the structure, the early stop or the distance (that is
+//! [`crate::coord::fedcollab`]), or run the rounds: [`super::members::CollabRun`] drives the
+//! coordinator's and the members' engines and calls this for the distance phase.
+
+use super::{Ctx, SimError};
+use crate::coord::PairDistance;
 use crate::coord::fedcollab::{
-    Distance, FedCollabConfig, Problem, Solution, coalition_average, disc_train_target,
-    distance_matrix, label_tv,
+    Distance, FedCollabConfig, Problem, Solution, distance_matrix, label_tv,
 };
-use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Adam, Learner};
-use crate::silo::fedcollab::{DiscData, DiscModel, FL_BATCH_TAG, PairHalf};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
+use crate::learn::Learner;
+use crate::silo::fedcollab::{DiscData, DiscModel, PairHalf};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::sync::Arc;
@@ -33,32 +41,9 @@ use std::sync::Arc;
 /// The C grid logged with every structure (spec §8 item 7).
 const SWEEP: [f64; 9] = [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0];
 
-/// FedCollab across the rounds of one seed.
-pub(crate) struct FedCollabRun {
-    cfg: FedCollabConfig,
-    /// Every coalition starts from these weights (spec §5, "initialisation").
-    init: Vec<f32>,
-    /// Adam state of each silo, kept across rounds as in the FedAvg baseline.
-    opts: Vec<Adam>,
-    rngs: Vec<StdRng>,
-    /// Set in the first round.
-    plan: Option<Plan>,
-    record: Option<Record>,
-}
-
-/// The fixed structure and the coalition models.
-struct Plan {
-    /// Coalition index of every silo.
-    coalition_of: Vec<usize>,
-    /// Canonical coalitions.
-    coalitions: Vec<Vec<usize>>,
-    /// One model per coalition.
-    models: Vec<Vec<f32>>,
-}
-
 /// What `fedcollab.json` holds.
 #[derive(Serialize)]
-struct Record {
+pub(crate) struct Record {
     capacity: f64,
     distance: Distance,
     /// m_i: training-set sizes.
@@ -86,46 +71,20 @@ struct SweepPoint {
     objective: f64,
 }
 
-impl FedCollabRun {
-    pub(crate) fn new(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Self {
-        Self {
-            cfg: ctx.scenario.fedcollab.clone(),
-            init: init[0].clone(),
-            opts: init.iter().map(|p| Adam::new(p.len(), ctx.lr())).collect(),
-            rngs: (0..ctx.clients())
-                .map(|i| {
-                    StdRng::seed_from_u64(stream_seed(
-                        ctx.seed ^ FL_BATCH_TAG,
-                        NodeId(i as u32),
-                        Stream::Batches,
-                    ))
-                })
-                .collect(),
-            plan: None,
-            record: None,
-        }
-    }
-
-    /// Distances, then the structure (spec §3, §4).
-    fn find_structure(&mut self, ctx: &mut Ctx<'_>) -> Result<Plan, SimError> {
-        let sizes: Vec<u64> = ctx
-            .fed
-            .clients
-            .iter()
-            .map(|c| c.train.len() as u64)
-            .collect();
-        let est = match self.cfg.distance {
-            Distance::Discriminator => discriminator_distances(ctx, &self.cfg)?,
-            Distance::LabelTv => label_tv_distances(ctx),
-        };
+impl Record {
+    /// The structure of `est` with `sizes` as the coordinator solves it, and the C sweep; the
+    /// record and its coalitions.
+    pub(crate) fn new(
+        cfg: &FedCollabConfig,
+        sizes: Vec<u64>,
+        est: Estimates,
+        seed: u64,
+    ) -> Result<(Self, Vec<Vec<usize>>), SimError> {
         let invariant = |e: crate::coord::fedcollab::FedCollabError| {
             SimError::Invariant(format!("fedcollab: {e}"))
         };
-        let problem = Problem::new(&sizes, &est.raw, self.cfg.capacity).map_err(invariant)?;
-        let solve = |p: &Problem| {
-            p.solve_for_run(&self.cfg.solver(), ctx.seed)
-                .map_err(invariant)
-        };
+        let problem = Problem::new(&sizes, &est.raw, cfg.capacity).map_err(invariant)?;
+        let solve = |p: &Problem| p.solve_for_run(&cfg.solver(), seed).map_err(invariant);
         let solution = solve(&problem)?;
         let sweep = SWEEP
             .iter()
@@ -139,15 +98,9 @@ impl FedCollabRun {
             })
             .collect::<Result<Vec<_>, SimError>>()?;
         let coalitions = solution.best.coalitions.clone();
-        let mut coalition_of = vec![0; sizes.len()];
-        for (k, c) in coalitions.iter().enumerate() {
-            for &i in c {
-                coalition_of[i] = k;
-            }
-        }
-        self.record = Some(Record {
-            capacity: self.cfg.capacity,
-            distance: self.cfg.distance,
+        let record = Self {
+            capacity: cfg.capacity,
+            distance: cfg.distance,
             sizes,
             disc_train_target: est.target,
             disc_train_sizes: est.train_sizes,
@@ -158,82 +111,13 @@ impl FedCollabRun {
             failed_pairs: est.failed,
             solution,
             sweep,
-        });
-        Ok(Plan {
-            coalition_of,
-            models: vec![self.init.clone(); coalitions.len()],
-            coalitions,
-        })
-    }
-}
-
-impl CoordinatedRun for FedCollabRun {
-    /// The first call finds the structure; every call runs one FedAvg round in each coalition:
-    /// every member starts from its coalition's model, trains one local epoch, and the model
-    /// becomes the m_j/M_k-weighted average, summed in ascending member order (spec §5, §6).
-    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
-        if self.plan.is_none() {
-            self.plan = Some(self.find_structure(ctx)?);
-        }
-        let plan = self.plan.as_mut().expect("set just above");
-        let fed = ctx.fed;
-        let (models, coalition_of) = (&plan.models, &plan.coalition_of);
-        let jobs: Vec<_> = ctx
-            .learners
-            .iter_mut()
-            .zip(self.opts.iter_mut().zip(&mut self.rngs))
-            .collect();
-        let locals: Vec<Result<Vec<f32>, SimError>> = ctx.pool.install(|| {
-            jobs.into_par_iter()
-                .enumerate()
-                .map(|(i, (learner, (opt, rng)))| {
-                    let mut p = models[coalition_of[i]].clone();
-                    learner.train_epoch(&mut p, opt, &fed.clients[i].train, rng)?;
-                    Ok(p)
-                })
-                .collect()
-        });
-        let locals = locals.into_iter().collect::<Result<Vec<_>, _>>()?;
-        for (k, members) in plan.coalitions.iter().enumerate() {
-            let models: Vec<Option<&[f32]>> = members
-                .iter()
-                .map(|&i| Some(locals[i].as_slice()))
-                .collect();
-            let sizes: Vec<u64> = members
-                .iter()
-                .map(|&i| fed.clients[i].train.len() as u64)
-                .collect();
-            plan.models[k] = coalition_average(&models, &sizes);
-        }
-        Ok(())
-    }
-
-    /// Each silo's coalition model on its own test split (spec §5, "evaluation").
-    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        match &self.plan {
-            Some(plan) => score_each(ctx, |i| {
-                vec![(
-                    Owner::Shared,
-                    plan.models[plan.coalition_of[i]].as_slice(),
-                    1.0,
-                )]
-            }),
-            None => {
-                let init = self.init.as_slice();
-                score_each(ctx, |_| vec![(Owner::Shared, init, 1.0)])
-            }
-        }
-    }
-
-    fn record(&self) -> Option<serde_json::Value> {
-        self.record
-            .as_ref()
-            .and_then(|r| serde_json::to_value(r).ok())
+        };
+        Ok((record, coalitions))
     }
 }
 
 /// What a distance measurement produced.
-struct Estimates {
+pub(crate) struct Estimates {
     raw: Vec<Vec<f64>>,
     target: Option<f64>,
     train_sizes: Vec<usize>,
@@ -241,6 +125,43 @@ struct Estimates {
     params: Option<usize>,
     pair_rounds: Vec<[usize; 3]>,
     failed: Vec<(usize, usize)>,
+}
+
+impl Estimates {
+    /// Every pair's distance for `cfg.distance` (the discriminator's with the plan's
+    /// discriminator-train `target`).
+    pub(crate) fn measure(
+        ctx: &Ctx<'_>,
+        cfg: &FedCollabConfig,
+        target: f64,
+    ) -> Result<Self, SimError> {
+        match cfg.distance {
+            Distance::Discriminator => discriminator_distances(ctx, cfg, target),
+            Distance::LabelTv => Ok(label_tv_distances(ctx)),
+        }
+    }
+
+    /// Silo `i`'s report, as its node sends it: one distance per other silo, ascending (none
+    /// for a pair that could not run).
+    pub(crate) fn report(&self, i: usize) -> Vec<PairDistance> {
+        let n = self.raw.len();
+        (0..n)
+            .filter(|&j| j != i)
+            .map(|j| {
+                let pair = (i.min(j), i.max(j));
+                let rounds = self
+                    .pair_rounds
+                    .iter()
+                    .find(|r| (r[0], r[1]) == pair)
+                    .map_or(0, |r| r[2] as u32);
+                PairDistance {
+                    partner: j as u32,
+                    distance: (!self.failed.contains(&pair)).then_some(self.raw[i][j]),
+                    rounds,
+                }
+            })
+            .collect()
+    }
 }
 
 /// The [`Distance::LabelTv`] debug distances: TV between training label histograms.
@@ -269,11 +190,13 @@ fn label_tv_distances(ctx: &Ctx<'_>) -> Estimates {
 /// Algorithm 1 on every pair `i < j` (spec §3.2), pairs in parallel on the worker pool. Each
 /// pair's result depends only on the shared initialisation, the two silos' data and the pair's
 /// own batch streams, so it does not depend on the number of threads.
-fn discriminator_distances(ctx: &Ctx<'_>, cfg: &FedCollabConfig) -> Result<Estimates, SimError> {
+fn discriminator_distances(
+    ctx: &Ctx<'_>,
+    cfg: &FedCollabConfig,
+    target: f64,
+) -> Result<Estimates, SimError> {
     let fed = ctx.fed;
     let n = fed.clients.len();
-    let sizes: Vec<u64> = fed.clients.iter().map(|c| c.train.len() as u64).collect();
-    let target = disc_train_target(&sizes);
     let model = DiscModel::new(&fed.clients[0].train, cfg, ctx.seed)?;
     let data: Vec<Arc<DiscData>> = (0..n)
         .map(|i| {

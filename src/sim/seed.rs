@@ -7,11 +7,10 @@
 //! [`crate::report::summary`], called by [`super::run`]).
 
 use super::baselines::{FedAvgRun, LocalRun};
-use super::fedcollab::FedCollabRun;
 use super::feddisco::FeddiscoRun;
 use super::federico::FedericoRun;
 use super::hcct::HcctRun;
-use super::members::{self, MemberRun, UnderFaults};
+use super::members::{self, CollabRun, MemberRun, UnderFaults};
 use super::network::FaultNet;
 use super::pool::ExportTo;
 use super::{ClientEval, Ctx, Setup, SimError, coordinated, io_err, ordered, setup};
@@ -433,7 +432,7 @@ fn coordinated_run(
     }
     Ok(match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,
-        Algorithm::Fedcollab => Some(Box::new(FedCollabRun::new(ctx, init))),
+        Algorithm::Fedcollab => Some(Box::new(CollabRun::new(ctx, init)?)),
         // HCCT's trace prints the Gram matrix only the lock-step loop sees (same decisions).
         Algorithm::Hcct if std::env::var_os("FEDERICO_HCCT_TRACE").is_some() => {
             Some(Box::new(HcctRun::new(ctx, init)))

@@ -204,105 +204,106 @@ impl Node {
         };
         let mut m = CollabMember::new(cfg, resume);
         let mut fl = coalition::Fl::start(&self.cfg, self.me, state, learner, self.data.clone())?;
-        m.handle_start(Instant::now().into_std());
+        m.handle_start(now());
         loop {
-            let Some(action) = m.poll_action() else {
-                if m.is_over() {
-                    return Ok(());
-                }
-                let Some(at) = m.poll_timeout() else {
-                    anyhow::bail!("the FedCollab member waits for nothing (a bug)");
-                };
-                let pause = tokio::time::sleep_until(at.into());
-                if or_stop(shutdown, pause).await.is_none() {
-                    info!("stopped by a signal");
-                    return Ok(());
-                }
-                m.handle_timeout(Instant::now().into_std());
-                continue;
-            };
-            let link = &self.link;
-            let done = match action {
-                Action::Ask { ask, within } => {
-                    let report = state.report.as_deref();
-                    let asked = structure::ask(link, ask, within, &self.join, report);
-                    or_stop(shutdown, asked).await.map(|reply| {
-                        m.handle_reply(Instant::now().into_std(), reply);
-                    })
-                }
-                Action::RunPairs { target, planned } => {
-                    let Some(r) = or_stop(shutdown, self.distances(target, &planned)).await else {
-                        info!("stopped by a signal");
-                        return Ok(());
-                    };
-                    state.report = Some(r?);
-                    m.handle_pairs(Instant::now().into_std());
-                    Some(())
-                }
-                Action::Adopt(c) => {
-                    state.coalition = Some((c.members, c.sizes));
-                    Some(())
-                }
-                Action::Save => {
-                    save(&self.ckpt, state, &mut self.saves);
-                    Some(())
-                }
-                Action::Republish => {
-                    if let Some((r, p)) = &state.last_local {
-                        let _ = link.tell(Cmd::Publish(*r, Arc::new(p.clone()))).await;
+            let waited = match m.poll_action() {
+                None if m.is_over() => return Ok(()),
+                None => match m.poll_timeout() {
+                    Some(at) => {
+                        let pause = tokio::time::sleep_until(at.into());
+                        or_stop(shutdown, pause)
+                            .await
+                            .map(|()| m.handle_timeout(now()))
                     }
-                    Some(())
+                    None => anyhow::bail!("the FedCollab member waits for nothing (a bug)"),
+                },
+                // The long ones: cut short by a signal.
+                Some(a) if a.waits_on_the_network() => {
+                    or_stop(shutdown, self.exchange(&mut m, &mut fl, state, a))
+                        .await
+                        .transpose()?
                 }
-                Action::Train { round } => {
-                    match or_stop(shutdown, fl.train(link, state, round)).await {
-                        Some(r) => {
-                            r?;
-                            m.handle_trained(Instant::now().into_std());
-                            Some(())
-                        }
-                        None => None,
-                    }
-                }
-                Action::Pull {
-                    round,
-                    coalition,
-                    within,
-                } => {
-                    let pulled = fl.pull(link, state, round, &coalition, within);
-                    or_stop(shutdown, pulled).await.map(|averaged| {
-                        m.handle_pulled(Instant::now().into_std(), averaged);
-                    })
-                }
-                Action::EndRound(o) => {
-                    fl.end_round(state, o, &mut self.log, &self.ckpt, &mut self.saves)
-                        .await?;
-                    m.handle_round_written(Instant::now().into_std());
-                    Some(())
-                }
-                Action::AwaitServed {
-                    round,
-                    others,
-                    within,
-                } => {
-                    coalition::await_served(link, round, others, within).await;
-                    m.handle_served(Instant::now().into_std());
-                    Some(())
-                }
-                Action::Finish => {
-                    fl.finish(&self.cfg, state, &mut self.log).await?;
-                    Some(())
-                }
-                Action::Fail(why) => anyhow::bail!(why),
-                Action::Event(e) => {
-                    log_event(e);
-                    Some(())
-                }
+                Some(a) => Some(self.act(&mut m, &fl, state, a).await?),
             };
-            if done.is_none() {
+            if waited.is_none() {
                 info!("stopped by a signal");
                 return Ok(());
             }
         }
+    }
+
+    /// Carries out a question, the distance phase, a training or a pull, and reports it to
+    /// `m`.
+    async fn exchange(
+        &mut self,
+        m: &mut CollabMember,
+        fl: &mut coalition::Fl,
+        state: &mut Saved,
+        action: Action,
+    ) -> anyhow::Result<()> {
+        match action {
+            Action::Ask { ask, within } => {
+                let report = state.report.as_deref();
+                let reply = structure::ask(&self.link, ask, within, &self.join, report).await;
+                m.handle_reply(now(), reply);
+            }
+            Action::RunPairs { target, planned } => {
+                state.report = Some(self.distances(target, &planned).await?);
+                m.handle_pairs(now());
+            }
+            Action::Train { round } => {
+                fl.train(&self.link, state, round).await?;
+                m.handle_trained(now());
+            }
+            Action::Pull {
+                round,
+                coalition,
+                within,
+            } => {
+                let averaged = fl.pull(&self.link, state, round, &coalition, within).await;
+                m.handle_pulled(now(), averaged);
+            }
+            other => anyhow::bail!("{other:?} is not an exchange (a bug)"),
+        }
+        Ok(())
+    }
+
+    /// Carries out any other action, and reports it to `m` where it waits for one.
+    async fn act(
+        &mut self,
+        m: &mut CollabMember,
+        fl: &coalition::Fl,
+        state: &mut Saved,
+        action: Action,
+    ) -> anyhow::Result<()> {
+        let link = &self.link;
+        match action {
+            Action::Adopt(c) => state.coalition = Some((c.members, c.sizes)),
+            Action::Save => save(&self.ckpt, state, &mut self.saves),
+            Action::Republish => {
+                if let Some((r, p)) = &state.last_local {
+                    let _ = link.tell(Cmd::Publish(*r, Arc::new(p.clone()))).await;
+                }
+            }
+            Action::EndRound(o) => {
+                fl.end_round(state, o, &mut self.log, &self.ckpt, &mut self.saves)
+                    .await?;
+                m.handle_round_written(now());
+            }
+            Action::AwaitServed {
+                round,
+                others,
+                within,
+            } => {
+                coalition::await_served(link, round, others, within).await;
+                m.handle_served(now());
+            }
+            Action::Finish => fl.finish(&self.cfg, state, &mut self.log).await?,
+            Action::Fail(why) => anyhow::bail!(why),
+            Action::Event(e) => log_event(e),
+            other => anyhow::bail!("{other:?} is an exchange (a bug)"),
+        }
+        Ok(())
     }
 
     /// Phase 2: the distances to the other planned silos.
@@ -334,6 +335,11 @@ impl Node {
         );
         Ok(report)
     }
+}
+
+/// The clock the engine is given.
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
 }
 
 /// The engine's events, as log lines.

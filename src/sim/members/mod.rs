@@ -19,6 +19,7 @@ use super::coordinated::CoordinatedRun;
 use super::pool::{Owner, par_silos_with, score_each};
 use super::{ClientEval, Ctx, SimError};
 
+mod collab;
 mod faulty;
 use crate::coord::engine::{self, Answer, CoordAlgorithm, Engine, EngineConfig, Request};
 use crate::coord::feddisco::{self, DiscoReport};
@@ -29,6 +30,7 @@ use crate::coord::member::{self, Action, Ask, Member, MemberConfig, Reply};
 use crate::ids::NodeId;
 use crate::scenario::Algorithm;
 use crate::silo::LocalRecipe;
+pub(crate) use collab::CollabRun;
 pub(crate) use faulty::UnderFaults;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -231,6 +231,20 @@ pub enum Action {
     Event(Event),
 }
 
+impl Action {
+    /// The action is a question, the distance phase, a training or a pull: it may take as long
+    /// as its budget, or longer.
+    pub fn waits_on_the_network(&self) -> bool {
+        matches!(
+            self,
+            Action::Ask { .. }
+                | Action::RunPairs { .. }
+                | Action::Train { .. }
+                | Action::Pull { .. }
+        )
+    }
+}
+
 /// What the member waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
