@@ -1623,13 +1623,12 @@ async fn a_member_that_pulls_and_never_pushes_stalls_an_owner_once() {
 
 /// Attack M5r of the insiders' review (`docs/insiders.md`): the same silent pull, re-armed. Each
 /// cycle silo-2 pulls, says nothing past τ_grad, then sends the `Skip` it owed (refused as
-/// stale) and pulls again. The late `Skip` clears the "silent" mark and the owner waits out
-/// τ_grad again: 3 stalls in 4 cycles. **Open**: a per-member stall budget fixes this attack
-/// (it passed with one) but charged honest samplers made late by a straggler or by the
-/// attacker itself, and turned a federation asynchronous (`docs/insiders.md`, "M5r"); this test
-/// is the attack the next design must pass, and is ignored until then.
+/// stale) and pulls again. Before the fix the late `Skip` cleared the "silent" mark and the
+/// owner waited out τ_grad again: 3 stalls in 4 cycles. Now a sampler that missed a step is on
+/// probation for 100 rounds (`core::Stragglers::on_probation`): the owner waits for it at most
+/// a grace of two normal rounds, whatever it sends in between. An honest sampler late once
+/// stays awaited, briefly (`core::round`'s tests), so the federation stays in step.
 #[tokio::test]
-#[ignore = "attack M5r is open (docs/insiders.md): the owner still waits again after a late Skip"]
 async fn a_member_cannot_re_arm_its_stall_with_late_skips() {
     let mut f = Three::start().await;
     let attack_from = f.rounds().len();

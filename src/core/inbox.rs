@@ -8,6 +8,7 @@
 
 use crate::ids::NodeId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
 
 /// Why a gradient (or `Skip`) was not accepted.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -422,6 +423,13 @@ impl NormBound {
     }
 }
 
+/// Rounds a sampler stays on probation after it missed a step, at least
+/// ([`Stragglers::on_probation`]).
+pub const PROBATION_ROUNDS: u64 = 100;
+/// How long a sampler stays on probation after it missed a step, at least, in gradient
+/// deadlines (τ_grad): in a fast federation 100 rounds pass in seconds.
+pub const PROBATION_DEADLINES: u32 = 100;
+
 /// The samplers an owner stops waiting for (spec §6, stragglers: "a persistently slow sampler
 /// simply has less influence on the models it uses"). Each served sampler has a lateness count:
 /// a step it missed adds one (up to `2·after`); an answer (gradient or `Skip`) before the step
@@ -437,6 +445,11 @@ impl NormBound {
 /// So a peer that pulls and never pushes (a crashed sampler, a hostile member) costs an owner
 /// one τ_grad, once; a slow sampler, whose late gradient arrives after the step
 /// ([`Self::handle_late`]), is still counted by the lateness rule above.
+///
+/// A sampler that missed a step is also *on probation* for [`PROBATION_ROUNDS`] rounds
+/// ([`Self::on_probation`]), whatever it sends in between: an owner waits for it then only a
+/// short grace, never τ_grad again (insiders' review, M5r: a late answer, even a refused one,
+/// cleared the silent mark and re-armed the full wait).
 #[derive(Clone, Debug)]
 pub struct Stragglers {
     after: u32,
@@ -444,6 +457,10 @@ pub struct Stragglers {
     late: BTreeMap<NodeId, u32>,
     /// Samplers that missed a step and sent nothing since.
     silent: BTreeSet<NodeId>,
+    /// The round and the time of each sampler's last missed step.
+    missed_in: BTreeMap<NodeId, (u64, Instant)>,
+    /// How long probation lasts at least.
+    probation_for: Duration,
 }
 
 impl Stragglers {
@@ -453,7 +470,28 @@ impl Stragglers {
             after: after.max(1),
             late: BTreeMap::new(),
             silent: BTreeSet::new(),
+            missed_in: BTreeMap::new(),
+            probation_for: Duration::ZERO,
         }
+    }
+
+    /// Probation lasts at least [`PROBATION_DEADLINES`] times `gradient_deadline` (τ_grad).
+    pub fn with_probation(mut self, gradient_deadline: Duration) -> Self {
+        self.probation_for = gradient_deadline * PROBATION_DEADLINES;
+        self
+    }
+
+    /// Whether `from` missed a step within [`PROBATION_ROUNDS`] rounds before `round`, or
+    /// within [`PROBATION_DEADLINES`] τ_grad before `now`: an owner waits for it only a short
+    /// grace (`core::round`'s round-over rule), whatever it sent since. So a member that
+    /// withholds its gradient makes an owner wait out τ_grad at most once per 100 rounds and
+    /// per 100 τ_grad (at most about 1 % of the time), and a late answer cannot re-arm the full
+    /// wait.
+    pub fn on_probation(&self, from: NodeId, round: u64, now: Instant) -> bool {
+        self.missed_in.get(&from).is_some_and(|&(r, at)| {
+            round.saturating_sub(r) < PROBATION_ROUNDS
+                || now.saturating_duration_since(at) < self.probation_for
+        })
     }
 
     /// Whether the owner waits for `from`'s gradient.
@@ -476,13 +514,15 @@ impl Stragglers {
         }
     }
 
-    /// Learns from the inbox an owner steps on: who answered in time, who did not.
-    pub fn handle_step(&mut self, inbox: &GradientInbox) {
+    /// Learns from the inbox an owner steps on in `round` at `now`: who answered in time, who
+    /// did not.
+    pub fn handle_step(&mut self, inbox: &GradientInbox, round: u64, now: Instant) {
         for &from in inbox.expected.difference(&inbox.ahead) {
             let late = self.late.entry(from).or_default();
             if !inbox.received.contains_key(&from) {
                 *late = (*late + 1).min(2 * self.after);
                 self.silent.insert(from);
+                self.missed_in.insert(from, (round, now));
                 continue;
             }
             self.silent.remove(&from);
@@ -546,7 +586,7 @@ mod tests {
             inbox.handle_gradient(me, round, vec![1.0, 1.0]).unwrap();
             assert!(!inbox.is_complete(), "round {round}: still awaited");
             assert_eq!(inbox.missing().collect::<Vec<_>>(), vec![slow]);
-            st.handle_step(&inbox);
+            st.handle_step(&inbox, 0, Instant::now());
             // Its gradient comes after the step: late, not silent.
             st.handle_late(slow);
         }
@@ -560,21 +600,21 @@ mod tests {
         inbox.handle_gradient(slow, 3, vec![2.0, 2.0]).unwrap();
         assert_eq!(inbox.sum(), vec![3.0, 3.0]);
         // On time once after three misses: awaited again (the count falls below 3).
-        st.handle_step(&inbox);
+        st.handle_step(&inbox, 0, Instant::now());
         assert!(st.awaits(slow));
         // Many misses saturate at 2·3 = 6: then it takes four answers in time to be awaited
         // again (6 → 5 → 4 → 3 → 2), each a Skip or a gradient before the step.
         for v in 4..14u64 {
             let mut inbox = GradientInbox::new(v, 2);
             st.expect(&mut inbox, slow);
-            st.handle_step(&inbox);
+            st.handle_step(&inbox, 0, Instant::now());
         }
         for (n, v) in (14..18u64).enumerate() {
             assert!(!st.awaits(slow), "after {n} answers");
             let mut inbox = GradientInbox::new(v, 2);
             st.expect(&mut inbox, slow);
             inbox.handle_skip(slow, v).unwrap();
-            st.handle_step(&inbox);
+            st.handle_step(&inbox, 0, Instant::now());
         }
         assert!(st.awaits(slow));
     }
@@ -588,7 +628,7 @@ mod tests {
         st.expect(&mut inbox, silent);
         inbox.handle_gradient(me, 0, vec![1.0, 1.0]).unwrap();
         assert!(!inbox.is_complete(), "the first time it is awaited");
-        st.handle_step(&inbox);
+        st.handle_step(&inbox, 0, Instant::now());
         // Nothing came, not even late: the next pull is served without waiting.
         assert!(!st.awaits(silent));
         let mut inbox = GradientInbox::new(1, 2);
@@ -597,18 +637,18 @@ mod tests {
         inbox.handle_gradient(me, 1, vec![1.0, 1.0]).unwrap();
         assert!(inbox.is_complete());
         // A late answer for the version it missed shows it is alive: awaited again.
-        st.handle_step(&inbox);
+        st.handle_step(&inbox, 0, Instant::now());
         st.handle_late(silent);
         assert!(st.awaits(silent), "one miss is below suspect_after = 3");
         // An answer in time clears it as well.
         let mut inbox = GradientInbox::new(2, 2);
         st.expect(&mut inbox, silent);
-        st.handle_step(&inbox);
+        st.handle_step(&inbox, 0, Instant::now());
         assert!(!st.awaits(silent));
         let mut inbox = GradientInbox::new(3, 2);
         st.expect(&mut inbox, silent);
         inbox.handle_skip(silent, 3).unwrap();
-        st.handle_step(&inbox);
+        st.handle_step(&inbox, 0, Instant::now());
         assert!(st.awaits(silent));
     }
 

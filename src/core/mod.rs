@@ -21,7 +21,10 @@ mod sampling;
 mod softmax;
 mod table;
 
-pub use inbox::{Bounded, DEFAULT_NORM_BOUND, GradientInbox, NormBound, Rejection, Stragglers};
+pub use inbox::{
+    Bounded, DEFAULT_NORM_BOUND, GradientInbox, NormBound, PROBATION_DEADLINES, PROBATION_ROUNDS,
+    Rejection, Stragglers,
+};
 pub use sampling::{SamplingMode, epsilon_greedy};
 pub use softmax::{log_softmax, softmax};
 pub use table::{CollaboratorTable, Entry, LossTracking, ema_update};

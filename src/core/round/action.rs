@@ -190,6 +190,14 @@ pub enum Event {
         /// Connected peers it waited to hear from (a pull or notice for the round) and did not.
         unannounced: Vec<NodeId>,
     },
+    /// The owner steps after the grace without the gradients of samplers on probation (each
+    /// missed a step in the last [`crate::core::PROBATION_ROUNDS`] rounds).
+    SteppingPastProbation {
+        /// The round.
+        round: u64,
+        /// The samplers on probation it stopped waiting for.
+        missing: Vec<NodeId>,
+    },
     /// A peer's gradient was far above the federation's typical norm and entered the step scaled
     /// down to the owner's bound (reported once per peer; later ones are scaled silently).
     GradientBounded {

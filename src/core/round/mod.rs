@@ -122,8 +122,16 @@ enum Phase {
     Measuring,
     /// The learner scales the gradients by the fresh weights.
     Scaling,
-    /// Own gradient in; waiting for the others' gradients and round notices.
-    Owning { deadline: Instant },
+    /// Own gradient in; waiting for the others' gradients and round notices: at most until
+    /// `deadline` (τ_grad), and for samplers on probation only until `grace`
+    /// ([`Stragglers::on_probation`]; `None` before a first complete round gave a normal
+    /// round's length). `grace_passed`: the grace was reached and the round went on (someone
+    /// not on probation is still awaited).
+    Owning {
+        deadline: Instant,
+        grace: Option<Instant>,
+        grace_passed: bool,
+    },
     /// The learner takes the optimizer step.
     Stepping,
     /// Fetching post-step models for evaluation.
@@ -179,6 +187,9 @@ pub struct Round<H> {
     snapshot: Arc<Vec<f32>>,
     inbox: GradientInbox,
     stragglers: Stragglers,
+    /// How long a complete owner round takes (a moving average of the rounds that ended with
+    /// every awaited gradient in; `None` before the first).
+    normal: Option<Duration>,
     /// The owner's bound on the size of the others' gradients.
     bound: NormBound,
     /// Senders whose gradient was left out as opposed to the owner's (each reported once).
@@ -233,7 +244,8 @@ impl<H> Round<H> {
             version,
             snapshot: params,
             inbox,
-            stragglers: Stragglers::new(cfg.suspect_after),
+            stragglers: Stragglers::new(cfg.suspect_after).with_probation(cfg.gradient_deadline),
+            normal: None,
             bound: NormBound::new(cfg.norm_bound),
             opposed: BTreeSet::new(),
             held: Vec::new(),
@@ -330,8 +342,13 @@ impl<H> Round<H> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Starting { until, .. } | Phase::Lingering { until } => Some(*until),
+            Phase::Owning {
+                deadline,
+                grace: Some(grace),
+                grace_passed: false,
+            } => Some((*grace).min(*deadline)),
             Phase::Pulling { deadline, .. }
-            | Phase::Owning { deadline }
+            | Phase::Owning { deadline, .. }
             | Phase::Fetching { deadline, .. } => Some(*deadline),
             _ => None,
         }
@@ -554,6 +571,8 @@ impl<H> Round<H> {
         }
         self.phase = Phase::Owning {
             deadline: now + self.cfg.gradient_deadline,
+            grace: self.grace().map(|g| now + g),
+            grace_passed: false,
         };
         if self.sub > 0 {
             // The round's record was opened at its first sub-step.
@@ -679,12 +698,21 @@ impl<H> Round<H> {
                     }
                     self.end_pulling();
                 }
-                Phase::Owning { deadline } => {
-                    let deadline = *deadline;
-                    if !self.round_is_over(now, deadline) {
+                Phase::Owning {
+                    deadline, grace, ..
+                } => {
+                    let (deadline, grace) = (*deadline, *grace);
+                    if !self.round_is_over(now, deadline, grace) {
+                        if let Phase::Owning { grace_passed, .. } = &mut self.phase {
+                            *grace_passed |= grace.is_some_and(|g| now >= g);
+                        }
                         return;
                     }
-                    self.step();
+                    if self.gradients_in() {
+                        let since = deadline - self.cfg.gradient_deadline;
+                        self.note_normal_round(now.saturating_duration_since(since));
+                    }
+                    self.step(now, now >= deadline);
                 }
                 Phase::Fetching { deadline, waiting } => {
                     if !waiting.is_empty() && now < *deadline {

@@ -150,6 +150,10 @@ struct Node {
     slow: Duration,
     /// Drops the gradients and skips it would send.
     silent: bool,
+    /// Every `n`-th gradient or skip it sends (`late.1` = n; 0: none) arrives this much later.
+    late: (Duration, u64),
+    /// Gradients and skips sent so far.
+    answers: u64,
 }
 
 struct Net {
@@ -249,6 +253,8 @@ impl Net {
                     events: Vec::new(),
                     slow: Duration::ZERO,
                     silent: false,
+                    late: (Duration::ZERO, 0),
+                    answers: 0,
                 }
             })
             .collect();
@@ -307,6 +313,20 @@ impl Net {
         }
         let at = self.clock.now() + LATENCY + self.nodes[from].slow + self.draw_jitter();
         self.at(at, Ev::Deliver { from, to, msg });
+    }
+
+    /// Sends a gradient or skip, late when its turn in `late` says so.
+    fn answer(&mut self, from: usize, to: usize, msg: Msg) {
+        let node = &mut self.nodes[from];
+        node.answers += 1;
+        let (by, every) = node.late;
+        if every == 0 || node.answers % every != 0 {
+            return self.send(from, to, msg);
+        }
+        if self.linked(from, to) {
+            let at = self.clock.now() + LATENCY + by;
+            self.at(at, Ev::Deliver { from, to, msg });
+        }
     }
 
     /// The next extra delay, uniform in [0, jitter) at microsecond steps (a SplitMix64 stream).
@@ -398,20 +418,17 @@ impl Net {
                     to, version, grad, ..
                 } => {
                     if !self.nodes[me].silent {
-                        self.send(
-                            me,
-                            to.index(),
-                            Msg::Gradient {
-                                from: me,
-                                version,
-                                grad,
-                            },
-                        )
+                        let msg = Msg::Gradient {
+                            from: me,
+                            version,
+                            grad,
+                        };
+                        self.answer(me, to.index(), msg)
                     }
                 }
                 Action::Skip { to, version } => {
                     if !self.nodes[me].silent {
-                        self.send(me, to.index(), Msg::Skip { from: me, version })
+                        self.answer(me, to.index(), Msg::Skip { from: me, version })
                     }
                 }
                 Action::Checkpoint { round, peer } => {
@@ -831,6 +848,76 @@ fn a_sampler_that_pulls_and_never_pushes_costs_each_owner_one_deadline() {
                 assert!(unannounced.is_empty(), "silo {i}: {unannounced:?}");
             }
         }
+    }
+}
+
+/// Attack M5r of the insiders' review, on the engine: a sampler whose answers come after τ_grad
+/// (a late `Skip` or gradient is refused as stale, and used to clear the "silent" mark), every
+/// time or every other time (in between it answers in time, which used to clear its lateness).
+/// Each owner waits out τ_grad for it once; after that it is on probation and each round waits
+/// for it at most the grace. Before the fix: every other round at τ_grad for the alternating
+/// sampler, `suspect_after` times for the always-late one.
+#[test]
+fn a_sampler_that_answers_late_cannot_re_arm_its_owners_full_wait() {
+    for every in [1, 2] {
+        let mut net = Net::new(4, 24);
+        net.nodes[3].late = (TAU_GRAD + Duration::from_secs(1), every);
+        assert!(net.drive(200_000, |n| n.all_finished()), "every {every}");
+        let waited: Vec<usize> = (0..3).map(|i| net.deadline_steps(i)).collect();
+        assert!(
+            waited.iter().all(|&w| w <= 1),
+            "every {every}: owners waited out τ_grad {waited:?} times"
+        );
+        assert!(waited.iter().any(|&w| w == 1), "every {every}: {waited:?}");
+        // The rounds after went on at the grace, not at τ_grad: 24 rounds in far less than 24·τ.
+        assert!(
+            net.elapsed() < TAU_GRAD * 6,
+            "every {every}: {:?}",
+            net.elapsed()
+        );
+        for i in 0..3 {
+            for e in &net.nodes[i].events {
+                if let Event::SteppingPastProbation { missing, .. } = e {
+                    assert_eq!(missing, &vec![NodeId(3)], "silo {i}");
+                }
+            }
+        }
+    }
+}
+
+/// The other side of probation: an honest sampler late once (a slow spell longer than τ_grad)
+/// is still awaited, briefly, in the rounds after, and its gradients in time still count: it
+/// stays in step with its owners instead of drifting into being answered after every step.
+#[test]
+fn a_sampler_late_once_is_still_awaited_and_counted_after_its_slow_spell() {
+    let mut net = Net::new(4, 16);
+    // Rounds 1-2 go at speed; then silo 3 is slow past τ_grad for a while, then fast again.
+    assert!(net.drive(20_000, |n| n.rounds_done(0) >= 2));
+    net.nodes[3].slow = TAU_GRAD + Duration::from_millis(500);
+    assert!(net.drive(20_000, |n| (0..3).all(|i| n.deadline_steps(i) >= 1)));
+    net.nodes[3].slow = Duration::ZERO;
+    assert!(net.drive(200_000, |n| n.all_finished()));
+    let round = |i: usize| net.nodes[i].round.as_ref().unwrap();
+    // Owners it missed a step with hold it on probation still (16 rounds < 100).
+    assert!((0..3).any(|i| {
+        round(i)
+            .stragglers
+            .on_probation(NodeId(3), 16, net.clock.now())
+    }));
+    for i in 0..3 {
+        // Awaited again: its answers in time cleared it.
+        assert!(round(i).stragglers.awaits(NodeId(3)), "silo {i}");
+        // The last rounds went without a wait: silo 3 answered in time.
+        let waits: Vec<&Event> = net.nodes[i]
+            .events
+            .iter()
+            .filter(|e| match e {
+                Event::SteppingPastProbation { round, .. }
+                | Event::SteppingAtDeadline { round, .. } => *round > 12,
+                _ => false,
+            })
+            .collect();
+        assert!(waits.is_empty(), "silo {i}: {waits:?}");
     }
 }
 

@@ -66,6 +66,15 @@ pub(super) fn event(e: &Event) {
         Event::ModelLate { peer, round } => {
             warn!(peer = %peer, round, "model did not arrive in time")
         }
+        Event::SteppingPastProbation { round, missing } => {
+            let missing: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+            info!(
+                round,
+                ?missing,
+                "stepping after the grace without samplers on probation (each missed a step \
+                 within the last 100 rounds and 100 gradient deadlines)"
+            )
+        }
         Event::SteppingAtDeadline {
             round,
             missing,
