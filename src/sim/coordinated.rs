@@ -1,7 +1,7 @@
 //! The coordinator algorithms of the same family as FedeRiCo (FedDisco, FedCollab, HCCT,
 //! FedSaC) as simulator runs, beside FedeRiCo and the baselines.
 //! Owns: the trait every such run implements, [`CoordinatedRun`] (the engines the network runs,
-//! `members/`, and the lock-step loops of FedCollab and of the simulator-only modes), which
+//! `members/`, and the lock-step loops of the simulator-only modes), which
 //! `run_seed` drives (`seed.rs` builds the runs: this file names none of them, so they can all
 //! depend on it).
 //! Must not: hold algorithm decisions (weights, coalitions, merges): those live in

@@ -406,7 +406,8 @@ fn write_fault_files(dir: &Path, f: &FaultNet, report: &checks::Report) -> Resul
 /// The run for `algorithm`, or `None` when it is not a coordinated algorithm (Local, FedAvg,
 /// FedAvg+ and FedeRiCo have their own drivers). `init[i]` is silo i's initial weights,
 /// identical for every algorithm. FedDisco, HCCT and FedSaC run on the engines the network
-/// runs ([`MemberRun`]) whenever the network can run their settings; the simulator's own modes
+/// runs ([`MemberRun`]) whenever the network can run their settings, FedCollab always
+/// ([`CollabRun`]); the simulator's own modes
 /// (FedDisco's partial participation, HCCT-E, HCCT-P, HCCT with Adam, HCCT's trace) on their
 /// lock-step loops.
 fn coordinated_run(
