@@ -21,8 +21,8 @@ fn run(s: &Scenario, out: &Path) -> (Value, Vec<Vec<NodeRound>>) {
     run_seed(s, out, 1)
 }
 
-/// [`run`] with another seed.
-fn run_seed(s: &Scenario, out: &Path, seed: u64) -> (Value, Vec<Vec<NodeRound>>) {
+/// Simulates seed `seed` of `s` into `out`: the outcome and the one-seed scenario it ran.
+fn simulate_seed(s: &Scenario, out: &Path, seed: u64) -> (sim::Outcome, Scenario) {
     let mut s = s.clone();
     s.seeds = vec![seed];
     let o = sim::run(
@@ -35,6 +35,12 @@ fn run_seed(s: &Scenario, out: &Path, seed: u64) -> (Value, Vec<Vec<NodeRound>>)
         },
     )
     .expect("simulation runs");
+    (o, s)
+}
+
+/// [`run`] with another seed.
+fn run_seed(s: &Scenario, out: &Path, seed: u64) -> (Value, Vec<Vec<NodeRound>>) {
+    let (o, s) = simulate_seed(s, out, seed);
     let report = o.summary.runs[0].faults.clone().expect("a fault report");
     let text = std::fs::read_to_string(out.join(format!("seed-{seed}/traces.jsonl"))).unwrap();
     let mut traces = vec![Vec::new(); s.split.clients];
@@ -427,18 +433,7 @@ fn gradients_opposed_to_the_owners_own_are_left_out_with_drop_opposed() {
 
 /// Runs seed 1 of a coordinated scenario; each algorithm's fault report.
 fn coordinated_reports(s: &Scenario, out: &Path) -> serde_json::Map<String, Value> {
-    let mut s = s.clone();
-    s.seeds = vec![1];
-    let o = sim::run(
-        &s,
-        &sim::Options {
-            out: out.to_owned(),
-            data_dir: None,
-            progress: false,
-            export: false,
-        },
-    )
-    .expect("simulation runs");
+    let (o, _) = simulate_seed(s, out, 1);
     let run = serde_json::to_value(&o.summary.runs[0]).unwrap();
     run["coordinated_faults"]
         .as_object()

@@ -42,6 +42,8 @@ pub(super) struct Fl {
     local: Worker<Local>,
     /// When the round under way started training.
     started: std::time::Instant,
+    /// The own model of the last round trained, as published.
+    own: Option<(u64, Arc<Vec<f32>>)>,
 }
 
 impl Fl {
@@ -67,6 +69,7 @@ impl Fl {
             me,
             local,
             started: std::time::Instant::now(),
+            own: None,
         })
     }
 
@@ -90,8 +93,10 @@ impl Fl {
             .await?
             .map_err(|e| anyhow::anyhow!("training: {e}"))?;
         state.adam = opt;
-        let _ = link.tell(Cmd::Publish(round, Arc::new(p.clone()))).await;
+        let own = Arc::new(p.clone());
+        let _ = link.tell(Cmd::Publish(round, own.clone())).await;
         state.last_local = Some((round, p));
+        self.own = Some((round, own));
         Ok(())
     }
 
@@ -105,8 +110,8 @@ impl Fl {
         coalition: &Coalition,
         within: Duration,
     ) -> Vec<u32> {
-        let own = match &state.last_local {
-            Some((r, p)) if *r == round => Arc::new(p.clone()),
+        let own = match &self.own {
+            Some((r, p)) if *r == round => p.clone(),
             _ => Arc::new(state.params.clone()),
         };
         let len = own.len();

@@ -22,8 +22,9 @@ use super::super::coordinated::CoordinatedRun;
 use super::super::fedcollab::{Estimates, Record};
 use super::super::pool::{Owner, par_silos_with, score_each};
 use super::super::{ClientEval, Ctx, SimError};
+use super::answered_at_once;
 use crate::coord::PairDistance;
-use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
+use crate::coord::engine::{Answer, Engine, EngineConfig, Request};
 use crate::coord::fedcollab::member::{
     Action, Ask, Coalition, CollabMember, CollabMemberConfig, Event, Reply, Resume,
 };
@@ -232,22 +233,10 @@ impl CollabRun {
     /// silos whose held fetches it now serves) go back to their members.
     fn ask(&mut self, i: usize, ask: Ask) -> Result<(), SimError> {
         let request = self.silos[i].request(ask);
-        self.engine
-            .handle_request(self.now, &self.names[i], Some(i), request, i)
-            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-        while let Some(action) = self.engine.poll_action() {
-            match action {
-                engine::Action::Respond { ticket, answer } => {
-                    self.members[ticket].handle_reply(self.now, read(answer));
-                }
-                engine::Action::Event(engine::Event::Refused { who, what, reason }) => {
-                    return Err(SimError::Invariant(format!(
-                        "the coordinator refused {what} of {who}: {reason}"
-                    )));
-                }
-                // Checkpoints, log lines and events are the coordinator process's business.
-                _ => {}
-            }
+        for (ticket, answer) in
+            answered_at_once(&mut self.engine, self.now, &self.names[i], i, request)?
+        {
+            self.members[ticket].handle_reply(self.now, read(answer));
         }
         Ok(())
     }

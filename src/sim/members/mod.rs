@@ -265,23 +265,11 @@ impl MemberRun {
     /// silos whose held fetches it now serves) go back to their members.
     fn ask(&mut self, i: usize, ask: Ask) -> Result<(), SimError> {
         let request = self.silos[i].request(ask);
-        self.engine
-            .handle_request(self.now, &self.names[i], Some(i), request, i)
-            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-        while let Some(action) = self.engine.poll_action() {
-            match action {
-                engine::Action::Respond { ticket, answer } => {
-                    let reply = self.read(ticket, answer);
-                    self.members[ticket].handle_reply(self.now, reply);
-                }
-                engine::Action::Event(engine::Event::Refused { who, what, reason }) => {
-                    return Err(SimError::Invariant(format!(
-                        "the coordinator refused {what} of {who}: {reason}"
-                    )));
-                }
-                // Checkpoints, log lines and events are the coordinator process's business.
-                _ => {}
-            }
+        for (ticket, answer) in
+            answered_at_once(&mut self.engine, self.now, &self.names[i], i, request)?
+        {
+            let reply = self.read(ticket, answer);
+            self.members[ticket].handle_reply(self.now, reply);
         }
         Ok(())
     }
@@ -365,6 +353,36 @@ impl CoordinatedRun for MemberRun {
             vec![(owner, models[i].as_slice(), 1.0)]
         })
     }
+}
+
+/// Silo `i`'s request (named `name` at the coordinator) handed to the coordinator's `engine`
+/// on a network that answers at once: the answers it gives, in order, each with the index of
+/// the silo it goes to (`i`, or silos whose held fetches it now serves). A refusal is a broken
+/// invariant of a fault-free run; checkpoints, log lines and events are the coordinator
+/// process's business.
+pub(super) fn answered_at_once(
+    engine: &mut Engine<usize>,
+    now: Instant,
+    name: &str,
+    i: usize,
+    request: Request,
+) -> Result<Vec<(usize, Answer)>, SimError> {
+    engine
+        .handle_request(now, name, Some(i), request, i)
+        .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+    let mut answers = Vec::new();
+    while let Some(action) = engine.poll_action() {
+        match action {
+            engine::Action::Respond { ticket, answer } => answers.push((ticket, answer)),
+            engine::Action::Event(engine::Event::Refused { who, what, reason }) => {
+                return Err(SimError::Invariant(format!(
+                    "the coordinator refused {what} of {who}: {reason}"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(answers)
 }
 
 /// Reads a coordinator's checkpoint back (a restart).
