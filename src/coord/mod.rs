@@ -12,9 +12,11 @@
 //! `engine/` is the coordinator's round engine over all four servers (the rules of a run over a
 //! network: deadlines, joining, held fetches, excused members), without I/O; `member/` is the
 //! other side, a coordinated silo's rounds (budgets, detaching, reattaching, the switch to
-//! FedeRiCo), without I/O.
+//! FedeRiCo), without I/O; `excuse.rs` is the excuse rule both the engine and FedCollab's member
+//! engine follow.
 
 pub mod engine;
+pub mod excuse;
 pub mod fedcollab;
 pub mod feddisco;
 pub mod fedsac;

@@ -77,6 +77,7 @@ pub fn add_coordinator(
             fedcollab: scenario.fedcollab.clone(),
             fetch_s,
             structure_s: 300.0,
+            excuse_rounds: 100,
             fallback: Fallback::Keep,
             fallback_after: 3,
         });

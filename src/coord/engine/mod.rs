@@ -39,10 +39,11 @@ mod tests;
 
 pub use algorithm::{CoordAlgorithm, Disco, NOT_A_SILO};
 
+use super::excuse::Excuses;
 use crate::coord::PairDistance;
 use crate::coord::fedcollab_server::Solved;
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -262,16 +263,6 @@ pub enum Event {
 #[error("{0}")]
 pub struct EngineError(pub String);
 
-/// A member's excuse: not awaited before round `until`.
-#[derive(Clone, Copy, Debug)]
-struct Excuse {
-    until: u64,
-    strikes: u32,
-}
-
-/// The longest excuse, in first excuses.
-const MAX_EXCUSE_FACTOR: u64 = 64;
-
 /// A fetch held until its round exists.
 #[derive(Debug)]
 struct Held<T> {
@@ -301,7 +292,7 @@ pub struct Engine<T> {
     finished: bool,
     /// The round open when the engine started (it never excuses anyone).
     first_round: u64,
-    excuses: BTreeMap<String, Excuse>,
+    excuses: Excuses<String>,
 }
 
 impl<T> Engine<T> {
@@ -310,7 +301,6 @@ impl<T> Engine<T> {
         Self {
             first_round: alg.round(),
             alg,
-            cfg,
             held: Vec::new(),
             actions: VecDeque::new(),
             round_deadline: None,
@@ -319,7 +309,8 @@ impl<T> Engine<T> {
             join_due: false,
             linger_until: None,
             finished: false,
-            excuses: BTreeMap::new(),
+            excuses: Excuses::new(cfg.excuse_rounds),
+            cfg,
         }
     }
 
@@ -344,7 +335,7 @@ impl<T> Engine<T> {
     }
 
     fn excused_in(&self, who: &str, round: u64) -> bool {
-        self.excuses.get(who).is_some_and(|e| round < e.until)
+        self.excuses.is_excused(who, round)
     }
 
     /// The next action for the driver.
@@ -545,23 +536,15 @@ impl<T> Engine<T> {
             && round != self.first_round
         {
             for who in &awaited {
-                let e = self.excuses.entry(who.clone()).or_insert(Excuse {
-                    until: 0,
-                    strikes: 0,
-                });
-                e.strikes += 1;
-                let factor = 1u64
-                    .checked_shl(e.strikes - 1)
-                    .unwrap_or(u64::MAX)
-                    .min(MAX_EXCUSE_FACTOR);
-                e.until = round + 1 + self.cfg.excuse_rounds * factor;
-                let ev = Event::Excused {
-                    who: who.clone(),
-                    round,
-                    until: e.until,
-                    strikes: e.strikes,
-                };
-                self.event(ev);
+                if let Some((until, strikes)) = self.excuses.strike(who, round) {
+                    let ev = Event::Excused {
+                        who: who.clone(),
+                        round,
+                        until,
+                        strikes,
+                    };
+                    self.event(ev);
+                }
             }
             missing.extend(awaited);
         }

@@ -14,6 +14,7 @@ use crate::coord::fedsac_server::{FedsacServer, Settings};
 use crate::coord::hcct::{Alpha, HcctConfig};
 use crate::coord::hcct_server::HcctServer;
 use crate::testkit::Clock;
+use std::collections::BTreeMap;
 
 const TAU: Duration = Duration::from_secs(10);
 const LINGER: Duration = Duration::from_secs(5);

@@ -26,6 +26,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -100,7 +101,8 @@ impl Fl {
         Ok(())
     }
 
-    /// Pulls every other member's model of `round` (each within `within`) and makes the
+    /// Pulls every other member's model of `round` (each within `within`, an excused one within
+    /// `grace` or while the others are pulled) and makes the
     /// silo's model their average with its own: the members whose model went in.
     pub(super) async fn pull(
         &self,
@@ -109,13 +111,23 @@ impl Fl {
         round: u64,
         coalition: &Coalition,
         within: Duration,
+        excused: &[u32],
+        grace: Duration,
     ) -> Vec<u32> {
         let own = match &self.own {
             Some((r, p)) if *r == round => p.clone(),
             _ => Arc::new(state.params.clone()),
         };
         let len = own.len();
-        let got = pull_models(link, &coalition.members, self.me.0, round, own, within, len).await;
+        let pull = Pulling {
+            members: &coalition.members,
+            me: self.me.0,
+            round,
+            fetch: within,
+            excused,
+            grace,
+        };
+        let got = pull_models(link, pull, own, len).await;
         let arrived: Vec<Option<&[f32]>> = got
             .iter()
             .map(|m| m.as_deref().map(|v| v.as_slice()))
@@ -217,46 +229,96 @@ pub(super) async fn await_served(link: &Link, round: u64, others: usize, within:
 }
 
 /// Every coalition member's trained model of `round` (this silo's own included, at its
-/// position), pulled concurrently; `None` for a member that did not answer within `fetch`.
+/// position), pulled concurrently; `None` for a member that did not answer within `fetch`, and
+/// for an excused member whose model came neither within `grace` nor before the awaited
+/// members' pulls were over.
 async fn pull_models(
     link: &Link,
-    members: &[u32],
-    me: u32,
-    round: u64,
+    pull: Pulling<'_>,
     own: Arc<Vec<f32>>,
-    fetch: Duration,
     len: usize,
 ) -> Vec<Option<Arc<Vec<f32>>>> {
+    let Pulling {
+        members,
+        me,
+        round,
+        fetch,
+        excused,
+        grace,
+    } = pull;
+    let awaited = members
+        .iter()
+        .filter(|&&m| m != me && !excused.contains(&m))
+        .count();
+    let (over_tx, over_rx) = tokio::sync::watch::channel(awaited == 0);
+    let left = AtomicUsize::new(awaited);
+    let (over_tx, left) = (&over_tx, &left);
     let pulls = members.iter().map(|&m| {
-        let (link, own) = (link.clone(), own.clone());
+        let (own, mut over_rx) = (own.clone(), over_rx.clone());
         async move {
             if m == me {
                 return Some(own);
             }
-            match peer_within(&link, m as usize, CollabRequest::Model { round }, fetch).await {
-                Ok(resp @ CollabResponse::Model { round: r, .. }) if r == round => {
-                    match resp.check(len) {
-                        Ok(()) => match resp {
-                            CollabResponse::Model { params, .. } => Some(params),
-                            _ => None,
-                        },
-                        Err(reason) => {
-                            warn!(member = m, %reason, "refused a member's model");
-                            None
-                        }
-                    }
-                }
-                other => {
-                    warn!(
-                        member = m,
-                        round,
-                        ?other,
-                        "no model from a coalition member this round"
-                    );
-                    None
-                }
+            let got = pull_one(link, m, round, fetch, len);
+            if excused.contains(&m) {
+                let over = async move {
+                    tokio::time::sleep(grace).await;
+                    let _ = over_rx.wait_for(|over| *over).await;
+                };
+                return tokio::select! {
+                    got = got => got,
+                    () = over => None,
+                };
             }
+            let got = got.await;
+            if left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                over_tx.send_replace(true);
+            }
+            got
         }
     });
     libp2p::futures::future::join_all(pulls).await
+}
+
+/// One pull of the round, as [`Action::Pull`](crate::coord::fedcollab::member::Action::Pull)
+/// asks it.
+struct Pulling<'a> {
+    members: &'a [u32],
+    me: u32,
+    round: u64,
+    fetch: Duration,
+    excused: &'a [u32],
+    grace: Duration,
+}
+
+/// Member `m`'s trained model of `round`, checked; `None` when it does not come within
+/// `fetch` or is not a model of the round's shape.
+async fn pull_one(
+    link: &Link,
+    m: u32,
+    round: u64,
+    fetch: Duration,
+    len: usize,
+) -> Option<Arc<Vec<f32>>> {
+    match peer_within(link, m as usize, CollabRequest::Model { round }, fetch).await {
+        Ok(resp @ CollabResponse::Model { round: r, .. }) if r == round => match resp.check(len) {
+            Ok(()) => match resp {
+                CollabResponse::Model { params, .. } => Some(params),
+                _ => None,
+            },
+            Err(reason) => {
+                warn!(member = m, %reason, "refused a member's model");
+                None
+            }
+        },
+        other => {
+            warn!(
+                member = m,
+                round,
+                ?other,
+                "no model from a coalition member this round"
+            );
+            None
+        }
+    }
 }

@@ -59,6 +59,8 @@ use tracing::{info, warn};
 const ATTACH_WAIT: Duration = Duration::from_millis(500);
 /// The pause before asking the coordinator again after an answer that was none.
 const RETRY: Duration = Duration::from_millis(200);
+/// What an excused coalition member's model is given at least.
+const EXCUSED_GRACE: Duration = Duration::from_secs(1);
 
 /// What [`super::coordinated::run`] hands over once it has checked the config, the key, the
 /// manifest and loaded the data.
@@ -82,6 +84,7 @@ struct Node {
     n_train: u64,
     fetch: Duration,
     structure_wait: Duration,
+    excuse_rounds: u64,
     link: link::Link,
     data: Arc<ClientData>,
     ckpt: PathBuf,
@@ -161,6 +164,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
         n_train,
         fetch,
         structure_wait,
+        excuse_rounds: cc.excuse_rounds(),
         link,
         data: Arc::new(data),
         ckpt,
@@ -192,6 +196,8 @@ impl Node {
             attach_wait: ATTACH_WAIT,
             retry: RETRY,
             eval_every: self.cfg.eval_every,
+            excuse_rounds: self.excuse_rounds,
+            excused_grace: EXCUSED_GRACE,
         };
         let resume = Resume {
             round: state.round,
@@ -259,8 +265,14 @@ impl Node {
                 round,
                 coalition,
                 within,
+                excused,
+                grace,
             } => {
-                let averaged = fl.pull(&self.link, state, round, &coalition, within).await;
+                let averaged = fl
+                    .pull(
+                        &self.link, state, round, &coalition, within, &excused, grace,
+                    )
+                    .await;
                 m.handle_pulled(now(), averaged);
             }
             other => anyhow::bail!("{other:?} is not an exchange (a bug)"),
@@ -362,5 +374,17 @@ fn log_event(e: Event) {
             warn!(?members, ?sizes, "a malformed coalition; ignored")
         }
         Event::NoStructure => warn!("no collaboration structure yet: training alone this round"),
+        Event::Excused {
+            member,
+            round,
+            until,
+            strikes,
+        } => warn!(
+            member,
+            round,
+            until,
+            strikes,
+            "a coalition member's model did not come: not waited for until round `until`"
+        ),
     }
 }

@@ -48,6 +48,13 @@ pub struct CoordinatedConfig {
     /// training alone (asking again every round), in seconds.
     #[serde(default = "default_structure_s")]
     pub structure_s: f64,
+    /// FedCollab: a coalition member whose model did not come in a round is not waited for
+    /// during the next `excuse_rounds` rounds (twice as many after each further time, up to 64
+    /// times as many); its model still counts when it comes while the others are pulled. 0
+    /// waits for every member, every round (one silent member then costs every round
+    /// `fetch_s`).
+    #[serde(default = "default_excuse_rounds")]
+    pub excuse_rounds: u64,
     /// What a node does while its coordinator is gone (FedDisco, HCCT, FedSaC): `"keep"`
     /// trains on from the last model it has and reattaches when the coordinator answers;
     /// `"federico"` switches, after `fallback_after` rounds in a row without it, to FedeRiCo
@@ -65,6 +72,10 @@ fn default_fetch_s() -> f64 {
 
 fn default_structure_s() -> f64 {
     300.0
+}
+
+fn default_excuse_rounds() -> u64 {
+    100
 }
 
 fn default_fallback_after() -> u64 {
@@ -203,6 +214,10 @@ impl Coordinated {
     /// FedCollab: how long to wait for the coalition before training alone (`structure_s`).
     pub fn structure_wait(&self) -> Duration {
         Duration::from_secs_f64(self.config.structure_s)
+    }
+    /// FedCollab: a silent coalition member's first excuse, in rounds (0: none).
+    pub fn excuse_rounds(&self) -> u64 {
+        self.config.excuse_rounds
     }
     /// `fallback = "federico"`: the rounds in a row without the coordinator after which the
     /// node switches to FedeRiCo (at least 1); `None` for `"keep"`.

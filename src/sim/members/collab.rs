@@ -164,6 +164,9 @@ impl CollabRun {
                         retry: Duration::from_millis(200),
                         // The simulator scores the silos itself, between rounds.
                         eval_every: 0,
+                        // Nobody misses a pull here.
+                        excuse_rounds: 0,
+                        excused_grace: Duration::ZERO,
                     },
                     Resume::default(),
                 )

@@ -25,6 +25,7 @@
 #[cfg(test)]
 mod tests;
 
+use crate::coord::excuse::Excuses;
 use crate::core::is_evaluation_round;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -49,6 +50,13 @@ pub struct CollabMemberConfig {
     pub retry: Duration,
     /// Evaluate every this many rounds (0: only the final model).
     pub eval_every: u64,
+    /// A coalition member whose model did not come in a round is not waited for during the
+    /// next `excuse_rounds` rounds (each later time twice as long, [`crate::coord::excuse`]);
+    /// 0 waits for every member every round.
+    pub excuse_rounds: u64,
+    /// How long an excused member's model is still given (at least; longer while others are
+    /// awaited).
+    pub excused_grace: Duration,
 }
 
 /// A coalition: ascending manifest indices, this silo included, and the members' sizes.
@@ -165,6 +173,17 @@ pub enum Event {
     },
     /// No structure within the wait: this round trains alone.
     NoStructure,
+    /// A coalition member's model did not come: it is not waited for before round `until`.
+    Excused {
+        /// The member.
+        member: u32,
+        /// The round (counted from 0) it made wait.
+        round: u64,
+        /// Waited for again from this round on.
+        until: u64,
+        /// Its excuses so far.
+        strikes: u32,
+    },
 }
 
 /// What the driver does next.
@@ -209,6 +228,11 @@ pub enum Action {
         coalition: Coalition,
         /// How long each pull may take.
         within: Duration,
+        /// Members not waited for: each is pulled too, but its model counts only when it comes
+        /// within `grace` or before the others' pulls are over.
+        excused: Vec<u32>,
+        /// What an excused member is given at least.
+        grace: Duration,
     },
     /// The round is over: evaluate when asked, write its line and the checkpoint; report with
     /// [`CollabMember::handle_round_written`].
@@ -289,6 +313,10 @@ pub struct CollabMember {
     then: Then,
     /// Ask `step`'s question again then.
     retry_at: Option<Instant>,
+    /// Coalition members not waited for, by member.
+    excuses: Excuses<u32>,
+    /// The members the pull under way does not wait for.
+    not_awaited: Vec<u32>,
     actions: VecDeque<Action>,
 }
 
@@ -296,6 +324,8 @@ impl CollabMember {
     /// A member resumed at `resume` (fresh: `Resume::default()`).
     pub fn new(cfg: CollabMemberConfig, resume: Resume) -> Self {
         Self {
+            excuses: Excuses::new(cfg.excuse_rounds),
+            not_awaited: Vec::new(),
             cfg,
             round: resume.round,
             has_report: resume.reported,
@@ -402,10 +432,19 @@ impl CollabMember {
             members: vec![self.cfg.me],
             sizes: vec![self.cfg.n_train],
         });
+        let round = self.round;
+        self.not_awaited = coalition
+            .members
+            .iter()
+            .copied()
+            .filter(|&m| m != self.cfg.me && self.excuses.is_excused(&m, round))
+            .collect();
         self.actions.push_back(Action::Pull {
-            round: self.round,
+            round,
             coalition,
             within: self.cfg.fetch,
+            excused: self.not_awaited.clone(),
+            grace: self.cfg.excused_grace.min(self.cfg.fetch),
         });
     }
 
@@ -416,6 +455,7 @@ impl CollabMember {
             return;
         }
         let expected = self.coalition.as_ref().map_or(1, |c| c.members.len());
+        self.excuse_the_missing(&averaged);
         self.round += 1;
         self.step = Step::Ending;
         let outcome = RoundOutcome {
@@ -427,6 +467,34 @@ impl CollabMember {
                 && self.round < self.cfg.rounds,
         };
         self.actions.push_back(Action::EndRound(outcome));
+    }
+
+    /// The excuse rule: every awaited member whose model did not come made the round wait, and
+    /// is excused; unless the missing outnumber the models that came (this silo's own
+    /// included): then this silo is the one cut off, and it blames nobody.
+    fn excuse_the_missing(&mut self, averaged: &[u32]) {
+        let Some(c) = &self.coalition else {
+            return;
+        };
+        let missing: Vec<u32> = c
+            .members
+            .iter()
+            .copied()
+            .filter(|m| !averaged.contains(m) && !self.not_awaited.contains(m))
+            .collect();
+        if missing.len() > averaged.len() {
+            return;
+        }
+        for member in missing {
+            if let Some((until, strikes)) = self.excuses.strike(&member, self.round) {
+                self.actions.push_back(Action::Event(Event::Excused {
+                    member,
+                    round: self.round,
+                    until,
+                    strikes,
+                }));
+            }
+        }
     }
 
     /// The last [`Action::EndRound`] is written: the next round, or the end.

@@ -16,6 +16,7 @@ const RETRY: Duration = Duration::from_millis(200);
 const RTT: Duration = Duration::from_millis(10);
 const PAIRS_FOR: Duration = Duration::from_secs(60);
 const TRAIN_FOR: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_millis(300);
 
 fn config(me: u32, rounds: u64) -> CollabMemberConfig {
     CollabMemberConfig {
@@ -27,6 +28,8 @@ fn config(me: u32, rounds: u64) -> CollabMemberConfig {
         attach_wait: ATTACH,
         retry: RETRY,
         eval_every: 2,
+        excuse_rounds: 0,
+        excused_grace: GRACE,
     }
 }
 
@@ -50,6 +53,10 @@ struct Bench {
     actions: Vec<Action>,
     /// The members whose model arrives in each pull (all, when `None`).
     arrive: Option<Vec<u32>>,
+    /// Members silent in a span of rounds (counted from 0).
+    silent: Vec<(u32, std::ops::Range<u64>)>,
+    /// Each pull's round and how long it took.
+    pulls: Vec<(u64, Duration)>,
     /// Of each question, the index of its action in `actions`.
     ask_index: Vec<usize>,
 }
@@ -64,6 +71,8 @@ impl Bench {
             asks: Vec::new(),
             actions: Vec::new(),
             arrive: None,
+            silent: Vec::new(),
+            pulls: Vec::new(),
             ask_index: Vec::new(),
         }
     }
@@ -123,15 +132,44 @@ impl Bench {
                     let t = now(self, TRAIN_FOR);
                     self.m.handle_trained(t);
                 }
-                Action::Pull { coalition, .. } => {
+                Action::Pull {
+                    round,
+                    coalition,
+                    within,
+                    excused,
+                    grace,
+                } => {
                     let me = self.m.cfg.me;
-                    let arrived = coalition
+                    let comes = |m: u32| {
+                        self.arrive.as_ref().is_none_or(|a| a.contains(&m))
+                            && !self
+                                .silent
+                                .iter()
+                                .any(|(s, r)| *s == m && r.contains(&round))
+                    };
+                    let arrived: Vec<u32> = coalition
                         .members
                         .iter()
                         .copied()
-                        .filter(|&m| m == me || self.arrive.as_ref().is_none_or(|a| a.contains(&m)))
+                        .filter(|&m| m == me || comes(m))
                         .collect();
-                    let t = now(self, RTT);
+                    // A pull takes its whole budget when an awaited model does not come, the
+                    // grace when only an excused one does not.
+                    let missing = |m: &&u32| **m != me && !arrived.contains(m);
+                    let took = if coalition
+                        .members
+                        .iter()
+                        .filter(missing)
+                        .any(|m| !excused.contains(m))
+                    {
+                        within
+                    } else if coalition.members.iter().any(|m| missing(&m)) {
+                        grace.max(RTT)
+                    } else {
+                        RTT
+                    };
+                    self.pulls.push((round, took));
+                    let t = now(self, took);
                     self.m.handle_pulled(t, arrived);
                 }
                 Action::EndRound(_) => self.m.handle_round_written(self.clock.now()),
@@ -228,7 +266,12 @@ fn a_fresh_silo_joins_runs_its_pairs_reports_and_trains_in_its_coalition() {
                 round,
                 coalition,
                 within,
-            } => Some((*round, coalition.clone(), *within)),
+                excused,
+                ..
+            } => {
+                assert!(excused.is_empty());
+                Some((*round, coalition.clone(), *within))
+            }
             _ => None,
         })
         .collect();
@@ -636,4 +679,112 @@ fn replies_and_reports_that_come_for_no_question_are_ignored() {
     m.handle_round_written(clock.now());
     assert_eq!(m.poll_action(), None);
     assert_eq!(m.round(), 0);
+}
+
+/// Attack (insiders' review, the FedCollab form of D5): a coalition member that stays silent
+/// would make every round of its coalition wait the whole `fetch`. The excuse rule makes it cost
+/// one `fetch` per excuse, ever fewer; its model still counts whenever it comes.
+#[test]
+fn a_silent_coalition_member_costs_one_fetch_per_excuse_not_one_per_round() {
+    let run = |excuse_rounds: u64| {
+        let mut b = Bench::fresh(CollabMemberConfig {
+            excuse_rounds,
+            ..config(1, 40)
+        });
+        b.silent = vec![(0, 4..u64::MAX)];
+        b.run(|ask, _| match ask {
+            Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
+            _ => helpful(ask, 0),
+        });
+        assert_eq!(b.m.round(), 40);
+        b
+    };
+    let waited = |b: &Bench| -> Vec<u64> {
+        b.pulls
+            .iter()
+            .filter(|(_, took)| *took == FETCH)
+            .map(|(r, _)| *r)
+            .collect()
+    };
+    // Without the rule: every round from the 5th on waits the whole fetch.
+    assert_eq!(waited(&run(0)), (4..40).collect::<Vec<_>>());
+    // With excuses of 5, 10, 20 rounds: rounds 4, 10 and 21 wait, no other.
+    let b = run(5);
+    assert_eq!(waited(&b), vec![4, 10, 21]);
+    let excused: Vec<(u32, u64, u64, u32)> = b
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Excused {
+                member,
+                round,
+                until,
+                strikes,
+            } => Some((*member, *round, *until, *strikes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(excused, vec![(0, 4, 10, 1), (0, 10, 21, 2), (0, 21, 42, 3)]);
+    // An excused member is still pulled; the rounds it is excused in wait only the grace.
+    let graced = b.pulls.iter().filter(|(_, t)| *t == GRACE).count();
+    assert_eq!(graced, 40 - 4 - 3);
+    assert!(b.outcomes()[5..].iter().all(|o| o.averaged == [1, 2]));
+}
+
+#[test]
+fn an_excused_members_model_counts_when_it_comes_and_a_cut_off_silo_excuses_nobody() {
+    // Member 0 misses round 2 only: excused in rounds 3 to 7, still pulled and averaged there.
+    let mut b = Bench::fresh(CollabMemberConfig {
+        excuse_rounds: 5,
+        ..config(1, 10)
+    });
+    b.silent = vec![(0, 2..3)];
+    b.run(|ask, _| match ask {
+        Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
+        _ => helpful(ask, 0),
+    });
+    let excused_in: Vec<Vec<u32>> = b
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Pull { excused, .. } => Some(excused.clone()),
+            _ => None,
+        })
+        .collect();
+    let none: Vec<u32> = Vec::new();
+    let expected: Vec<Vec<u32>> = (0..10)
+        .map(|r| {
+            if (3..8).contains(&r) {
+                vec![0]
+            } else {
+                none.clone()
+            }
+        })
+        .collect();
+    assert_eq!(excused_in, expected);
+    let averaged: Vec<Vec<u32>> = b.outcomes().into_iter().map(|o| o.averaged).collect();
+    assert_eq!(averaged[2], [1, 2]);
+    assert!(
+        averaged
+            .iter()
+            .enumerate()
+            .all(|(r, a)| r == 2 || *a == [0, 1, 2])
+    );
+    // This silo is the one cut off (both others missing, one model in hand): nobody is
+    // excused, every round still waits for both.
+    let mut b = Bench::fresh(CollabMemberConfig {
+        excuse_rounds: 5,
+        ..config(1, 6)
+    });
+    b.arrive = Some(vec![]);
+    b.run(|ask, _| match ask {
+        Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
+        _ => helpful(ask, 0),
+    });
+    assert!(
+        !b.events()
+            .iter()
+            .any(|e| matches!(e, Event::Excused { .. }))
+    );
+    assert!(b.pulls.iter().all(|(_, t)| *t == FETCH));
 }
