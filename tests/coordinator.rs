@@ -1416,6 +1416,93 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
     eprintln!("fedcollab silo 1 killed after {killed_at} rounds and resumed");
 }
 
+/// Attack (the FedCollab form of the insiders' silent registrant): a coalition member stops
+/// answering (SIGSTOP: its connections stay up, nothing comes back). Each of its coalition
+/// partners waits out `fetch_s` for it once, excuses it for `excuse_rounds` (100) rounds and
+/// waits for it again once after that, not every round: two rounds of 170 at `fetch_s`,
+/// where without the rule every one would be (170 × 2 s).
+#[test]
+fn a_fedcollab_member_that_goes_silent_costs_its_coalition_one_fetch_per_excuse() {
+    let _one_at_a_time = serial();
+    let sc = four_silos(Algorithm::Fedcollab, 200, 100, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let fetch_s = 2.0;
+    let s = setup(tmp.path(), &sc, 2.0, fetch_s, Algorithm::Fedcollab);
+    let mut coord = start_coordinator(&s, "coordinator.log");
+    let mut nodes = start_nodes(&s.p);
+    let victim = 0;
+    let log = s.p.state_dirs[victim].join("rounds.jsonl");
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines(&log).len() < 30 {
+        assert!(
+            Instant::now() < until,
+            "silo {victim} never logged 30 rounds"
+        );
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let pid = nodes[victim].id().to_string();
+    let stop = |how: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([how, &pid])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    stop("-STOP");
+    let stopped_at = lines(&log).len() as u64;
+    let partners: Vec<usize> = lines(&log).last().unwrap()["averaged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_u64().unwrap() as usize)
+        .filter(|&m| m != victim)
+        .collect();
+    assert!(
+        !partners.is_empty(),
+        "silo {victim} trains alone: pick another"
+    );
+    let started = Instant::now();
+    let until = started + Duration::from_secs(150);
+    for (n, c) in nodes.iter_mut().enumerate().filter(|(n, _)| *n != victim) {
+        assert!(wait(c, until, &format!("node {n}")).success(), "node {n}");
+    }
+    let took = started.elapsed().as_secs_f64();
+    stop("-KILL");
+    let _ = nodes[victim].wait();
+    let _ = coord.kill();
+    let _ = coord.wait();
+    for &p in &partners {
+        let (per_round, _) = node_log(&s.p.state_dirs[p]);
+        assert_eq!(per_round.len(), 200, "silo {p}");
+        let waited: Vec<u64> = per_round
+            .iter()
+            .filter(|l| l["seconds"].as_f64().unwrap() >= fetch_s)
+            .map(|l| l["round"].as_u64().unwrap())
+            .collect();
+        assert!(
+            waited.len() <= 2,
+            "silo {p} waited out fetch_s in rounds {waited:?}"
+        );
+        let without: usize = per_round
+            .iter()
+            .skip(stopped_at as usize + 2)
+            .filter(|l| {
+                !l["averaged"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&serde_json::json!(victim))
+            })
+            .count();
+        assert!(
+            without as u64 >= 200 - stopped_at - 2,
+            "silo {p}: the silent member went into {without} averages"
+        );
+    }
+    eprintln!(
+        "fedcollab silo {victim} silent from round {stopped_at}: partners {partners:?} finished in {took:.1} s"
+    );
+}
+
 /// A FedDisco silo SIGKILLed mid-run and restarted: it resumes from its checkpoint, replays its
 /// batch stream past the trainings it had done (or, killed after sending an update its
 /// checkpoint missed, skips that training once the coordinator has closed the round), and the

@@ -445,12 +445,27 @@ fn coordinated_reports(s: &Scenario, out: &Path) -> serde_json::Map<String, Valu
 /// gone), a slow one (past the coordinator's deadline for five rounds), the coordinator's crash
 /// and restart from its checkpoint, and lost messages: every silo that stayed finishes, the
 /// coordinator keeps its pace, every silo reattaches to the restarted coordinator at once, and
-/// accuracy stays within 2 points of the run without faults.
+/// accuracy stays within 2 points of the run without faults. FedCollab under the same
+/// schedule: every silo that stayed trains its last round in its coalition, and the silent
+/// member costs its coalition's pulls one `fetch_s` per excuse (3 rounds of 40).
 #[test]
 fn the_coordinator_family_survives_a_silent_member_a_slow_one_and_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
-    let reports = coordinated_reports(&scenario("coordinator-faults.toml", &[]), tmp.path());
-    assert_eq!(reports.len(), 3);
+    let mut reports = coordinated_reports(&scenario("coordinator-faults.toml", &[]), tmp.path());
+    assert_eq!(reports.len(), 4);
+    let r = reports.remove("fedcollab").expect("a FedCollab report");
+    for check in ["liveness", "coalition", "pace", "accuracy"] {
+        assert!(verdict(&r, check), "fedcollab {check}: {r}");
+    }
+    // Silo 6's coalition members waited for it, three times each.
+    let waited = figure(&r, "pace", "waited");
+    let waited: Vec<usize> = waited
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_array().unwrap().len())
+        .collect();
+    assert_eq!(waited.iter().filter(|&&w| w == 3).count(), 3, "{waited:?}");
     for (algorithm, r) in &reports {
         for check in ["liveness", "pace", "reattach", "accuracy"] {
             assert!(verdict(r, check), "{algorithm} {check}: {r}");
@@ -467,8 +482,8 @@ fn the_coordinator_family_survives_a_silent_member_a_slow_one_and_a_restart() {
 }
 
 /// The attack on the pace, replayed without the defence: with `excuse_rounds = 0` the
-/// coordinator waits out its deadline for the silent member every round, and the pace check
-/// fails.
+/// coordinator (a FedCollab coalition member) waits out its deadline (its pull's budget) for
+/// the silent member every round, and the pace check fails.
 #[test]
 fn without_the_excuse_rule_a_silent_member_costs_the_coordinator_its_pace() {
     let tmp = tempfile::tempdir().unwrap();
@@ -481,6 +496,23 @@ fn without_the_excuse_rule_a_silent_member_costs_the_coordinator_its_pace() {
     assert!(!verdict(r, "pace"), "{r}");
     let timed_out = figure(r, "pace", "timed_out");
     assert!(timed_out.as_array().unwrap().len() >= 30, "{timed_out}");
+    assert!(verdict(r, "liveness"), "{r}");
+    // FedCollab's coalition members, likewise: each of silo 6's waits for it every round.
+    let s = scenario(
+        "coordinator-faults.toml",
+        &["faults.excuse_rounds=0", "algorithms=[\"fedcollab\"]"],
+    );
+    let reports = coordinated_reports(&s, &tmp.path().join("fedcollab"));
+    let r = &reports["fedcollab"];
+    assert!(!verdict(r, "pace"), "{r}");
+    let over = figure(r, "pace", "over");
+    assert!(
+        over.as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o[1].as_u64().unwrap() >= 30),
+        "{over}"
+    );
     assert!(verdict(r, "liveness"), "{r}");
 }
 

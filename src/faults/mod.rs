@@ -54,9 +54,9 @@
 //! coordinator_crash = { restart_after_rounds = 3 }   # FedDisco, HCCT, FedSaC (simulator)
 //! ```
 //!
-//! FedDisco, HCCT and FedSaC take `delay`, `loss`, `leave` and `coordinator_crash`, with their own
-//! deadlines (`update_deadline_s`, `fetch_s`, `excuse_rounds`) and checks
-//! ([`checks::evaluate_coordinated`]).
+//! FedDisco, HCCT, FedSaC and FedCollab take `delay`, `loss`, `leave` and `coordinator_crash`,
+//! with their own deadlines (`update_deadline_s`, `fetch_s`, `excuse_rounds`) and checks
+//! ([`checks::evaluate_coordinated`], FedCollab's [`checks::evaluate_collab`]).
 //!
 //! Attack kinds ([`Attack`], carried out by `crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
 //! `noise` (factor: its norm over the honest gradient's), `extreme`, `stale`, `free_ride`,
@@ -157,7 +157,7 @@ pub struct EventSpec {
     /// Members start (or, with `kind = "none"`, stop) poisoning what they send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attack: Option<AttackSpec>,
-    /// The coordinator of FedDisco, HCCT and FedSaC runs is killed (simulator only), and maybe
+    /// The coordinator of FedDisco, HCCT, FedSaC and FedCollab runs is killed (simulator only), and maybe
     /// restarted from its checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator_crash: Option<CoordinatorCrashSpec>,

@@ -195,8 +195,12 @@ impl Default for Scenario {
 
 /// The coordinated algorithms a fault schedule applies to (the simulator runs them on the
 /// network's engines, on a moving clock).
-pub const COORDINATED_UNDER_FAULTS: [Algorithm; 3] =
-    [Algorithm::Feddisco, Algorithm::Hcct, Algorithm::Fedsac];
+pub const COORDINATED_UNDER_FAULTS: [Algorithm; 4] = [
+    Algorithm::Feddisco,
+    Algorithm::Hcct,
+    Algorithm::Fedsac,
+    Algorithm::Fedcollab,
+];
 
 impl Scenario {
     /// Reads and validates a scenario file.
@@ -309,7 +313,7 @@ impl Scenario {
     }
 
     /// The validated fault schedule (empty when the scenario has no `[faults]` events). Faults
-    /// apply to FedeRiCo and to FedDisco, HCCT and FedSaC (on the network's engines: delay,
+    /// apply to FedeRiCo and to FedDisco, HCCT, FedSaC and FedCollab (on the network's engines: delay,
     /// loss, leave and the coordinator's crash); the other algorithms run fault-free beside.
     pub fn fault_schedule(&self) -> Result<Schedule, ScenarioError> {
         let s = self
@@ -328,8 +332,9 @@ impl Scenario {
             .collect();
         if !self.algorithms.contains(&Algorithm::Federico) && coordinated.is_empty() {
             return invalid(
-                "faults apply to FedeRiCo, FedDisco, HCCT and FedSaC runs, but algorithms lists \
-                 none of \"federico\", \"feddisco\", \"hcct\", \"fedsac\""
+                "faults apply to FedeRiCo, FedDisco, HCCT, FedSaC and FedCollab runs, but \
+                 algorithms lists none of \"federico\", \"feddisco\", \"hcct\", \"fedsac\", \
+                 \"fedcollab\""
                     .into(),
             );
         }
@@ -339,7 +344,7 @@ impl Scenario {
             if kind == "coordinator_crash" && coordinated.is_empty() {
                 return invalid(format!(
                     "faults.events[{n}]: coordinator_crash needs a run with a coordinator: list \
-                     \"feddisco\", \"hcct\" or \"fedsac\" in algorithms"
+                     \"feddisco\", \"hcct\", \"fedsac\" or \"fedcollab\" in algorithms"
                 ));
             }
             if let Some(a) = coordinated.first()

@@ -409,7 +409,8 @@ fn write_fault_files(dir: &Path, f: &FaultNet, report: &checks::Report) -> Resul
 /// runs ([`MemberRun`]) whenever the network can run their settings, FedCollab always
 /// ([`CollabRun`]); the simulator's own modes
 /// (FedDisco's partial participation, HCCT-E, HCCT-P, HCCT with Adam, HCCT's trace) on their
-/// lock-step loops.
+/// lock-step loops. Under a fault schedule the engines run on a moving clock
+/// ([`UnderFaults`]).
 fn coordinated_run(
     algorithm: Algorithm,
     ctx: &Ctx<'_>,
@@ -424,12 +425,20 @@ fn coordinated_run(
             true => members::parts(algorithm, ctx, init)?,
             false => None,
         };
-        return Ok(Some(Box::new(UnderFaults::new(
+        return Ok(Some(Box::new(UnderFaults::members(
             ctx,
             parts,
             beside,
             schedule.clone(),
         ))));
+    }
+    if !schedule.events.is_empty() && algorithm == Algorithm::Fedcollab {
+        return Ok(Some(Box::new(UnderFaults::collab(
+            ctx,
+            init,
+            schedule.config.baseline,
+            schedule.clone(),
+        )?)));
     }
     Ok(match algorithm {
         Algorithm::Local | Algorithm::Fedavg | Algorithm::FedavgPlus | Algorithm::Federico => None,

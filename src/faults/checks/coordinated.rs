@@ -83,25 +83,8 @@ pub fn evaluate_coordinated(i: &CoordInputs<'_>) -> Report {
     if !restarts.is_empty() {
         checks.push(reattach(i, &restarts));
     }
-    let finished: Vec<usize> = (0..i.silos.len())
-        .filter(|&s| i.silos[s].finished)
-        .collect();
-    let acc = accuracy(finished.iter().filter_map(|&s| i.silos[s].last));
-    let base = i
-        .baseline
-        .and_then(|b| accuracy(finished.iter().filter_map(|&s| b.get(s).copied())));
-    if let (Some(a), Some(b)) = (acc, base) {
-        let tol = i.schedule.config.accuracy_tolerance;
-        checks.push(check(
-            "accuracy",
-            a >= b - tol,
-            format!(
-                "the silos that finished score {a:.2} % against {b:.2} % without the faults \
-                 (tolerance {tol} points)"
-            ),
-            vec![("accuracy", json!(a)), ("fault_free", json!(b))],
-        ));
-    }
+    let (acc, base) = accuracies(i);
+    checks.extend(accuracy_check(i.schedule, acc, base));
     Report {
         pass: checks.iter().all(|c| c.pass),
         checks,
@@ -111,8 +94,40 @@ pub fn evaluate_coordinated(i: &CoordInputs<'_>) -> Report {
     }
 }
 
+/// The mean final accuracy of the silos that finished, and theirs without the faults.
+pub(super) fn accuracies(i: &CoordInputs<'_>) -> (Option<f64>, Option<f64>) {
+    let finished: Vec<usize> = (0..i.silos.len())
+        .filter(|&s| i.silos[s].finished)
+        .collect();
+    let acc = accuracy(finished.iter().filter_map(|&s| i.silos[s].last));
+    let base = i
+        .baseline
+        .and_then(|b| accuracy(finished.iter().filter_map(|&s| b.get(s).copied())));
+    (acc, base)
+}
+
+/// The faults cost at most the schedule's tolerance in accuracy (no check without a
+/// baseline).
+pub(super) fn accuracy_check(
+    schedule: &Schedule,
+    acc: Option<f64>,
+    base: Option<f64>,
+) -> Option<super::Check> {
+    let (a, b) = (acc?, base?);
+    let tol = schedule.config.accuracy_tolerance;
+    Some(check(
+        "accuracy",
+        a >= b - tol,
+        format!(
+            "the silos that finished score {a:.2} % against {b:.2} % without the faults \
+             (tolerance {tol} points)"
+        ),
+        vec![("accuracy", json!(a)), ("fault_free", json!(b))],
+    ))
+}
+
 /// Every silo that did not leave finished every round.
-fn liveness(i: &CoordInputs<'_>) -> super::Check {
+pub(super) fn liveness(i: &CoordInputs<'_>) -> super::Check {
     let expected: Vec<usize> = (0..i.silos.len()).filter(|&s| !i.silos[s].left).collect();
     let stuck: Vec<usize> = expected
         .iter()

@@ -14,11 +14,13 @@
 //! Layout: the inputs, the report and the windows derived from the schedule are here; each
 //! check's definition is in `rules.rs`.
 
+mod collab;
 mod coordinated;
 mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use collab::{CollabInputs, evaluate_collab};
 pub use coordinated::{ClosedRound, CoordInputs, SiloRun, evaluate_coordinated, strikes_within};
 use rules::{clean_exit, crash_safety, late_join, liveness, memory, poisoning, recovery};
 

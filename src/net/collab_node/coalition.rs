@@ -102,18 +102,21 @@ impl Fl {
     }
 
     /// Pulls every other member's model of `round` (each within `within`, an excused one within
-    /// `grace` or while the others are pulled) and makes the
-    /// silo's model their average with its own: the members whose model went in.
+    /// `grace` or while the others are pulled) and makes the silo's model their average with
+    /// its own: the members whose model went in.
     pub(super) async fn pull(
         &self,
         link: &Link,
         state: &mut Saved,
-        round: u64,
-        coalition: &Coalition,
-        within: Duration,
-        excused: &[u32],
-        grace: Duration,
+        order: PullOrder<'_>,
     ) -> Vec<u32> {
+        let PullOrder {
+            round,
+            coalition,
+            within,
+            excused,
+            grace,
+        } = order;
         let own = match &self.own {
             Some((r, p)) if *r == round => p.clone(),
             _ => Arc::new(state.params.clone()),
@@ -280,8 +283,16 @@ async fn pull_models(
     libp2p::futures::future::join_all(pulls).await
 }
 
-/// One pull of the round, as [`Action::Pull`](crate::coord::fedcollab::member::Action::Pull)
-/// asks it.
+/// The engine's [`Action::Pull`](crate::coord::fedcollab::member::Action::Pull), borrowed.
+pub(super) struct PullOrder<'a> {
+    pub(super) round: u64,
+    pub(super) coalition: &'a Coalition,
+    pub(super) within: Duration,
+    pub(super) excused: &'a [u32],
+    pub(super) grace: Duration,
+}
+
+/// One pull of the round, as the driver carries it out.
 struct Pulling<'a> {
     members: &'a [u32],
     me: u32,

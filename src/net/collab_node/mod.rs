@@ -59,8 +59,8 @@ use tracing::{info, warn};
 const ATTACH_WAIT: Duration = Duration::from_millis(500);
 /// The pause before asking the coordinator again after an answer that was none.
 const RETRY: Duration = Duration::from_millis(200);
-/// What an excused coalition member's model is given at least.
-const EXCUSED_GRACE: Duration = Duration::from_secs(1);
+/// What an excused coalition member's model is given at least (two normal pulls otherwise).
+const EXCUSED_GRACE: Duration = Duration::from_millis(100);
 
 /// What [`super::coordinated::run`] hands over once it has checked the config, the key, the
 /// manifest and loaded the data.
@@ -268,11 +268,14 @@ impl Node {
                 excused,
                 grace,
             } => {
-                let averaged = fl
-                    .pull(
-                        &self.link, state, round, &coalition, within, &excused, grace,
-                    )
-                    .await;
+                let order = coalition::PullOrder {
+                    round,
+                    coalition: &coalition,
+                    within,
+                    excused: &excused,
+                    grace,
+                };
+                let averaged = fl.pull(&self.link, state, order).await;
                 m.handle_pulled(now(), averaged);
             }
             other => anyhow::bail!("{other:?} is not an exchange (a bug)"),

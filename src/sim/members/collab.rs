@@ -38,27 +38,47 @@ use rand::rngs::StdRng;
 use std::time::{Duration, Instant};
 
 /// What a FedCollab node's driver holds for its engine.
-struct Silo {
-    n_train: u64,
+pub(super) struct Silo {
+    pub(super) n_train: u64,
     /// Its model: the coalition's average of the last round.
-    params: Vec<f32>,
-    adam: Adam,
-    rng: StdRng,
+    pub(super) params: Vec<f32>,
+    pub(super) adam: Adam,
+    pub(super) rng: StdRng,
     /// Its distances, once measured.
-    report: Option<Vec<PairDistance>>,
+    pub(super) report: Option<Vec<PairDistance>>,
     /// The distance phase asked for, with the plan's discriminator-train target.
-    pairs: Option<f64>,
+    pub(super) pairs: Option<f64>,
     /// The round of a training asked for.
     job: Option<u64>,
     /// Its trained model of a round, for the coalition's pulls.
-    local: Option<(u64, Vec<f32>)>,
+    pub(super) local: Option<(u64, Vec<f32>)>,
     /// A pull asked for.
     pull: Option<(u64, Coalition)>,
 }
 
 impl Silo {
+    /// Silo `i` of `ctx` before its run, its model `init` (silo 0's initialisation, as the
+    /// nodes start), its batch stream seeded as its node seeds it.
+    pub(super) fn new(ctx: &Ctx<'_>, i: usize, init: &[f32]) -> Self {
+        Self {
+            n_train: ctx.fed.clients[i].train.len() as u64,
+            params: init.to_vec(),
+            adam: Adam::new(init.len(), ctx.lr()),
+            rng: StdRng::seed_from_u64(stream_seed(
+                ctx.seed ^ FL_BATCH_TAG,
+                NodeId(i as u32),
+                Stream::Batches,
+            )),
+            report: None,
+            pairs: None,
+            job: None,
+            local: None,
+            pull: None,
+        }
+    }
+
     /// The member's question as the request its node sends.
-    fn request(&self, ask: Ask) -> Request {
+    pub(super) fn request(&self, ask: Ask) -> Request {
         match ask {
             Ask::Join => Request::Join {
                 n_train: self.n_train,
@@ -73,7 +93,7 @@ impl Silo {
 }
 
 /// The coordinator's answer as a node's driver reads it.
-fn read(answer: Answer) -> Reply {
+pub(super) fn read(answer: Answer) -> Reply {
     match answer {
         Answer::Ack => Reply::Ack,
         Answer::Error { reason } => Reply::Refused(reason),
@@ -132,23 +152,7 @@ impl CollabRun {
         engine
             .handle_start(now)
             .map_err(|e| SimError::Invariant(format!("fedcollab coordinator: {e}")))?;
-        let silos: Vec<Silo> = (0..k)
-            .map(|i| Silo {
-                n_train: ctx.fed.clients[i].train.len() as u64,
-                params: init[0].clone(),
-                adam: Adam::new(init[0].len(), ctx.lr()),
-                rng: StdRng::seed_from_u64(stream_seed(
-                    ctx.seed ^ FL_BATCH_TAG,
-                    NodeId(i as u32),
-                    Stream::Batches,
-                )),
-                report: None,
-                pairs: None,
-                job: None,
-                local: None,
-                pull: None,
-            })
-            .collect();
+        let silos: Vec<Silo> = (0..k).map(|i| Silo::new(ctx, i, &init[0])).collect();
         let mut members: Vec<CollabMember> = silos
             .iter()
             .enumerate()

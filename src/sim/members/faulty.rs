@@ -25,7 +25,7 @@ use super::super::pool::{Owner, score_each};
 use super::{Parts, Silo};
 use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
 use crate::coord::member::{Action, Member, MemberConfig, Reply, Resume};
-use crate::faults::checks::{Applied, ClosedRound, SiloRun};
+use crate::faults::checks::{Applied, ClosedRound, Report, SiloRun};
 use crate::faults::link::{Fate, fate};
 use crate::faults::{Fault, Schedule, Timeline};
 use crate::ids::{NodeId, Stream, stream_seed};
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 type Ticket = (usize, u64);
 
 /// What the coordinator's answer to an exchange is, as it reaches the member.
-enum Delivery {
+pub(super) enum Delivery {
     Answer(Answer),
     Failed(String),
 }
@@ -81,10 +81,10 @@ pub(crate) struct FaultyMembers {
     round: u64,
     rounds: u64,
     /// What the checks read.
-    pub(crate) applied: Vec<Applied>,
-    pub(crate) runs: Vec<SiloRun>,
-    pub(crate) closed: Vec<ClosedRound>,
-    pub(crate) schedule: Schedule,
+    applied: Vec<Applied>,
+    runs: Vec<SiloRun>,
+    closed: Vec<ClosedRound>,
+    schedule: Schedule,
 }
 
 impl FaultyMembers {
@@ -168,7 +168,7 @@ impl FaultyMembers {
 
     /// Runs federation round `round + 1`: its faults, then the engines until every silo that
     /// stayed completed it (the last round: took its final model).
-    pub(crate) fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+    fn run_round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
         self.round += 1;
         let r = self.round;
         for fault in self.timeline.fired(r).to_vec() {
@@ -204,7 +204,7 @@ impl FaultyMembers {
     }
 
     /// Each silo's own model on its test split (what its node would score).
-    pub(crate) fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+    fn score(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
         let models: Vec<&[f32]> = self.silos.iter().map(|s| s.model.as_slice()).collect();
         let evals = score_each(ctx, |i| vec![(Owner::Silo(i), models[i], 1.0)])?;
         if self.round >= self.rounds {
@@ -421,7 +421,7 @@ impl FaultyMembers {
 }
 
 /// The loss in force on silo `i`'s link to the coordinator.
-fn loss_of(st: &crate::faults::NetState, i: usize) -> f64 {
+pub(super) fn loss_of(st: &crate::faults::NetState, i: usize) -> f64 {
     match &st.loss {
         Some((f, None)) => *f,
         Some((f, Some(silos))) if silos.contains(&(i as u32)) => *f,
@@ -429,21 +429,63 @@ fn loss_of(st: &crate::faults::NetState, i: usize) -> f64 {
     }
 }
 
-fn ms(ms: u64) -> Duration {
+pub(super) fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// A coordinated run under faults, with the same run without them beside it (the accuracy
-/// check's reference, when `faults.baseline` is on).
-pub(crate) struct UnderFaults {
-    faulty: FaultyMembers,
-    fault_free: Option<super::MemberRun>,
+/// A coordinated algorithm's run under a fault schedule, as [`UnderFaults`] drives it.
+pub(super) trait FaultyRun {
+    /// One federation round, its faults first.
+    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError>;
+    /// The last round is done.
+    fn is_last(&self) -> bool;
+    /// Every silo's model now, scored.
+    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError>;
+    /// The record of the algorithm's decisions, as [`CoordinatedRun::record`].
+    fn record(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// The verdicts, against `baseline` (each silo's final score without the faults).
+    fn report(&self, baseline: Option<&[crate::trace::EvalRecord]>) -> Report;
+}
+
+impl FaultyRun for FaultyMembers {
+    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        self.run_round(ctx)
+    }
+
+    fn is_last(&self) -> bool {
+        self.round >= self.rounds
+    }
+
+    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+        self.score(ctx)
+    }
+
+    fn report(&self, baseline: Option<&[crate::trace::EvalRecord]>) -> Report {
+        crate::faults::checks::evaluate_coordinated(&crate::faults::checks::CoordInputs {
+            schedule: &self.schedule,
+            applied: &self.applied,
+            rounds: self.rounds,
+            silos: &self.runs,
+            closed: &self.closed,
+            baseline,
+        })
+    }
+}
+
+/// A coordinated run under faults (`F`), with the same run without them beside it (`R`, the
+/// accuracy check's reference, when `faults.baseline` is on).
+pub(crate) struct UnderFaults<F, R> {
+    faulty: F,
+    fault_free: Option<R>,
     fault_free_finals: Option<Vec<crate::trace::EvalRecord>>,
 }
 
-impl UnderFaults {
-    /// `parts` under `schedule`, and `beside` (the same parts again) without faults.
-    pub(crate) fn new(
+impl UnderFaults<FaultyMembers, super::MemberRun> {
+    /// FedDisco, HCCT or FedSaC (`parts`) under `schedule`, and `beside` (the same parts
+    /// again) without faults.
+    pub(crate) fn members(
         ctx: &Ctx<'_>,
         parts: Parts,
         beside: Option<Parts>,
@@ -457,12 +499,31 @@ impl UnderFaults {
     }
 }
 
-impl CoordinatedRun for UnderFaults {
+impl UnderFaults<super::faulty_collab::FaultyCollab, super::CollabRun> {
+    /// FedCollab under `schedule`, and (`baseline`) the same run without faults beside.
+    pub(crate) fn collab(
+        ctx: &Ctx<'_>,
+        init: &[Vec<f32>],
+        baseline: bool,
+        schedule: Schedule,
+    ) -> Result<Self, SimError> {
+        Ok(Self {
+            faulty: super::faulty_collab::FaultyCollab::new(ctx, init, schedule)?,
+            fault_free: match baseline {
+                true => Some(super::CollabRun::new(ctx, init)?),
+                false => None,
+            },
+            fault_free_finals: None,
+        })
+    }
+}
+
+impl<F: FaultyRun, R: CoordinatedRun> CoordinatedRun for UnderFaults<F, R> {
     fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
         self.faulty.round(ctx)?;
         if let Some(run) = self.fault_free.as_mut() {
             run.round(ctx)?;
-            if self.faulty.round >= self.faulty.rounds {
+            if self.faulty.is_last() {
                 let finals = run.evaluate(ctx)?;
                 self.fault_free_finals = Some(finals.into_iter().map(Into::into).collect());
             }
@@ -474,17 +535,11 @@ impl CoordinatedRun for UnderFaults {
         self.faulty.evaluate(ctx)
     }
 
-    fn fault_report(&self) -> Option<crate::faults::checks::Report> {
-        let f = &self.faulty;
-        Some(crate::faults::checks::evaluate_coordinated(
-            &crate::faults::checks::CoordInputs {
-                schedule: &f.schedule,
-                applied: &f.applied,
-                rounds: f.rounds,
-                silos: &f.runs,
-                closed: &f.closed,
-                baseline: self.fault_free_finals.as_deref(),
-            },
-        ))
+    fn record(&self) -> Option<serde_json::Value> {
+        self.faulty.record()
+    }
+
+    fn fault_report(&self) -> Option<Report> {
+        Some(self.faulty.report(self.fault_free_finals.as_deref()))
     }
 }

@@ -21,6 +21,7 @@ use super::{ClientEval, Ctx, SimError};
 
 mod collab;
 mod faulty;
+mod faulty_collab;
 use crate::coord::engine::{self, Answer, CoordAlgorithm, Engine, EngineConfig, Request};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::coord::feddisco_server::ServerState;

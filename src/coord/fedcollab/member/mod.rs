@@ -54,8 +54,9 @@ pub struct CollabMemberConfig {
     /// next `excuse_rounds` rounds (each later time twice as long, [`crate::coord::excuse`]);
     /// 0 waits for every member every round.
     pub excuse_rounds: u64,
-    /// How long an excused member's model is still given (at least; longer while others are
-    /// awaited).
+    /// The least an excused member's model is given: the grace is two normal pulls (a
+    /// moving average of the pulls in which every member's model came), at least this, at
+    /// most `fetch`; longer while other members' models are awaited.
     pub excused_grace: Duration,
 }
 
@@ -231,7 +232,7 @@ pub enum Action {
         /// Members not waited for: each is pulled too, but its model counts only when it comes
         /// within `grace` or before the others' pulls are over.
         excused: Vec<u32>,
-        /// What an excused member is given at least.
+        /// What an excused member is given at least (two normal pulls).
         grace: Duration,
     },
     /// The round is over: evaluate when asked, write its line and the checkpoint; report with
@@ -317,6 +318,10 @@ pub struct CollabMember {
     excuses: Excuses<u32>,
     /// The members the pull under way does not wait for.
     not_awaited: Vec<u32>,
+    /// When the pull under way started.
+    pull_started: Option<Instant>,
+    /// A moving average of the pulls in which every member's model came.
+    normal: Option<Duration>,
     actions: VecDeque<Action>,
 }
 
@@ -326,6 +331,8 @@ impl CollabMember {
         Self {
             excuses: Excuses::new(cfg.excuse_rounds),
             not_awaited: Vec::new(),
+            pull_started: None,
+            normal: None,
             cfg,
             round: resume.round,
             has_report: resume.reported,
@@ -422,10 +429,11 @@ impl CollabMember {
     }
 
     /// The last [`Action::Train`] is done (its model published).
-    pub fn handle_trained(&mut self, _now: Instant) {
+    pub fn handle_trained(&mut self, now: Instant) {
         if self.step != Step::Training {
             return;
         }
+        self.pull_started = Some(now);
         self.republish = false;
         self.step = Step::Pulling;
         let coalition = self.coalition.clone().unwrap_or_else(|| Coalition {
@@ -444,17 +452,27 @@ impl CollabMember {
             coalition,
             within: self.cfg.fetch,
             excused: self.not_awaited.clone(),
-            grace: self.cfg.excused_grace.min(self.cfg.fetch),
+            grace: self.grace(),
         });
     }
 
     /// The last [`Action::Pull`] is done: `averaged` are the members whose model went into the
     /// average, this silo included.
-    pub fn handle_pulled(&mut self, _now: Instant, averaged: Vec<u32>) {
+    pub fn handle_pulled(&mut self, now: Instant, averaged: Vec<u32>) {
         if self.step != Step::Pulling {
             return;
         }
         let expected = self.coalition.as_ref().map_or(1, |c| c.members.len());
+        if let Some(started) = self.pull_started.take()
+            && averaged.len() == expected
+            && expected > 1
+        {
+            let took = now.saturating_duration_since(started);
+            self.normal = Some(
+                self.normal
+                    .map_or(took, |n| n.mul_f64(0.8) + took.mul_f64(0.2)),
+            );
+        }
         self.excuse_the_missing(&averaged);
         self.round += 1;
         self.step = Step::Ending;
@@ -467,6 +485,15 @@ impl CollabMember {
                 && self.round < self.cfg.rounds,
         };
         self.actions.push_back(Action::EndRound(outcome));
+    }
+
+    /// What an excused member's model is given: two normal pulls, at least `excused_grace`, at
+    /// most `fetch`.
+    fn grace(&self) -> Duration {
+        let floor = self.cfg.excused_grace;
+        self.normal
+            .map_or(floor, |n| (n * 2).max(floor))
+            .min(self.cfg.fetch)
     }
 
     /// The excuse rule: every awaited member whose model did not come made the round wait, and

@@ -729,6 +729,19 @@ fn a_silent_coalition_member_costs_one_fetch_per_excuse_not_one_per_round() {
     let graced = b.pulls.iter().filter(|(_, t)| *t == GRACE).count();
     assert_eq!(graced, 40 - 4 - 3);
     assert!(b.outcomes()[5..].iter().all(|o| o.averaged == [1, 2]));
+    // The grace is two normal pulls when that is more than its floor.
+    let mut b = Bench::fresh(CollabMemberConfig {
+        excuse_rounds: 5,
+        excused_grace: Duration::from_millis(1),
+        ..config(1, 10)
+    });
+    b.silent = vec![(0, 4..u64::MAX)];
+    b.run(|ask, _| match ask {
+        Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
+        _ => helpful(ask, 0),
+    });
+    let graced: Vec<Duration> = b.pulls[5..].iter().map(|p| p.1).collect();
+    assert_eq!(graced, vec![RTT * 2; 5]);
 }
 
 #[test]

@@ -1,0 +1,810 @@
+//! FedCollab under a fault schedule: the same engines as the fault-free run (the coordinator's
+//! [`Engine`] over [`FedCollabServer`], one [`CollabMember`] per silo) on a simulated network
+//! with a virtual clock that moves, so budgets, retries, excuses and the final wait happen as
+//! over a real network: a slow silo (`delay`), lost messages (`loss`), a coalition member that
+//! registered and went silent (`leave`), and the coordinator's crash and restart from its last
+//! checkpoint (`coordinator_crash`).
+//!
+//! Owns: the virtual clock and the messages in flight, the coordinator's and the coalition
+//! members' (a silo's requests and answers leave after its delay, or are lost by its fault
+//! stream; the coordinator's answers go out at once, lost by the receiver's stream; an
+//! exchange with no answer fails at its `within`; a down coordinator refuses at once), what a
+//! node's link holds (its published models of the last [`KEEP_ROUNDS`] rounds, the pulls held
+//! until it trains the round, the pulls it served), the faults of each federation round, the
+//! coordinator's checkpoint and restart, and the record the checks read (each silo's rounds,
+//! the rounds whose pull waited its whole budget for an awaited member).
+//! Must not: decide anything (the engines do), judge the run
+//! ([`crate::faults::checks::evaluate_collab`] does), or draw a loss from any stream but the
+//! sender's fault stream ([`crate::faults::link::fate`]).
+//!
+//! Simplified: the distance phase takes no virtual time and none of its messages is lost or
+//! late: once every planned silo that stayed asked for it, every pair is measured in this
+//! process ([`Estimates`]) and each silo reports its planned partners' (a partner that left
+//! reports no distance). Training takes no virtual time. A federation round `r` runs until a
+//! silo that stayed completed `r` FL rounds (the leading silo's round); the last runs until
+//! every silo that stayed finished.
+
+use super::super::fedcollab::{Estimates, Record};
+use super::super::pool::{Owner, score_each};
+use super::super::{ClientEval, Ctx, SimError};
+use super::collab::{Silo, read};
+use super::faulty::{Delivery, FaultyRun, loss_of, ms};
+use crate::coord::PairDistance;
+use crate::coord::engine::{self, Engine, EngineConfig, Request};
+use crate::coord::fedcollab::member::{
+    Action, Coalition, CollabMember, CollabMemberConfig, Reply, Resume,
+};
+use crate::coord::fedcollab::{FedCollabConfig, coalition_average};
+use crate::coord::fedcollab_server::FedCollabServer;
+use crate::faults::checks::{Applied, CollabInputs, Report, SiloRun};
+use crate::faults::link::{Fate, fate};
+use crate::faults::{Fault, Schedule, Timeline};
+use crate::ids::{NodeId, Stream, stream_seed};
+use crate::trace::EvalRecord;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A request's handle at the coordinator: the asking silo and its exchange.
+type Ticket = (usize, u64);
+
+/// The rounds of its own model a node keeps for its coalition's pulls (as its link does).
+const KEEP_ROUNDS: usize = 8;
+
+/// What a FedCollab node gives an excused member's model at least (as its driver does).
+const EXCUSED_GRACE: Duration = Duration::from_millis(100);
+
+/// Something due at a moment of the virtual clock.
+enum Due {
+    /// A member's request reaches the coordinator.
+    ToCoordinator { from: usize, id: u64, req: Request },
+    /// The answer to exchange `id` reaches silo `to`.
+    ToMember { to: usize, id: u64, what: Delivery },
+    /// Exchange `id` of silo `silo` has had its `within`.
+    GiveUp { silo: usize, id: u64 },
+    /// Pull `id` of silo `from` reaches coalition member `to`.
+    PullReaches { from: usize, to: usize, id: u64 },
+    /// Member `from`'s answer to pull `id` reaches silo `to` (`None`: refused).
+    PullAnswer {
+        to: usize,
+        from: usize,
+        id: u64,
+        model: Option<Arc<Vec<f32>>>,
+    },
+    /// The pull `id` of silo `silo` from `mate` has had its `within`.
+    PullGiveUp { silo: usize, id: u64, mate: usize },
+    /// The excused members' grace in pull `id` of silo `silo` is over.
+    Grace { silo: usize, id: u64 },
+    /// Silo `silo`'s wait `id` for its last pulls is over.
+    ServedGiveUp { silo: usize, id: u64 },
+}
+
+/// A pull under way.
+struct Pulling {
+    id: u64,
+    round: u64,
+    coalition: Coalition,
+    /// Awaited members whose model has not come.
+    awaited: BTreeSet<usize>,
+    /// Excused members whose model has not come.
+    excused: BTreeSet<usize>,
+    got: BTreeMap<usize, Arc<Vec<f32>>>,
+    grace_over: bool,
+    /// An awaited member's pull took its whole budget.
+    waited: bool,
+}
+
+/// What a node's link holds for its coalition.
+#[derive(Default)]
+struct Link {
+    published: VecDeque<(u64, Arc<Vec<f32>>)>,
+    /// Pulls held until this silo trains their round: (round, puller, pull).
+    held: Vec<(u64, usize, u64)>,
+    /// Pulls of each round answered.
+    served: BTreeMap<u64, usize>,
+    /// The final wait: (round, pulls to wait for, its id).
+    serving: Option<(u64, usize, u64)>,
+}
+
+/// FedCollab's run under a fault schedule.
+pub(crate) struct FaultyCollab {
+    /// `None` while the coordinator is down.
+    engine: Option<Engine<Ticket>>,
+    engine_cfg: EngineConfig,
+    cfg: FedCollabConfig,
+    seed: u64,
+    /// The coordinator's last checkpoint.
+    saved: Option<Vec<u8>>,
+    members: Vec<CollabMember>,
+    silos: Vec<Silo>,
+    links: Vec<Link>,
+    pulls: Vec<Option<Pulling>>,
+    /// The planned silos of a distance phase asked for.
+    planned: Option<Vec<usize>>,
+    names: Vec<String>,
+    now: Instant,
+    due: BTreeMap<(Instant, u64), Due>,
+    seq: u64,
+    /// Each silo's exchange with the coordinator under way.
+    asking: Vec<Option<u64>>,
+    timeline: Timeline,
+    faults: Vec<StdRng>,
+    round: u64,
+    rounds: u64,
+    record: Option<Record>,
+    applied: Vec<Applied>,
+    runs: Vec<SiloRun>,
+    /// Each silo's FL rounds (counted from 0) whose pull waited out its budget.
+    waited: Vec<Vec<u64>>,
+    schedule: Schedule,
+}
+
+/// The bound on the events of one federation round (a loop that never ends is a bug).
+const MAX_STEPS: u64 = 10_000_000;
+
+impl FaultyCollab {
+    /// A run for `ctx`'s silos under `schedule`, every coalition starting from `init[0]`.
+    pub(crate) fn new(
+        ctx: &Ctx<'_>,
+        init: &[Vec<f32>],
+        schedule: Schedule,
+    ) -> Result<Self, SimError> {
+        let k = ctx.clients();
+        let rounds = ctx.scenario.rounds as u64;
+        let cfg = ctx.scenario.fedcollab.clone();
+        let fc = &schedule.config;
+        let fetch = Duration::from_secs_f64(fc.fetch_s);
+        let names: Vec<String> = (0..k).map(|i| format!("silo-{i:06}")).collect();
+        let coordinator = |e: String| SimError::Invariant(format!("fedcollab coordinator: {e}"));
+        let server = FedCollabServer::new(cfg.clone(), k, ctx.seed).map_err(coordinator)?;
+        let engine_cfg = EngineConfig {
+            rounds,
+            nodes: k,
+            round_deadline: Duration::from_secs_f64(fc.update_deadline_s),
+            // A silo that leaves before it joined does not hold the others forever.
+            join_deadline: Some(Duration::from_secs_f64(fc.update_deadline_s)),
+            linger: Duration::ZERO,
+            excuse_rounds: fc.excuse_rounds,
+            names: names.clone(),
+        };
+        let now = Instant::now();
+        let mut engine = Engine::new(Box::new(server), engine_cfg.clone());
+        engine
+            .handle_start(now)
+            .map_err(|e| coordinator(e.to_string()))?;
+        let silos: Vec<Silo> = (0..k).map(|i| Silo::new(ctx, i, &init[0])).collect();
+        let members = silos
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                CollabMember::new(
+                    CollabMemberConfig {
+                        me: i as u32,
+                        n_train: s.n_train,
+                        rounds,
+                        fetch,
+                        structure_wait: fetch * 5,
+                        attach_wait: Duration::from_millis(500),
+                        retry: Duration::from_millis(200),
+                        eval_every: 0,
+                        excuse_rounds: fc.excuse_rounds,
+                        excused_grace: EXCUSED_GRACE,
+                    },
+                    Resume::default(),
+                )
+            })
+            .collect();
+        let mut run = Self {
+            engine: Some(engine),
+            engine_cfg,
+            cfg,
+            seed: ctx.seed,
+            saved: None,
+            members,
+            silos,
+            links: (0..k).map(|_| Link::default()).collect(),
+            pulls: (0..k).map(|_| None).collect(),
+            planned: None,
+            names,
+            now,
+            due: BTreeMap::new(),
+            seq: 0,
+            asking: vec![None; k],
+            timeline: schedule.timeline(rounds),
+            faults: (0..k)
+                .map(|i| {
+                    StdRng::seed_from_u64(stream_seed(ctx.seed, NodeId(i as u32), Stream::Faults))
+                })
+                .collect(),
+            round: 0,
+            rounds,
+            record: None,
+            applied: Vec::new(),
+            runs: vec![SiloRun::default(); k],
+            waited: vec![Vec::new(); k],
+            schedule,
+        };
+        run.drain_engine();
+        for m in &mut run.members {
+            m.handle_start(now);
+        }
+        Ok(run)
+    }
+
+    fn stayed(&self, i: usize) -> bool {
+        !self.runs[i].left
+    }
+
+    /// Runs federation round `round + 1`: its faults, then the engines until a silo that
+    /// stayed completed it (the last round: every silo that stayed finished).
+    fn run_round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        self.round += 1;
+        let r = self.round;
+        for fault in self.timeline.fired(r).to_vec() {
+            self.apply(&fault)?;
+            self.applied.push(Applied {
+                at: r as f64 - 0.5,
+                fault,
+            });
+        }
+        let last = r >= self.rounds;
+        let k = self.members.len();
+        for step in 0..MAX_STEPS {
+            self.pump(ctx)?;
+            let done = if last {
+                (0..k).all(|i| !self.stayed(i) || self.runs[i].finished)
+            } else {
+                (0..k).any(|i| self.stayed(i) && self.members[i].round() >= r)
+            };
+            if done {
+                return Ok(());
+            }
+            let Some(next) = self.next_due() else {
+                return Err(SimError::Invariant(format!(
+                    "round {r}: nothing is due and the silos have not finished (step {step})"
+                )));
+            };
+            self.now = self.now.max(next);
+            self.fire()?;
+        }
+        Err(SimError::Invariant(format!(
+            "round {r} took more than {MAX_STEPS} events"
+        )))
+    }
+
+    /// The earliest moment something is due.
+    fn next_due(&self) -> Option<Instant> {
+        let msgs = self.due.keys().next().map(|k| k.0);
+        let engine = self.engine.as_ref().and_then(Engine::poll_timeout);
+        let members = (0..self.members.len())
+            .filter(|&i| self.stayed(i))
+            .filter_map(|i| self.members[i].poll_timeout());
+        msgs.into_iter().chain(engine).chain(members).min()
+    }
+
+    /// Everything due by now.
+    fn fire(&mut self) -> Result<(), SimError> {
+        let now = self.now;
+        while let Some(entry) = self.due.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            match entry.remove() {
+                Due::ToCoordinator { from, id, req } => self.at_coordinator(from, id, req)?,
+                Due::ToMember { to, id, what } => {
+                    if self.stayed(to) && self.asking[to] == Some(id) {
+                        self.asking[to] = None;
+                        let reply = match what {
+                            Delivery::Answer(a) => read(a),
+                            Delivery::Failed(why) => Reply::Other(why),
+                        };
+                        self.members[to].handle_reply(now, reply);
+                    }
+                }
+                Due::GiveUp { silo, id } => {
+                    if self.asking[silo] == Some(id) {
+                        self.asking[silo] = None;
+                        self.members[silo].handle_reply(now, Reply::TimedOut);
+                    }
+                }
+                Due::PullReaches { from, to, id } => self.pull_reaches(from, to, id),
+                Due::PullAnswer {
+                    to,
+                    from,
+                    id,
+                    model,
+                } => self.pull_answered(to, from, id, model, false),
+                Due::PullGiveUp { silo, id, mate } => {
+                    self.pull_answered(silo, mate, id, None, true)
+                }
+                Due::Grace { silo, id } => {
+                    if let Some(p) = self.pulls[silo].as_mut().filter(|p| p.id == id) {
+                        p.grace_over = true;
+                        self.pull_over(silo);
+                    }
+                }
+                Due::ServedGiveUp { silo, id } => {
+                    if self.links[silo].serving.is_some_and(|s| s.2 == id) {
+                        self.links[silo].serving = None;
+                        self.members[silo].handle_served(now);
+                    }
+                }
+            }
+        }
+        if let Some(e) = self.engine.as_mut()
+            && e.poll_timeout().is_some_and(|t| t <= now)
+        {
+            e.handle_timeout(now)
+                .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+            self.drain_engine();
+        }
+        for i in 0..self.members.len() {
+            if self.stayed(i) && self.members[i].poll_timeout().is_some_and(|t| t <= now) {
+                self.members[i].handle_timeout(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out every member's actions until none has more.
+    fn pump(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        loop {
+            let mut moved = false;
+            for i in 0..self.members.len() {
+                if !self.stayed(i) {
+                    continue;
+                }
+                while let Some(action) = self.members[i].poll_action() {
+                    moved = true;
+                    self.act(ctx, i, action)?;
+                }
+            }
+            if self.pairs_due() {
+                self.distances(ctx)?;
+                moved = true;
+            }
+            if !moved {
+                return Ok(());
+            }
+        }
+    }
+
+    fn act(&mut self, ctx: &mut Ctx<'_>, i: usize, action: Action) -> Result<(), SimError> {
+        let now = self.now;
+        match action {
+            Action::Ask { ask, within } => {
+                self.seq += 1;
+                let id = self.seq;
+                self.asking[i] = Some(id);
+                self.at(now + within, Due::GiveUp { silo: i, id });
+                let req = self.silos[i].request(ask);
+                if let Some(d) = self.send_from(i) {
+                    self.at(now + d, Due::ToCoordinator { from: i, id, req });
+                }
+            }
+            Action::RunPairs { target, planned } => {
+                self.silos[i].pairs = Some(target);
+                self.planned = Some(planned);
+            }
+            Action::Train { round } => {
+                let s = &mut self.silos[i];
+                let mut p = s.params.clone();
+                ctx.learners[i]
+                    .train_epoch(&mut p, &mut s.adam, &ctx.fed.clients[i].train, &mut s.rng)
+                    .map_err(|e| SimError::Invariant(format!("silo-{i} training: {e}")))?;
+                s.local = Some((round, p.clone()));
+                self.publish(i, round, Arc::new(p));
+                self.members[i].handle_trained(now);
+            }
+            Action::Pull {
+                round,
+                coalition,
+                within,
+                excused,
+                grace,
+            } => self.start_pull(i, round, coalition, within, &excused, grace),
+            Action::EndRound(o) => {
+                if o.attached {
+                    self.runs[i].attached.push(self.round);
+                }
+                self.members[i].handle_round_written(now);
+            }
+            Action::AwaitServed {
+                round,
+                others,
+                within,
+            } => {
+                if self.links[i].served.get(&round).copied().unwrap_or(0) >= others {
+                    self.members[i].handle_served(now);
+                } else {
+                    self.seq += 1;
+                    let id = self.seq;
+                    self.links[i].serving = Some((round, others, id));
+                    self.at(now + within, Due::ServedGiveUp { silo: i, id });
+                }
+            }
+            Action::Finish => self.runs[i].finished = true,
+            Action::Fail(why) => {
+                return Err(SimError::Invariant(format!("silo-{i} stopped: {why}")));
+            }
+            // The coalition is the engine's; nothing is written, nobody restarts.
+            Action::Adopt(_) | Action::Save | Action::Republish | Action::Event(_) => {}
+        }
+        Ok(())
+    }
+
+    /// When a message silo `i` sends now arrives (after its delay), or `None`: lost.
+    fn send_from(&mut self, i: usize) -> Option<Duration> {
+        let st = self.timeline.at(self.round);
+        let (loss, delay) = (loss_of(st, i), st.delay_ms[i]);
+        match fate(&mut self.faults[i], loss, ms(delay)) {
+            Fate::After(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The distance phase is due: every planned silo that stayed asked for it.
+    fn pairs_due(&self) -> bool {
+        let Some(planned) = &self.planned else {
+            return false;
+        };
+        let asked = planned.iter().filter(|&&p| self.silos[p].pairs.is_some());
+        asked.count() > 0
+            && planned
+                .iter()
+                .all(|&p| !self.stayed(p) || self.silos[p].pairs.is_some())
+    }
+
+    /// The distance phase, at once: every pair measured in this process, each planned silo
+    /// that stayed handed its planned partners' distances (none for a partner that left).
+    fn distances(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        let planned = self.planned.take().unwrap_or_default();
+        let target = planned
+            .iter()
+            .find_map(|&p| self.silos[p].pairs)
+            .unwrap_or_default();
+        let est = Estimates::measure(ctx, &self.cfg, target)?;
+        let all = planned.len() == self.silos.len() && planned.iter().all(|&p| self.stayed(p));
+        for &i in &planned {
+            if !self.stayed(i) || self.silos[i].pairs.take().is_none() {
+                continue;
+            }
+            let report: Vec<PairDistance> = est
+                .report(i)
+                .into_iter()
+                .filter(|d| planned.contains(&(d.partner as usize)))
+                .map(|d| match self.stayed(d.partner as usize) {
+                    true => d,
+                    false => PairDistance {
+                        distance: None,
+                        rounds: 0,
+                        ..d
+                    },
+                })
+                .collect();
+            self.silos[i].report = Some(report);
+            self.members[i].handle_pairs(self.now);
+        }
+        if all {
+            let sizes: Vec<u64> = self.silos.iter().map(|s| s.n_train).collect();
+            self.record = Some(Record::new(&self.cfg, sizes, est, self.seed)?.0);
+        }
+        Ok(())
+    }
+
+    /// Silo `i` trained `round`: its model is kept and the pulls held for it answered.
+    fn publish(&mut self, i: usize, round: u64, model: Arc<Vec<f32>>) {
+        let link = &mut self.links[i];
+        link.published.push_back((round, model.clone()));
+        while link.published.len() > KEEP_ROUNDS {
+            link.published.pop_front();
+        }
+        let held = std::mem::take(&mut link.held);
+        for (r, from, id) in held {
+            if r == round {
+                self.answer_pull(i, from, id, r, Some(model.clone()));
+            } else if r < round && !self.links[i].published.iter().any(|(p, _)| *p == r) {
+                self.answer_pull(i, from, id, r, None);
+            } else {
+                self.links[i].held.push((r, from, id));
+            }
+        }
+    }
+
+    /// Starts silo `i`'s pull of `round` from every other member of `coalition`.
+    fn start_pull(
+        &mut self,
+        i: usize,
+        round: u64,
+        coalition: Coalition,
+        within: Duration,
+        excused: &[u32],
+        grace: Duration,
+    ) {
+        self.seq += 1;
+        let id = self.seq;
+        let now = self.now;
+        let mates: Vec<usize> = coalition
+            .members
+            .iter()
+            .map(|&m| m as usize)
+            .filter(|&m| m != i)
+            .collect();
+        let (excused, awaited): (BTreeSet<usize>, BTreeSet<usize>) =
+            mates.iter().partition(|&&m| excused.contains(&(m as u32)));
+        self.pulls[i] = Some(Pulling {
+            id,
+            round,
+            coalition,
+            awaited,
+            excused,
+            got: BTreeMap::new(),
+            grace_over: false,
+            waited: false,
+        });
+        self.at(now + grace, Due::Grace { silo: i, id });
+        for mate in mates {
+            self.at(now + within, Due::PullGiveUp { silo: i, id, mate });
+            if let Some(d) = self.send_from(i) {
+                self.at(
+                    now + d,
+                    Due::PullReaches {
+                        from: i,
+                        to: mate,
+                        id,
+                    },
+                );
+            }
+        }
+        self.pull_over(i);
+    }
+
+    /// Pull `id` of silo `from` at member `to`: answered, held until `to` trains the round,
+    /// or refused when the round is no longer kept; lost at a silo that left.
+    fn pull_reaches(&mut self, from: usize, to: usize, id: u64) {
+        if !self.stayed(to) {
+            return;
+        }
+        let Some(round) = self.pulls[from]
+            .as_ref()
+            .filter(|p| p.id == id)
+            .map(|p| p.round)
+        else {
+            return;
+        };
+        let link = &self.links[to];
+        if let Some((_, m)) = link.published.iter().find(|(r, _)| *r == round) {
+            let m = m.clone();
+            self.answer_pull(to, from, id, round, Some(m));
+        } else if link.published.back().is_none_or(|(r, _)| round > *r) {
+            self.links[to].held.push((round, from, id));
+        } else {
+            self.answer_pull(to, from, id, round, None);
+        }
+    }
+
+    /// Member `mate` answers pull `id` of silo `to` (after its delay, or lost).
+    fn answer_pull(
+        &mut self,
+        mate: usize,
+        to: usize,
+        id: u64,
+        round: u64,
+        model: Option<Arc<Vec<f32>>>,
+    ) {
+        if model.is_some() {
+            *self.links[mate].served.entry(round).or_default() += 1;
+            self.check_served(mate);
+        }
+        if let Some(d) = self.send_from(mate) {
+            let what = Due::PullAnswer {
+                to,
+                from: mate,
+                id,
+                model,
+            };
+            self.at(self.now + d, what);
+        }
+    }
+
+    /// Silo `i`'s final wait is over once enough of its pulls were served.
+    fn check_served(&mut self, i: usize) {
+        if let Some((round, others, _)) = self.links[i].serving
+            && self.links[i].served.get(&round).copied().unwrap_or(0) >= others
+        {
+            self.links[i].serving = None;
+            self.members[i].handle_served(self.now);
+        }
+    }
+
+    /// Member `mate`'s model (or its refusal, or the end of its budget: `gave_up`) in pull
+    /// `id` of silo `i`.
+    fn pull_answered(
+        &mut self,
+        i: usize,
+        mate: usize,
+        id: u64,
+        model: Option<Arc<Vec<f32>>>,
+        gave_up: bool,
+    ) {
+        let Some(p) = self.pulls[i].as_mut().filter(|p| p.id == id) else {
+            return;
+        };
+        let was_awaited = p.awaited.remove(&mate);
+        let was_excused = p.excused.remove(&mate);
+        if !(was_awaited || was_excused) {
+            return;
+        }
+        if let Some(m) = model {
+            p.got.insert(mate, m);
+        }
+        p.waited |= gave_up && was_awaited;
+        self.pull_over(i);
+    }
+
+    /// Ends silo `i`'s pull once no awaited model is outstanding and the excused ones came or
+    /// had their grace: the coalition's average of what came.
+    fn pull_over(&mut self, i: usize) {
+        let Some(p) = &self.pulls[i] else {
+            return;
+        };
+        if !p.awaited.is_empty() || !(p.excused.is_empty() || p.grace_over) {
+            return;
+        }
+        let Some(p) = self.pulls[i].take() else {
+            return;
+        };
+        let own = self.silos[i]
+            .local
+            .as_ref()
+            .filter(|(r, _)| *r == p.round)
+            .map(|(_, m)| m.as_slice());
+        let models: Vec<Option<&[f32]>> = p
+            .coalition
+            .members
+            .iter()
+            .map(|&m| match m as usize {
+                m if m == i => own,
+                m => p.got.get(&m).map(|v| v.as_slice()),
+            })
+            .collect();
+        let averaged: Vec<u32> = p
+            .coalition
+            .members
+            .iter()
+            .zip(&models)
+            .filter(|(_, m)| m.is_some())
+            .map(|(&m, _)| m)
+            .collect();
+        self.silos[i].params = coalition_average(&models, &p.coalition.sizes);
+        if p.waited {
+            self.waited[i].push(p.round);
+        }
+        self.members[i].handle_pulled(self.now, averaged);
+    }
+
+    /// A request reaches the coordinator (or finds it down: refused at once).
+    fn at_coordinator(&mut self, from: usize, id: u64, req: Request) -> Result<(), SimError> {
+        let now = self.now;
+        let Some(e) = self.engine.as_mut() else {
+            let what = Delivery::Failed("the coordinator is unreachable".into());
+            self.at(now, Due::ToMember { to: from, id, what });
+            return Ok(());
+        };
+        e.handle_request(now, &self.names[from], Some(from), req, (from, id))
+            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+        self.drain_engine();
+        Ok(())
+    }
+
+    /// The coordinator's actions: answers go out (or are lost), checkpoints are kept.
+    fn drain_engine(&mut self) {
+        let now = self.now;
+        while let Some(action) = self.engine.as_mut().and_then(Engine::poll_action) {
+            match action {
+                engine::Action::Respond {
+                    ticket: (to, id),
+                    answer,
+                } => {
+                    let loss = loss_of(self.timeline.at(self.round), to);
+                    if let Fate::After(d) = fate(&mut self.faults[to], loss, Duration::ZERO) {
+                        let what = Delivery::Answer(answer);
+                        self.at(now + d, Due::ToMember { to, id, what });
+                    }
+                }
+                engine::Action::Save { bytes: Ok(b), .. } => self.saved = Some(b),
+                _ => {}
+            }
+        }
+    }
+
+    fn at(&mut self, when: Instant, what: Due) {
+        self.seq += 1;
+        self.due.insert((when, self.seq), what);
+    }
+
+    /// Applies one fault of the schedule now.
+    fn apply(&mut self, fault: &Fault) -> Result<(), SimError> {
+        match fault {
+            // Read from the timeline when a message goes.
+            Fault::Delay { .. } | Fault::Loss { .. } => {}
+            // It registered; now it says nothing (its connection stays up).
+            Fault::Leave(s) => self.runs[*s as usize].left = true,
+            Fault::CoordinatorCrash { .. } => self.engine = None,
+            Fault::CoordinatorRestart => {
+                let bytes = self.saved.as_deref().ok_or_else(|| {
+                    SimError::Invariant("the coordinator restarts without a checkpoint".into())
+                })?;
+                let server = FedCollabServer::decode(self.cfg.clone(), self.seed, bytes)
+                    .map_err(|e| SimError::Invariant(format!("coordinator checkpoint: {e}")))?;
+                let mut e = Engine::new(Box::new(server), self.engine_cfg.clone());
+                e.handle_start(self.now)
+                    .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
+                self.engine = Some(e);
+                self.drain_engine();
+            }
+            other => {
+                return Err(SimError::Invariant(format!(
+                    "{} is not simulated for a coordinated run",
+                    other.kind()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FaultyRun for FaultyCollab {
+    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
+        self.run_round(ctx)
+    }
+
+    fn is_last(&self) -> bool {
+        self.round >= self.rounds
+    }
+
+    /// Each silo's coalition model on its test split.
+    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
+        let silos = &self.silos;
+        let evals = score_each(ctx, |i| {
+            vec![(Owner::Shared, silos[i].params.as_slice(), 1.0)]
+        })?;
+        if self.round >= self.rounds {
+            for (run, e) in self.runs.iter_mut().zip(&evals) {
+                if run.finished {
+                    run.last = Some((*e).into());
+                }
+            }
+        }
+        Ok(evals)
+    }
+
+    fn record(&self) -> Option<serde_json::Value> {
+        self.record
+            .as_ref()
+            .and_then(|r| serde_json::to_value(r).ok())
+    }
+
+    fn report(&self, baseline: Option<&[EvalRecord]>) -> Report {
+        let coalitions: Vec<Vec<usize>> = self
+            .members
+            .iter()
+            .map(|m| {
+                m.coalition()
+                    .map(|c| c.members.iter().map(|&x| x as usize).collect())
+                    .unwrap_or_default()
+            })
+            .collect();
+        crate::faults::checks::evaluate_collab(&CollabInputs {
+            schedule: &self.schedule,
+            applied: &self.applied,
+            rounds: self.rounds,
+            silos: &self.runs,
+            coalitions: &coalitions,
+            waited: &self.waited,
+            baseline,
+        })
+    }
+}
