@@ -77,8 +77,13 @@ pub struct RoundLog {
     pub senders: Vec<usize>,
     /// The α used (after the schedule).
     pub alpha: f64,
-    /// The collaboration graph's rows, one per sender (columns: senders).
+    /// The collaboration graph's rows, one per sender, then one per stale member (columns:
+    /// senders, then stale members).
     pub graph: Vec<Vec<f64>>,
+    /// Cohort members that sent nothing this round but trained recently: their last trained
+    /// model stands in for them in the graph (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<usize>,
     /// Closed at the deadline rather than with every cohort member.
     pub timed_out: bool,
 }
@@ -103,6 +108,9 @@ pub struct FedsacServer {
     directions: Vec<Option<Arc<Vec<f32>>>>,
     /// θ^i right after its last local training (scored with `score_trained`).
     trained: Vec<Option<Arc<Vec<f32>>>>,
+    /// The round of each silo's last training this coordinator saw, and its subspace (not
+    /// checkpointed: a restarted coordinator counts nobody stale until they send again).
+    seen: Vec<Option<(u64, Option<Subspace>)>>,
     /// The open round's cohort, increasing; empty until the run started.
     cohort: Vec<usize>,
     /// Models and subspaces received for the open round (not checkpointed).
@@ -137,6 +145,7 @@ impl FedsacServer {
             init,
             directions: vec![None; nodes],
             trained: vec![None; nodes],
+            seen: vec![None; nodes],
             cohort: Vec::new(),
             pending: BTreeMap::new(),
         })
@@ -328,17 +337,31 @@ impl FedsacServer {
             return Err("no round is open before every silo registered".into());
         }
         let senders: Vec<usize> = self.pending.keys().copied().collect();
+        let stale = self.stale();
         let s = &self.settings;
         let views: Vec<&[f32]> = senders
             .iter()
             .map(|i| self.pending[i].0.as_slice())
+            .chain(
+                stale
+                    .iter()
+                    .filter_map(|&i| self.trained[i].as_deref().map(|t| t.as_slice())),
+            )
             .collect();
         let counts: Vec<u64> = senders
             .iter()
+            .chain(&stale)
             .map(|&i| self.joining.size(i).unwrap_or(0))
             .collect();
-        let subspaces: Vec<Option<Subspace>> =
-            senders.iter().map(|i| self.pending[i].1.clone()).collect();
+        let subspaces: Vec<Option<Subspace>> = senders
+            .iter()
+            .map(|i| self.pending[i].1.clone())
+            .chain(
+                stale
+                    .iter()
+                    .map(|&i| self.seen[i].as_ref().and_then(|s| s.1.clone())),
+            )
+            .collect();
         let settings = GraphSettings {
             alpha: s.alpha,
             alpha_cutoff: s.alpha_cutoff,
@@ -357,10 +380,12 @@ impl FedsacServer {
         .map_err(err)?;
         let mixed = graph
             .iter()
+            .take(senders.len())
             .map(|row| fedsac::personalise(&views, row))
             .collect::<Result<Vec<_>, _>>()
             .map_err(err)?;
         for (&i, (model, dir)) in senders.iter().zip(mixed) {
+            self.seen[i] = Some((self.round, self.pending[&i].1.clone()));
             self.trained[i] = Some(self.pending[&i].0.clone());
             self.params[i] = Arc::new(model);
             self.directions[i] = Some(Arc::new(dir));
@@ -376,6 +401,7 @@ impl FedsacServer {
             senders,
             alpha,
             graph,
+            stale,
             timed_out,
         };
         self.pending.clear();
@@ -384,6 +410,24 @@ impl FedsacServer {
             self.draw();
         }
         Ok(log)
+    }
+
+    /// The open round's cohort members that sent nothing but trained within the last
+    /// [`STALE_ROUNDS`] rounds: a round that closes with few senders still mixes each with its
+    /// own kind, not with whoever happened to send (found under faults: a silo whose group
+    /// was silent mixed with the other group's only sender, and ended 50 points down).
+    fn stale(&self) -> Vec<usize> {
+        self.cohort
+            .iter()
+            .copied()
+            .filter(|i| !self.pending.contains_key(i))
+            .filter(|&i| {
+                self.trained[i].is_some()
+                    && self.seen[i]
+                        .as_ref()
+                        .is_some_and(|(r, _)| r + STALE_ROUNDS >= self.round)
+            })
+            .collect()
     }
 
     /// Answers silo `index`'s fetch of round `round`: its model, direction and whether it is
@@ -498,6 +542,9 @@ impl FedsacServer {
         Ok(me)
     }
 }
+
+/// How old a member's last trained model may be to stand in for it in a round it sent nothing.
+const STALE_ROUNDS: u64 = 5;
 
 const MAGIC: &[u8; 8] = b"FEDSACC1";
 /// 2: the run's members (joining can close without some silos).

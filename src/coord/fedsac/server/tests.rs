@@ -273,3 +273,41 @@ fn a_version_1_checkpoint_resumes_with_every_silo() {
         assert_eq!(back.fetch(i, 1).unwrap(), s.fetch(i, 1).unwrap());
     }
 }
+
+/// Found under faults (`coordinator-faults.toml`, seed 2): a round that closed with one silo
+/// of each group mixed the two, and a silo whose group-mates were silent ended 55 points down.
+/// A cohort member that sent nothing this round but trained recently stands in with its last
+/// trained model: the sender mixes with its own kind. Without that the row of silo 0 (group
+/// A, alone with silo 3 of group B) puts weight on silo 3.
+#[test]
+fn a_round_with_few_senders_mixes_with_recent_group_mates_not_whoever_sent() {
+    let mut s = FedsacServer::new(settings(0), 4, 20, 7, vec![0.0; 3]).unwrap();
+    for i in 0..4 {
+        s.register(i, 10).unwrap();
+    }
+    let a = [vec![1.0, 0.0, 0.0], vec![0.95, 0.05, 0.0]];
+    let b = [vec![0.0, 0.0, 1.0], vec![0.0, 0.05, 0.95]];
+    for (i, m) in [&a[0], &a[1], &b[0], &b[1]].into_iter().enumerate() {
+        s.update(i, 0, Arc::new(m.clone()), None).unwrap();
+    }
+    assert!(s.close(false).unwrap().stale.is_empty());
+    // Round 1: only silos 0 (group A) and 3 (group B) send.
+    s.update(0, 1, Arc::new(a[0].clone()), None).unwrap();
+    s.update(3, 1, Arc::new(b[1].clone()), None).unwrap();
+    let log = s.close(true).unwrap();
+    assert_eq!(log.senders, [0, 3]);
+    assert_eq!(log.stale, [1, 2]);
+    // Columns: senders 0, 3, then stale 1, 2. Silo 0 leans on silo 1, not on silo 3.
+    let row = &log.graph[0];
+    assert!(row[2] > 0.2 && row[1] < 0.05, "{row:?}");
+    let mixed = assignment(&s, 0, 2).params;
+    assert!(mixed[2] < 0.05, "{mixed:?}");
+    // Long-silent members do not stand in: after STALE_ROUNDS rounds without silos 1 and 2,
+    // the rounds are the senders' alone again.
+    for r in 2..=(1 + STALE_ROUNDS) {
+        s.update(0, r, Arc::new(a[0].clone()), None).unwrap();
+        s.update(3, r, Arc::new(b[1].clone()), None).unwrap();
+        let log = s.close(true).unwrap();
+        assert_eq!(log.stale.is_empty(), r > STALE_ROUNDS, "round {r}");
+    }
+}
