@@ -855,20 +855,39 @@ fn fault_lines(outcome: &sim::Outcome) -> String {
     text
 }
 
-/// FedeRiCo's same-group weight mass, when the split has groups.
+/// FedeRiCo's same-group weight mass, when the split has groups, and how much each silo
+/// relies on itself and, of the rest, on its own group.
 fn same_group_line(outcome: &sim::Outcome) -> String {
-    outcome
-        .summary
-        .algorithms
+    let name = crate::report::names::display_name(crate::scenario::Algorithm::Federico);
+    let algorithms = &outcome.summary.algorithms;
+    let mut text = algorithms
         .iter()
         .find_map(|a| a.same_group_mass)
-        .map(|m| {
-            format!(
-                "{} weight on same-group peers (self included): {m:.3}\n",
-                crate::report::names::display_name(crate::scenario::Algorithm::Federico)
-            )
-        })
-        .unwrap_or_default()
+        .map(|m| format!("{name} weight on same-group peers (self included): {m:.3}\n"))
+        .unwrap_or_default();
+    if let Some(r) = algorithms
+        .iter()
+        .map(|a| &a.reliance)
+        .find(|r| r.self_weight.is_some())
+    {
+        let highest = r
+            .per_client_self_weight
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1));
+        text += &format!(
+            "{name} self-weight: {:.3} mean",
+            r.self_weight.unwrap_or(0.0)
+        );
+        if let Some((i, w)) = highest {
+            text += &format!(", {w:.3} highest (silo {i})");
+        }
+        if let Some(p) = r.peer_mass {
+            text += &format!("; of the weight on others, on the own group: {p:.3}");
+        }
+        text += "\n";
+    }
+    text
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {

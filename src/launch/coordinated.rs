@@ -336,6 +336,7 @@ fn report_seed(
             per_client: last.per_client.clone(),
             same_group_mass: None,
             trained_group_mass: None,
+            reliance: Default::default(),
         }],
         faults: None,
         coordinated_faults: Default::default(),

@@ -8,7 +8,7 @@
 
 use super::bands::Curves;
 use super::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
-use super::summary::{ReportError, algorithm_round, same_group_mass, write_seed_plots};
+use super::summary::{ReportError, algorithm_round, reliance, same_group_mass, write_seed_plots};
 use crate::learn::Evaluation;
 use crate::scenario::Algorithm;
 use crate::trace::NodeRound;
@@ -128,6 +128,7 @@ pub fn merge(
             })
             .collect();
         let mass = groups.map(|g| same_group_mass(&weights, g));
+        let rel = reliance(&weights, groups);
         let evals: Option<Vec<Evaluation>> = rows
             .iter()
             .map(|r| {
@@ -150,6 +151,8 @@ pub fn merge(
                 same_group_mass: mass,
                 // The logs do not carry every silo's training-set size.
                 trained_group_mass: None,
+                peer_mass: rel.peer_mass,
+                self_weight: rel.self_weight,
             }),
         });
     }
@@ -157,11 +160,12 @@ pub fn merge(
 }
 
 /// A seed's summary from its merged records: FedeRiCo's last evaluated round, and the
-/// same-group mass of the last round (no fault report).
+/// same-group mass, peer mass and self-weight of the last round (no fault report).
 pub fn seed_summary(
     seed: u64,
     rounds: usize,
     records: &[RoundRecord],
+    groups: Option<&[usize]>,
 ) -> Result<RunSummary, ReportError> {
     let last = records
         .iter()
@@ -188,6 +192,11 @@ pub fn seed_summary(
             per_client: fed_round.per_client.clone(),
             same_group_mass: mass,
             trained_group_mass: None,
+            reliance: records
+                .last()
+                .and_then(|r| r.federico.as_ref())
+                .map(|f| reliance(&f.weights, groups))
+                .unwrap_or_default(),
         }],
         faults: None,
         coordinated_faults: Default::default(),
@@ -228,7 +237,7 @@ pub fn write_node_seed(
     }
     f.flush().map_err(io)?;
     drop(f);
-    let summary = seed_summary(seed, rounds, &records)?;
+    let summary = seed_summary(seed, rounds, &records, groups)?;
     let curves: Curves = vec![(
         Algorithm::Federico.name().to_string(),
         records

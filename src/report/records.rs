@@ -38,6 +38,32 @@ pub struct FedericoRound {
     /// (`report::summary::Provenance`; known groups only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_group_mass: Option<f64>,
+    /// Mean over silos of the share of their weight on *others* that sits on their own group
+    /// (known groups only; silos that weigh nobody else are left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_mass: Option<f64>,
+    /// Mean over silos of the weight on their own model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_weight: Option<f64>,
+}
+
+/// How FedeRiCo's silos weigh their collaborators at the end of a run, beside same-group mass
+/// (which counts a silo's own weight as its group's, so a silo that trusts only itself reads
+/// 1.0): `report::summary::reliance`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reliance {
+    /// Mean over silos of the share of their weight on others that sits on their own group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_mass: Option<f64>,
+    /// Mean over silos of the weight on their own model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_weight: Option<f64>,
+    /// Each silo's peer mass (`None`: it weighs nobody else, or its group is itself alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_client_peer_mass: Vec<Option<f64>>,
+    /// Each silo's weight on its own model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_client_self_weight: Vec<f64>,
 }
 
 /// One line of `rounds.jsonl`.
@@ -73,6 +99,9 @@ pub struct AlgorithmResult {
     /// FedeRiCo only: final mean weight on models trained with the silo's own group's data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_group_mass: Option<f64>,
+    /// FedeRiCo only: final peer mass and self-weight, per silo and their means.
+    #[serde(flatten, default)]
+    pub reliance: Reliance,
 }
 
 /// `seed-N/summary.json`.
@@ -119,6 +148,10 @@ pub struct AlgorithmSummary {
     /// FedeRiCo only: mean over seeds of `trained_group_mass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_group_mass: Option<f64>,
+    /// FedeRiCo only: peer mass and self-weight averaged over seeds (per silo: silo i of
+    /// every seed's split).
+    #[serde(flatten, default)]
+    pub reliance: Reliance,
 }
 
 /// The scenario's `summary.json`.

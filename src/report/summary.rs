@@ -10,7 +10,7 @@
 use super::bands;
 pub(crate) use super::bands::Curves;
 use super::records::{
-    AlgorithmResult, AlgorithmRound, AlgorithmSummary, RoundRecord, RunSummary, Summary,
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, Reliance, RoundRecord, RunSummary, Summary,
 };
 use super::{plots, table};
 use crate::learn::{Evaluation, ModelSpec};
@@ -108,6 +108,79 @@ pub fn same_group_mass(weights: &[Vec<f64>], groups: &[usize]) -> f64 {
         })
         .sum();
     total / weights.len().max(1) as f64
+}
+
+/// Peer mass and self-weight of a weight matrix (`weights[i][j]`: silo i's weight on model j,
+/// rows summing to 1), with `groups` when the split has them. A silo's peer mass is its weight
+/// on its own group's other silos over its weight on all other silos; undefined (`None`) when
+/// it weighs nobody else or has no group-mate.
+pub fn reliance(weights: &[Vec<f64>], groups: Option<&[usize]>) -> Reliance {
+    let k = weights.len();
+    let per_client_self_weight: Vec<f64> = (0..k)
+        .map(|i| weights[i].get(i).copied().unwrap_or(0.0))
+        .collect();
+    let per_client_peer_mass: Vec<Option<f64>> = match groups {
+        None => Vec::new(),
+        Some(g) => (0..k)
+            .map(|i| {
+                let others = || weights[i].iter().enumerate().filter(move |(j, _)| *j != i);
+                let on_others: f64 = others().map(|(_, w)| w).sum();
+                let has_mate = (0..k).any(|j| j != i && g.get(j) == g.get(i));
+                let on_group: f64 = others()
+                    .filter(|(j, _)| g.get(*j) == g.get(i))
+                    .map(|(_, w)| w)
+                    .sum();
+                (has_mate && on_others > 1e-12).then(|| on_group / on_others)
+            })
+            .collect(),
+    };
+    let defined: Vec<f64> = per_client_peer_mass.iter().flatten().copied().collect();
+    Reliance {
+        peer_mass: (!defined.is_empty())
+            .then(|| defined.iter().sum::<f64>() / defined.len() as f64),
+        self_weight: (k > 0).then(|| per_client_self_weight.iter().sum::<f64>() / k as f64),
+        per_client_peer_mass,
+        per_client_self_weight,
+    }
+}
+
+/// Means over seeds of each seed's [`Reliance`] (per silo: silo i of every seed's split; a
+/// silo's peer mass over the seeds where it is defined).
+pub fn mean_reliance(seeds: &[&Reliance]) -> Reliance {
+    let mean = |xs: Vec<f64>| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
+    let clients = seeds
+        .iter()
+        .map(|r| r.per_client_self_weight.len())
+        .max()
+        .unwrap_or(0);
+    Reliance {
+        peer_mass: mean(seeds.iter().filter_map(|r| r.peer_mass).collect()),
+        self_weight: mean(seeds.iter().filter_map(|r| r.self_weight).collect()),
+        per_client_peer_mass: if seeds.iter().all(|r| r.per_client_peer_mass.is_empty()) {
+            Vec::new()
+        } else {
+            (0..clients)
+                .map(|i| {
+                    mean(
+                        seeds
+                            .iter()
+                            .filter_map(|r| r.per_client_peer_mass.get(i).copied().flatten())
+                            .collect(),
+                    )
+                })
+                .collect()
+        },
+        per_client_self_weight: (0..clients)
+            .filter_map(|i| {
+                mean(
+                    seeds
+                        .iter()
+                        .filter_map(|r| r.per_client_self_weight.get(i).copied())
+                        .collect(),
+                )
+            })
+            .collect(),
+    }
 }
 
 /// Whose data trained each model (the trained-by measure of same-group mass): for every model,
@@ -253,6 +326,7 @@ pub(crate) fn write_summary(
                 })
                 .collect();
             let masses: Vec<f64> = results.iter().filter_map(|a| a.same_group_mass).collect();
+            let reliance = mean_reliance(&results.iter().map(|a| &a.reliance).collect::<Vec<_>>());
             let trained: Vec<f64> = results
                 .iter()
                 .filter_map(|a| a.trained_group_mass)
@@ -269,6 +343,7 @@ pub(crate) fn write_summary(
                     .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
                 trained_group_mass: (!trained.is_empty())
                     .then(|| trained.iter().sum::<f64>() / trained.len() as f64),
+                reliance,
             }
         })
         .collect();
@@ -398,6 +473,38 @@ mod tests {
         );
         // By owner, silos 0 and 1 put everything on another group's model.
         assert!((same_group_mass(&w, &[0, 0, 1]) - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// Issue 39: a silo that trusts only itself reads same-group mass 1.0; self-weight and peer
+    /// mass tell it apart from one that trusts its group.
+    #[test]
+    fn self_weight_and_peer_mass_tell_a_self_locked_silo_from_one_that_trusts_its_group() {
+        let locked = vec![
+            vec![0.98, 0.01, 0.01],
+            vec![0.3, 0.6, 0.1],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let groups = [0, 0, 1];
+        assert!(same_group_mass(&locked[..1], &groups) > 0.98);
+        let r = reliance(&locked, Some(&groups));
+        assert_eq!(r.per_client_self_weight, vec![0.98, 0.6, 1.0]);
+        // Silo 0: half of its 0.02 on others is on its group; silo 1: 0.3 of 0.4; silo 2 weighs
+        // nobody else (and has no group-mate).
+        let p = &r.per_client_peer_mass;
+        assert!((p[0].unwrap() - 0.5).abs() < 1e-9 && (p[1].unwrap() - 0.75).abs() < 1e-9);
+        assert_eq!(p[2], None);
+        assert!((r.peer_mass.unwrap() - 0.625).abs() < 1e-9);
+        assert!((r.self_weight.unwrap() - 2.58 / 3.0).abs() < 1e-9);
+        // Without groups: self-weight only.
+        let r = reliance(&locked, None);
+        assert!(r.per_client_peer_mass.is_empty() && r.peer_mass.is_none());
+        // Over seeds: per silo, over the seeds where it is defined.
+        let other = reliance(&[vec![0.5, 0.5], vec![0.2, 0.8]], Some(&[0, 0]));
+        let one = reliance(&[vec![1.0, 0.0], vec![0.6, 0.4]], Some(&[0, 0]));
+        let m = mean_reliance(&[&other, &one]);
+        assert_eq!(m.per_client_peer_mass, vec![Some(1.0), Some(1.0)]);
+        let w = &m.per_client_self_weight;
+        assert!(w.len() == 2 && (w[0] - 0.75).abs() < 1e-12 && (w[1] - 0.6).abs() < 1e-12);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::report::records::{
     Timing,
 };
 use crate::report::summary::{
-    Provenance, algorithm_round, same_group_mass, write_json, write_seed_plots,
+    Provenance, algorithm_round, reliance, same_group_mass, write_json, write_seed_plots,
 };
 use crate::scenario::{Algorithm, Scenario};
 use crate::trace::EvalRecord;
@@ -146,6 +146,7 @@ pub(super) fn run_seed(
     let mut last: Vec<AlgorithmRound> = Vec::new();
     let mut last_mass = None;
     let mut last_trained = None;
+    let mut last_reliance = crate::report::records::Reliance::default();
     let mut provenance = Provenance::default();
     let n_train: Vec<usize> = fed.clients.iter().map(|c| c.train.len()).collect();
 
@@ -234,6 +235,7 @@ pub(super) fn run_seed(
         let federico = fedrc.as_ref().map(|run| {
             let weights = run.weight_matrix();
             let mass = groups.as_deref().map(|g| same_group_mass(&weights, g));
+            let rel = reliance(&weights, groups.as_deref());
             let sampled: Vec<Vec<u32>> = run
                 .last_sampled
                 .iter()
@@ -245,12 +247,16 @@ pub(super) fn run_seed(
             });
             last_mass = mass;
             last_trained = trained;
-            FedericoRound {
+            let round = FedericoRound {
                 sampled,
                 same_group_mass: mass,
                 trained_group_mass: trained,
+                peer_mass: rel.peer_mass,
+                self_weight: rel.self_weight,
                 weights,
-            }
+            };
+            last_reliance = rel;
+            round
         });
         let record = RoundRecord {
             seed,
@@ -293,6 +299,10 @@ pub(super) fn run_seed(
                 per_client: r.per_client.clone(),
                 same_group_mass: (a == Algorithm::Federico).then_some(last_mass).flatten(),
                 trained_group_mass: (a == Algorithm::Federico).then_some(last_trained).flatten(),
+                reliance: match a {
+                    Algorithm::Federico => last_reliance.clone(),
+                    _ => Default::default(),
+                },
             })
             .collect(),
         faults: None,

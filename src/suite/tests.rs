@@ -158,6 +158,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                     per_client: per_seed_clients[s].to_vec(),
                     same_group_mass: None,
                     trained_group_mass: None,
+                    reliance: Default::default(),
                 })
                 .collect(),
             faults: None,
@@ -184,6 +185,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                 per_client: Vec::new(),
                 same_group_mass: (*name == "federico").then_some(0.95),
                 trained_group_mass: (*name == "federico").then_some(0.5),
+                reliance: Default::default(),
             })
             .collect(),
         runs,
