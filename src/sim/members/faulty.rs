@@ -10,7 +10,8 @@
 //! no answer fails at the member's `within`; a down coordinator refuses at once), applying the
 //! schedule's faults at the start of each federation round, the coordinator's checkpoint bytes
 //! and its restart from them, and the record the checks read (each silo's rounds, each closed
-//! coordinator round).
+//! coordinator round); and [`FaultyRun`], what `under_faults.rs` asks of this driver and of
+//! `faulty_collab.rs`'s.
 //! Must not: decide anything about a round (the engines do), judge the run
 //! ([`crate::faults::checks::evaluate_coordinated`] does), or draw a loss from any stream but
 //! the sender's fault stream ([`crate::faults::link::fate`]).
@@ -20,7 +21,6 @@
 //! coordinator is gone trains detached, so this always comes); the last runs until every silo
 //! that stayed took its final model. Training takes no virtual time.
 
-use super::super::coordinated::CoordinatedRun;
 use super::super::pool::{Owner, score_each};
 use super::{Parts, Silo};
 use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
@@ -433,7 +433,8 @@ pub(super) fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// A coordinated algorithm's run under a fault schedule, as [`UnderFaults`] drives it.
+/// A coordinated algorithm's run under a fault schedule, as `under_faults::UnderFaults` drives
+/// it (this driver and `faulty_collab::FaultyCollab`).
 pub(super) trait FaultyRun {
     /// One federation round, its faults first.
     fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError>;
@@ -441,7 +442,7 @@ pub(super) trait FaultyRun {
     fn is_last(&self) -> bool;
     /// Every silo's model now, scored.
     fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError>;
-    /// The record of the algorithm's decisions, as [`CoordinatedRun::record`].
+    /// The record of the algorithm's decisions, as `CoordinatedRun::record`.
     fn record(&self) -> Option<serde_json::Value> {
         None
     }
@@ -471,75 +472,5 @@ impl FaultyRun for FaultyMembers {
             closed: &self.closed,
             baseline,
         })
-    }
-}
-
-/// A coordinated run under faults (`F`), with the same run without them beside it (`R`, the
-/// accuracy check's reference, when `faults.baseline` is on).
-pub(crate) struct UnderFaults<F, R> {
-    faulty: F,
-    fault_free: Option<R>,
-    fault_free_finals: Option<Vec<crate::trace::EvalRecord>>,
-}
-
-impl UnderFaults<FaultyMembers, super::MemberRun> {
-    /// FedDisco, HCCT or FedSaC (`parts`) under `schedule`, and `beside` (the same parts
-    /// again) without faults.
-    pub(crate) fn members(
-        ctx: &Ctx<'_>,
-        parts: Parts,
-        beside: Option<Parts>,
-        schedule: Schedule,
-    ) -> Self {
-        Self {
-            faulty: FaultyMembers::new(ctx, parts, schedule),
-            fault_free: beside.map(|p| super::MemberRun::new(ctx, p)),
-            fault_free_finals: None,
-        }
-    }
-}
-
-impl UnderFaults<super::faulty_collab::FaultyCollab, super::CollabRun> {
-    /// FedCollab under `schedule`, and (`baseline`) the same run without faults beside.
-    pub(crate) fn collab(
-        ctx: &Ctx<'_>,
-        init: &[Vec<f32>],
-        baseline: bool,
-        schedule: Schedule,
-    ) -> Result<Self, SimError> {
-        Ok(Self {
-            faulty: super::faulty_collab::FaultyCollab::new(ctx, init, schedule)?,
-            fault_free: match baseline {
-                true => Some(super::CollabRun::new(ctx, init)?),
-                false => None,
-            },
-            fault_free_finals: None,
-        })
-    }
-}
-
-impl<F: FaultyRun, R: CoordinatedRun> CoordinatedRun for UnderFaults<F, R> {
-    fn round(&mut self, ctx: &mut Ctx<'_>) -> Result<(), SimError> {
-        self.faulty.round(ctx)?;
-        if let Some(run) = self.fault_free.as_mut() {
-            run.round(ctx)?;
-            if self.faulty.is_last() {
-                let finals = run.evaluate(ctx)?;
-                self.fault_free_finals = Some(finals.into_iter().map(Into::into).collect());
-            }
-        }
-        Ok(())
-    }
-
-    fn evaluate(&mut self, ctx: &mut Ctx<'_>) -> Result<Vec<ClientEval>, SimError> {
-        self.faulty.evaluate(ctx)
-    }
-
-    fn record(&self) -> Option<serde_json::Value> {
-        self.faulty.record()
-    }
-
-    fn fault_report(&self) -> Option<Report> {
-        Some(self.faulty.report(self.fault_free_finals.as_deref()))
     }
 }

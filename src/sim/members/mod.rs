@@ -22,6 +22,7 @@ use super::{ClientEval, Ctx, SimError};
 mod collab;
 mod faulty;
 mod faulty_collab;
+mod under_faults;
 use crate::coord::engine::{self, Answer, CoordAlgorithm, Engine, EngineConfig, Request};
 use crate::coord::feddisco::{self, DiscoReport};
 use crate::coord::feddisco_server::ServerState;
@@ -32,9 +33,9 @@ use crate::ids::NodeId;
 use crate::scenario::Algorithm;
 use crate::silo::LocalRecipe;
 pub(crate) use collab::CollabRun;
-pub(crate) use faulty::UnderFaults;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub(crate) use under_faults::UnderFaults;
 
 /// What a coordinated node's driver holds for its engine.
 struct Silo {
