@@ -334,6 +334,88 @@ fn a_coordinator_whose_checkpoint_cannot_be_written_keeps_going() {
     }
 }
 
+/// A full disk mid-run on a coordinated node and on a FedCollab node (insiders review S1; the
+/// FedeRiCo node's test is `tests/cli.rs`): silo 1's state_dir is a small tmpfs in a mount
+/// namespace of its own, and once 50 rounds are logged a filler takes all its space for half a
+/// second. The node warns, keeps going, writes the rounds that waited once there is room, and
+/// ends with every round in its log, once, in order. Linux as root (CI); elsewhere it says it
+/// skips.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_mid_run_loses_no_round_on_coordinated_and_fedcollab_nodes() {
+    let _one_at_a_time = serial();
+    for algorithm in [Algorithm::Feddisco, Algorithm::Fedcollab] {
+        let rounds = 600;
+        let sc = four_silos(algorithm, rounds, rounds, &[]);
+        let tmp = tempfile::tempdir().unwrap();
+        let s = setup(tmp.path(), &sc, 10.0, 10.0, algorithm);
+        let mut coord = start_coordinator(&s, "coordinator.log");
+        let victim = 1;
+        let state = &s.p.state_dirs[victim];
+        std::fs::create_dir_all(state).unwrap();
+        let kept = tmp.path().join("kept");
+        std::fs::create_dir_all(&kept).unwrap();
+        let script = format!(
+            "mount -t tmpfs -o size=4m tmpfs {s} || exit 97
+             (while [ \"$(cat {s}/rounds.jsonl 2>/dev/null | wc -l)\" -lt 50 ]; do sleep 0.02; done
+              cat /dev/zero > {s}/filler 2>/dev/null; sleep 0.5; rm -f {s}/filler) &
+             {exe} node --config {cfg}; rc=$?
+             cp {s}/rounds.jsonl {kept}/; exit $rc",
+            s = state.display(),
+            kept = kept.display(),
+            cfg = s.p.configs[victim].display(),
+            exe = EXE,
+        );
+        let Ok(node) = std::process::Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!(
+                "SKIPPED a_full_disk_mid_run ({}): needs unshare(1)",
+                algorithm.name()
+            );
+            let _ = coord.kill();
+            let _ = coord.wait();
+            return;
+        };
+        let mut others: Vec<Child> = (0..4)
+            .filter(|&i| i != victim)
+            .map(|i| start_silo(&s.p, i, &format!("silo-{i}.log")))
+            .collect();
+        let out = node.wait_with_output().unwrap();
+        let until = Instant::now() + Duration::from_secs(120);
+        for c in &mut others {
+            let _ = wait(c, until, "a silo");
+        }
+        let _ = coord.kill();
+        let _ = coord.wait();
+        let said = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(97) {
+            eprintln!("SKIPPED a_full_disk_mid_run: cannot mount a tmpfs here (needs root)");
+            return;
+        }
+        let name = algorithm.name();
+        assert!(out.status.success(), "{name}: {said}");
+        assert!(
+            said.contains("run log not written (the disk is full?)"),
+            "{name}: {said}"
+        );
+        assert!(said.contains("run log written again"), "{name}: {said}");
+        let (per_round, _) = node_log(&kept);
+        let got: Vec<u64> = per_round
+            .iter()
+            .map(|l| l["round"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            (1..=rounds as u64).collect::<Vec<u64>>(),
+            "{name}: every round once, in order"
+        );
+    }
+}
+
 #[test]
 fn killing_the_coordinator_mid_run_falls_back_and_reattaches() {
     let _one_at_a_time = serial();

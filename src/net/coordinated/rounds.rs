@@ -355,8 +355,20 @@ impl Node {
                         trained: mark.trained,
                         params: self.model.clone(),
                     };
-                    crate::store::write_versioned(&self.sent_path, SENT_MAGIC, 1, &mark)
-                        .map_err(|e| anyhow::anyhow!(e))?;
+                    // Only a restart's shortcut: without it a node killed before its next
+                    // checkpoint trains the round again. A full disk is a warning (insiders
+                    // review S1), and no older mark is left to be misread.
+                    if let Err(error) =
+                        crate::store::write_versioned(&self.sent_path, SENT_MAGIC, 1, &mark)
+                    {
+                        warn!(
+                            round = mark.round,
+                            %error,
+                            "send mark not written (the disk is full?); a restart before the \
+                             next checkpoint trains this round again"
+                        );
+                        let _ = std::fs::remove_file(&self.sent_path);
+                    }
                 }
                 Action::EndRound(outcome) => {
                     self.end_round(outcome).await?;
