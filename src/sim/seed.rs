@@ -440,7 +440,7 @@ fn coordinated_run(
             parts,
             beside,
             schedule.clone(),
-        ))));
+        )?)));
     }
     if !schedule.events.is_empty() && algorithm == Algorithm::Fedcollab {
         return Ok(Some(Box::new(UnderFaults::collab(

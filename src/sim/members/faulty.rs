@@ -8,8 +8,8 @@
 //! Owns: the virtual clock and the messages in flight (a request reaches the coordinator after
 //! the sender's delay, or never; an answer comes back at once, or never; an exchange that got
 //! no answer fails at the member's `within`; a down coordinator refuses at once), applying the
-//! schedule's faults at the start of each federation round, the coordinator's checkpoint bytes
-//! and its restart from them, and the record the checks read (each silo's rounds, each closed
+//! schedule's faults at the start of each federation round (the coordinator's crash and
+//! restart are `coordinator.rs`'s [`SimCoordinator`]), and the record the checks read (each silo's rounds, each closed
 //! coordinator round); and [`FaultyRun`], what `under_faults.rs` asks of this driver and of
 //! `faulty_collab.rs`'s.
 //! Must not: decide anything about a round (the engines do), judge the run
@@ -22,8 +22,9 @@
 //! that stayed took its final model. Training takes no virtual time.
 
 use super::super::pool::{Owner, score_each};
+use super::coordinator::{Out, SimCoordinator};
 use super::{Parts, Silo};
-use crate::coord::engine::{self, Answer, Engine, EngineConfig, Request};
+use crate::coord::engine::{Answer, EngineConfig, Request};
 use crate::coord::member::{Action, Member, MemberConfig, Reply, Resume};
 use crate::faults::checks::{Applied, ClosedRound, Report, SiloRun};
 use crate::faults::link::{Fate, fate};
@@ -34,9 +35,6 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// A request's handle at the coordinator: the asking silo and its exchange.
-type Ticket = (usize, u64);
 
 /// What the coordinator's answer to an exchange is, as it reaches the member.
 pub(super) enum Delivery {
@@ -59,15 +57,9 @@ const MAX_STEPS: u64 = 10_000_000;
 
 /// One coordinated algorithm's run under a fault schedule.
 pub(crate) struct FaultyMembers {
-    /// `None` while the coordinator is down.
-    engine: Option<Engine<Ticket>>,
-    engine_cfg: EngineConfig,
-    decode: super::Decode,
-    /// The coordinator's last checkpoint.
-    saved: Option<Vec<u8>>,
+    coordinator: SimCoordinator,
     members: Vec<Member>,
     silos: Vec<Silo>,
-    names: Vec<String>,
     now: Instant,
     /// Due events by (time, sequence).
     due: BTreeMap<(Instant, u64), Due>,
@@ -89,7 +81,7 @@ pub(crate) struct FaultyMembers {
 
 impl FaultyMembers {
     /// A run of `parts` for `ctx`'s silos under `schedule`.
-    pub(crate) fn new(ctx: &Ctx<'_>, parts: Parts, schedule: Schedule) -> Self {
+    pub(crate) fn new(ctx: &Ctx<'_>, parts: Parts, schedule: Schedule) -> Result<Self, SimError> {
         let Parts {
             alg,
             decode,
@@ -109,9 +101,10 @@ impl FaultyMembers {
             join_deadline: None,
             linger: Duration::from_secs_f64(fc.fetch_s * 4.0),
             excuse_rounds: fc.excuse_rounds,
-            names: names.clone(),
+            names,
         };
         let num_params = alg.num_params();
+        let (coordinator, outs) = SimCoordinator::start(alg, engine_cfg, decode, now)?;
         let budget = Duration::from_secs_f64(fc.fetch_s);
         let members = (0..k)
             .map(|_| {
@@ -129,17 +122,13 @@ impl FaultyMembers {
             })
             .collect();
         let mut run = Self {
-            engine: Some(Engine::new(alg, engine_cfg.clone())),
-            engine_cfg,
-            decode,
-            saved: None,
+            coordinator,
             members,
             silos: register
                 .into_iter()
                 .zip(recipes)
                 .map(|(r, recipe)| Silo::new(r, recipe, num_params))
                 .collect(),
-            names,
             now,
             due: BTreeMap::new(),
             seq: 0,
@@ -157,13 +146,11 @@ impl FaultyMembers {
             closed: Vec::new(),
             schedule,
         };
-        if let Some(e) = run.engine.as_mut() {
-            let _ = e.handle_start(now);
-        }
+        run.carry(outs);
         for m in &mut run.members {
             m.handle_start(now);
         }
-        run
+        Ok(run)
     }
 
     /// Runs federation round `round + 1`: its faults, then the engines until every silo that
@@ -221,7 +208,7 @@ impl FaultyMembers {
     /// coordinator deadline.
     fn next_due(&self) -> Option<Instant> {
         let msgs = self.due.keys().next().map(|k| k.0);
-        let engine = self.engine.as_ref().and_then(Engine::poll_timeout);
+        let engine = self.coordinator.poll_timeout();
         let members = self
             .members
             .iter()
@@ -250,13 +237,8 @@ impl FaultyMembers {
                 }
             }
         }
-        if let Some(e) = self.engine.as_mut()
-            && e.poll_timeout().is_some_and(|t| t <= now)
-        {
-            e.handle_timeout(now)
-                .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-            self.drain_engine();
-        }
+        let outs = self.coordinator.timeout(now)?;
+        self.carry(outs);
         for i in 0..self.members.len() {
             if !self.runs[i].left && self.members[i].poll_timeout().is_some_and(|t| t <= now) {
                 self.members[i].handle_timeout(now);
@@ -334,39 +316,29 @@ impl FaultyMembers {
 
     /// A request reaches the coordinator (or finds it down: refused at once).
     fn at_coordinator(&mut self, from: usize, id: u64, req: Request) -> Result<(), SimError> {
-        let now = self.now;
-        let Some(e) = self.engine.as_mut() else {
-            let what = Delivery::Failed("the coordinator is unreachable".into());
-            self.at(now, Due::ToMember { to: from, id, what });
-            return Ok(());
-        };
-        e.handle_request(now, &self.names[from], Some(from), req, (from, id))
-            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-        self.drain_engine();
+        match self.coordinator.request(self.now, from, id, req)? {
+            Some(outs) => self.carry(outs),
+            None => {
+                let what = Delivery::Failed("the coordinator is unreachable".into());
+                self.at(self.now, Due::ToMember { to: from, id, what });
+            }
+        }
         Ok(())
     }
 
-    /// The coordinator's actions: answers go out (or are lost), checkpoints are kept, closed
-    /// rounds recorded.
-    fn drain_engine(&mut self) {
-        let now = self.now;
-        while let Some(action) = self.engine.as_mut().and_then(Engine::poll_action) {
-            match action {
-                engine::Action::Respond {
-                    ticket: (to, id),
-                    answer,
-                } => {
-                    let loss = loss_of(self.timeline.at(self.round), to);
-                    if let Fate::After(d) = fate(&mut self.faults[to], loss, Duration::ZERO) {
+    /// The coordinator's answers go out (or are lost); closed rounds are recorded.
+    fn carry(&mut self, outs: Vec<Out>) {
+        for out in outs {
+            match out {
+                Out::Respond { to, id, answer } => {
+                    if let Some(d) =
+                        answer_fate(&mut self.faults[to], &self.timeline, self.round, to)
+                    {
                         let what = Delivery::Answer(answer);
-                        self.at(now + d, Due::ToMember { to, id, what });
+                        self.at(self.now + d, Due::ToMember { to, id, what });
                     }
                 }
-                engine::Action::Save { bytes: Ok(b), .. } => self.saved = Some(b),
-                engine::Action::Event(engine::Event::RoundClosed {
-                    round, timed_out, ..
-                }) => self.closed.push(ClosedRound { round, timed_out }),
-                _ => {}
+                Out::Closed(c) => self.closed.push(c),
             }
         }
     }
@@ -396,18 +368,10 @@ impl FaultyMembers {
             Fault::Delay { .. } | Fault::Loss { .. } => {}
             // It registered; now it says nothing (its connection stays up).
             Fault::Leave(s) => self.runs[*s as usize].left = true,
-            Fault::CoordinatorCrash { .. } => self.engine = None,
+            Fault::CoordinatorCrash { .. } => self.coordinator.crash(),
             Fault::CoordinatorRestart => {
-                let bytes = self.saved.as_deref().ok_or_else(|| {
-                    SimError::Invariant("the coordinator restarts without a checkpoint".into())
-                })?;
-                let alg = (self.decode)(bytes)
-                    .map_err(|e| SimError::Invariant(format!("coordinator checkpoint: {e}")))?;
-                let mut e = Engine::new(alg, self.engine_cfg.clone());
-                e.handle_start(self.now)
-                    .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-                self.engine = Some(e);
-                self.drain_engine();
+                let outs = self.coordinator.restart(self.now)?;
+                self.carry(outs);
             }
             other => {
                 return Err(SimError::Invariant(format!(
@@ -417,6 +381,20 @@ impl FaultyMembers {
             }
         }
         Ok(())
+    }
+}
+
+/// When the coordinator's answer to silo `to`, sent now, arrives: at once, or `None` when the
+/// loss in force on its link drops it (drawn from `to`'s fault stream).
+pub(super) fn answer_fate(
+    faults: &mut StdRng,
+    timeline: &Timeline,
+    round: u64,
+    to: usize,
+) -> Option<Duration> {
+    match fate(faults, loss_of(timeline.at(round), to), Duration::ZERO) {
+        Fate::After(d) => Some(d),
+        _ => None,
     }
 }
 

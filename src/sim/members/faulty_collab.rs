@@ -10,8 +10,8 @@
 //! stream; the coordinator's answers go out at once, lost by the receiver's stream; an
 //! exchange with no answer fails at its `within`; a down coordinator refuses at once), what a
 //! node's link holds (its published models of the last [`KEEP_ROUNDS`] rounds, the pulls held
-//! until it trains the round, the pulls it served), the faults of each federation round, the
-//! coordinator's checkpoint and restart, and the record the checks read (each silo's rounds,
+//! until it trains the round, the pulls it served), the faults of each federation round (the
+//! coordinator's crash and restart: [`SimCoordinator`]), and the record the checks read (each silo's rounds,
 //! the rounds whose pull waited its whole budget for an awaited member).
 //! Must not: decide anything (the engines do), judge the run
 //! ([`crate::faults::checks::evaluate_collab`] does), or draw a loss from any stream but the
@@ -27,10 +27,12 @@
 use super::super::fedcollab::{Estimates, Record};
 use super::super::pool::{Owner, score_each};
 use super::super::{ClientEval, Ctx, SimError};
+use super::Decode;
 use super::collab::{Silo, read};
-use super::faulty::{Delivery, FaultyRun, loss_of, ms};
+use super::coordinator::{Out, SimCoordinator};
+use super::faulty::{Delivery, FaultyRun, answer_fate, loss_of, ms};
 use crate::coord::PairDistance;
-use crate::coord::engine::{self, Engine, EngineConfig, Request};
+use crate::coord::engine::{EngineConfig, Request};
 use crate::coord::fedcollab::member::{
     Action, Coalition, CollabMember, CollabMemberConfig, Reply, Resume,
 };
@@ -46,9 +48,6 @@ use rand::rngs::StdRng;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A request's handle at the coordinator: the asking silo and its exchange.
-type Ticket = (usize, u64);
 
 /// The rounds of its own model a node keeps for its coalition's pulls (as its link does).
 const KEEP_ROUNDS: usize = 8;
@@ -110,20 +109,15 @@ struct Link {
 
 /// FedCollab's run under a fault schedule.
 pub(crate) struct FaultyCollab {
-    /// `None` while the coordinator is down.
-    engine: Option<Engine<Ticket>>,
-    engine_cfg: EngineConfig,
+    coordinator: SimCoordinator,
     cfg: FedCollabConfig,
     seed: u64,
-    /// The coordinator's last checkpoint.
-    saved: Option<Vec<u8>>,
     members: Vec<CollabMember>,
     silos: Vec<Silo>,
     links: Vec<Link>,
     pulls: Vec<Option<Pulling>>,
     /// The planned silos of a distance phase asked for.
     planned: Option<Vec<usize>>,
-    names: Vec<String>,
     now: Instant,
     due: BTreeMap<(Instant, u64), Due>,
     seq: u64,
@@ -167,13 +161,18 @@ impl FaultyCollab {
             join_deadline: Some(Duration::from_secs_f64(fc.update_deadline_s)),
             linger: Duration::ZERO,
             excuse_rounds: fc.excuse_rounds,
-            names: names.clone(),
+            names,
         };
         let now = Instant::now();
-        let mut engine = Engine::new(Box::new(server), engine_cfg.clone());
-        engine
-            .handle_start(now)
-            .map_err(|e| coordinator(e.to_string()))?;
+        let (server_cfg, seed) = (cfg.clone(), ctx.seed);
+        let decode: Decode = Box::new(move |b| {
+            Ok(Box::new(FedCollabServer::decode(
+                server_cfg.clone(),
+                seed,
+                b,
+            )?))
+        });
+        let (coordinator, outs) = SimCoordinator::start(Box::new(server), engine_cfg, decode, now)?;
         let silos: Vec<Silo> = (0..k).map(|i| Silo::new(ctx, i, &init[0])).collect();
         let members = silos
             .iter()
@@ -197,17 +196,14 @@ impl FaultyCollab {
             })
             .collect();
         let mut run = Self {
-            engine: Some(engine),
-            engine_cfg,
+            coordinator,
             cfg,
             seed: ctx.seed,
-            saved: None,
             members,
             silos,
             links: (0..k).map(|_| Link::default()).collect(),
             pulls: (0..k).map(|_| None).collect(),
             planned: None,
-            names,
             now,
             due: BTreeMap::new(),
             seq: 0,
@@ -226,7 +222,7 @@ impl FaultyCollab {
             waited: vec![Vec::new(); k],
             schedule,
         };
-        run.drain_engine();
+        run.carry(outs);
         for m in &mut run.members {
             m.handle_start(now);
         }
@@ -277,7 +273,7 @@ impl FaultyCollab {
     /// The earliest moment something is due.
     fn next_due(&self) -> Option<Instant> {
         let msgs = self.due.keys().next().map(|k| k.0);
-        let engine = self.engine.as_ref().and_then(Engine::poll_timeout);
+        let engine = self.coordinator.poll_timeout();
         let members = (0..self.members.len())
             .filter(|&i| self.stayed(i))
             .filter_map(|i| self.members[i].poll_timeout());
@@ -333,13 +329,8 @@ impl FaultyCollab {
                 }
             }
         }
-        if let Some(e) = self.engine.as_mut()
-            && e.poll_timeout().is_some_and(|t| t <= now)
-        {
-            e.handle_timeout(now)
-                .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-            self.drain_engine();
-        }
+        let outs = self.coordinator.timeout(now)?;
+        self.carry(outs);
         for i in 0..self.members.len() {
             if self.stayed(i) && self.members[i].poll_timeout().is_some_and(|t| t <= now) {
                 self.members[i].handle_timeout(now);
@@ -687,35 +678,25 @@ impl FaultyCollab {
 
     /// A request reaches the coordinator (or finds it down: refused at once).
     fn at_coordinator(&mut self, from: usize, id: u64, req: Request) -> Result<(), SimError> {
-        let now = self.now;
-        let Some(e) = self.engine.as_mut() else {
-            let what = Delivery::Failed("the coordinator is unreachable".into());
-            self.at(now, Due::ToMember { to: from, id, what });
-            return Ok(());
-        };
-        e.handle_request(now, &self.names[from], Some(from), req, (from, id))
-            .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-        self.drain_engine();
+        match self.coordinator.request(self.now, from, id, req)? {
+            Some(outs) => self.carry(outs),
+            None => {
+                let what = Delivery::Failed("the coordinator is unreachable".into());
+                self.at(self.now, Due::ToMember { to: from, id, what });
+            }
+        }
         Ok(())
     }
 
-    /// The coordinator's actions: answers go out (or are lost), checkpoints are kept.
-    fn drain_engine(&mut self) {
-        let now = self.now;
-        while let Some(action) = self.engine.as_mut().and_then(Engine::poll_action) {
-            match action {
-                engine::Action::Respond {
-                    ticket: (to, id),
-                    answer,
-                } => {
-                    let loss = loss_of(self.timeline.at(self.round), to);
-                    if let Fate::After(d) = fate(&mut self.faults[to], loss, Duration::ZERO) {
-                        let what = Delivery::Answer(answer);
-                        self.at(now + d, Due::ToMember { to, id, what });
-                    }
-                }
-                engine::Action::Save { bytes: Ok(b), .. } => self.saved = Some(b),
-                _ => {}
+    /// The coordinator's answers go out (or are lost); FedCollab's coordinator has no rounds
+    /// the checks read.
+    fn carry(&mut self, outs: Vec<Out>) {
+        for out in outs {
+            if let Out::Respond { to, id, answer } = out
+                && let Some(d) = answer_fate(&mut self.faults[to], &self.timeline, self.round, to)
+            {
+                let what = Delivery::Answer(answer);
+                self.at(self.now + d, Due::ToMember { to, id, what });
             }
         }
     }
@@ -732,18 +713,10 @@ impl FaultyCollab {
             Fault::Delay { .. } | Fault::Loss { .. } => {}
             // It registered; now it says nothing (its connection stays up).
             Fault::Leave(s) => self.runs[*s as usize].left = true,
-            Fault::CoordinatorCrash { .. } => self.engine = None,
+            Fault::CoordinatorCrash { .. } => self.coordinator.crash(),
             Fault::CoordinatorRestart => {
-                let bytes = self.saved.as_deref().ok_or_else(|| {
-                    SimError::Invariant("the coordinator restarts without a checkpoint".into())
-                })?;
-                let server = FedCollabServer::decode(self.cfg.clone(), self.seed, bytes)
-                    .map_err(|e| SimError::Invariant(format!("coordinator checkpoint: {e}")))?;
-                let mut e = Engine::new(Box::new(server), self.engine_cfg.clone());
-                e.handle_start(self.now)
-                    .map_err(|e| SimError::Invariant(format!("coordinator: {e}")))?;
-                self.engine = Some(e);
-                self.drain_engine();
+                let outs = self.coordinator.restart(self.now)?;
+                self.carry(outs);
             }
             other => {
                 return Err(SimError::Invariant(format!(

@@ -20,6 +20,7 @@ use super::pool::{Owner, par_silos_with, score_each};
 use super::{ClientEval, Ctx, SimError};
 
 mod collab;
+mod coordinator;
 mod faulty;
 mod faulty_collab;
 mod under_faults;

@@ -29,12 +29,12 @@ impl UnderFaults<FaultyMembers, MemberRun> {
         parts: Parts,
         beside: Option<Parts>,
         schedule: Schedule,
-    ) -> Self {
-        Self {
-            faulty: FaultyMembers::new(ctx, parts, schedule),
+    ) -> Result<Self, SimError> {
+        Ok(Self {
+            faulty: FaultyMembers::new(ctx, parts, schedule)?,
             fault_free: beside.map(|p| MemberRun::new(ctx, p)),
             fault_free_finals: None,
-        }
+        })
     }
 }
 
