@@ -52,9 +52,8 @@ impl Server {
                 } else {
                     None
                 };
-                if let Some(hit) = answer(stream, &files, behaviour.honour_range, cut) {
+                if answer(stream, &files, behaviour.honour_range, cut, &log).is_some() {
                     first = false;
-                    log.lock().unwrap().push(hit);
                 }
             }
         });
@@ -77,7 +76,10 @@ fn answer(
     files: &HashMap<String, Vec<u8>>,
     honour_range: bool,
     cut: Option<usize>,
-) -> Option<Hit> {
+    log: &Mutex<Vec<Hit>>,
+) -> Option<()> {
+    // A hit is logged before its answer is written: a client that has read the whole answer
+    // and asks `hits()` must find it there (logging after the write raced with the client).
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line).ok()?;
@@ -105,14 +107,15 @@ fn answer(
             "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             msg.len()
         );
-        out.write_all(head.as_bytes()).ok()?;
-        out.write_all(msg).ok()?;
-        return Some(Hit {
+        log.lock().unwrap().push(Hit {
             path,
             range,
             status: 404,
             sent: msg.len(),
         });
+        out.write_all(head.as_bytes()).ok()?;
+        out.write_all(msg).ok()?;
+        return Some(());
     };
     let start = match (&range, honour_range) {
         (Some(r), true) => r
@@ -151,17 +154,18 @@ fn answer(
             &body[..],
         ),
     };
-    out.write_all(head.as_bytes()).ok()?;
     let slice = match cut {
         Some(n) => &slice[..n.min(slice.len())],
         None => slice,
     };
-    out.write_all(slice).ok()?;
-    out.flush().ok()?;
-    Some(Hit {
+    log.lock().unwrap().push(Hit {
         path,
         range,
         status,
         sent: slice.len(),
-    })
+    });
+    out.write_all(head.as_bytes()).ok()?;
+    out.write_all(slice).ok()?;
+    out.flush().ok()?;
+    Some(())
 }
