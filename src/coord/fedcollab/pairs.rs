@@ -1,7 +1,8 @@
 //! The protocol rules of a FedCollab discriminator pair (spec §6 phase 2) over an unreliable
 //! network, without the discriminator's arithmetic. The answering side's: which requests start a
-//! pair, start it over or ask the driving side to start over ([`admit`]), and which partners
-//! have been silent too long ([`Silence`]); and the driving side's ([`Driving`]): each
+//! pair, start it over or ask the driving side to start over ([`admit`]), what a request for a
+//! pair that already ended gets ([`after_end`]), and which partners have been silent too long
+//! ([`Silence`]); and the driving side's ([`Driving`]): each
 //! exchange's budget, what an answer means, how often a pair may start over.
 //! Owns: those rules (time is passed in as `now`).
 //! Must not: read a clock, touch sockets, threads or tensors, or step, average or evaluate a
@@ -18,8 +19,11 @@ pub enum PairRequest {
         /// Its round.
         round: u32,
     },
-    /// The driving side stopped the pair.
-    Done,
+    /// The driving side stopped the pair after `rounds`.
+    Done {
+        /// Its rounds.
+        rounds: u32,
+    },
 }
 
 /// What the answering side holds of a pair.
@@ -50,7 +54,7 @@ pub enum Admit {
 pub fn admit(held: Option<Held>, req: PairRequest) -> Admit {
     let continues = match req {
         PairRequest::Step { round } => round > 0,
-        PairRequest::Done => true,
+        PairRequest::Done { .. } => true,
     };
     match held {
         None if continues => Admit::Restart,
@@ -64,6 +68,30 @@ pub fn admit(held: Option<Held>, req: PairRequest) -> Admit {
             Admit::StartOver
         }
         Some(_) => Admit::Continue,
+    }
+}
+
+/// What the answering side does with a request for a pair that has ended on its side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The stop again, after the rounds the pair ended with: acknowledge it again (the first
+    /// acknowledgement may have been lost).
+    Ack,
+    /// Round 0 of a pair that ended with an estimate: the driving side was restarted before it
+    /// kept the pair's end. Run the pair again from round 0 (it ends as the first run did,
+    /// both halves being seeded); its result was reported already and is not reported again.
+    Replay,
+    /// Anything else: the pair is over.
+    Over,
+}
+
+/// The answering side's decision for `req`, for a pair that ended here with an estimate after
+/// `agreed` rounds (`None`: it ended without one: failed, refused or given up).
+pub fn after_end(agreed: Option<u32>, req: PairRequest) -> Ended {
+    match (agreed, req) {
+        (Some(a), PairRequest::Done { rounds }) if a == rounds => Ended::Ack,
+        (Some(_), PairRequest::Step { round: 0 }) => Ended::Replay,
+        _ => Ended::Over,
     }
 }
 
@@ -212,15 +240,32 @@ mod tests {
         assert_eq!(admit(None, step(0)), Admit::Start);
         // This side restarted and lost the pair: the driving side starts over.
         assert_eq!(admit(None, step(3)), Admit::Restart);
-        assert_eq!(admit(None, PairRequest::Done), Admit::Restart);
+        assert_eq!(admit(None, PairRequest::Done { rounds: 3 }), Admit::Restart);
         assert_eq!(admit(held(3, Some(2)), step(3)), Admit::Continue);
-        assert_eq!(admit(held(3, Some(2)), PairRequest::Done), Admit::Continue);
+        assert_eq!(
+            admit(held(3, Some(2)), PairRequest::Done { rounds: 3 }),
+            Admit::Continue
+        );
         // The driving side restarted: round 0 again after the pair moved on.
         assert_eq!(admit(held(3, Some(2)), step(0)), Admit::StartOver);
         // Round 0's answer was lost: its retransmission is no restart.
         assert_eq!(admit(held(1, Some(0)), step(0)), Admit::Continue);
         // Held but never stepped (a pair just started).
         assert_eq!(admit(held(0, None), step(0)), Admit::Continue);
+    }
+
+    #[test]
+    fn an_ended_pair_acks_its_stop_again_and_replays_only_when_it_ended_with_an_estimate() {
+        let done = |rounds| PairRequest::Done { rounds };
+        let step = |round| PairRequest::Step { round };
+        assert_eq!(after_end(Some(40), done(40)), Ended::Ack);
+        assert_eq!(after_end(Some(40), done(30)), Ended::Over);
+        // The driving side restarted before keeping the end: the pair runs again.
+        assert_eq!(after_end(Some(40), step(0)), Ended::Replay);
+        // Anything else of an ended pair, and every request of a pair that failed, is refused.
+        assert_eq!(after_end(Some(40), step(5)), Ended::Over);
+        assert_eq!(after_end(None, step(0)), Ended::Over);
+        assert_eq!(after_end(None, done(40)), Ended::Over);
     }
 
     #[test]

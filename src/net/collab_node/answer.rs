@@ -11,7 +11,7 @@
 use super::link::DiscJob;
 use crate::coord::PairDistance;
 use crate::coord::fedcollab::FedCollabConfig;
-use crate::coord::fedcollab::pairs::{Admit, Held, PairRequest, Silence, admit};
+use crate::coord::fedcollab::pairs::{Admit, Ended, Held, PairRequest, Silence, admit, after_end};
 use crate::learn::Learner;
 use crate::protocol::{CollabRequest, CollabResponse};
 use crate::silo::fedcollab::{DiscData, DiscModel, PairHalf};
@@ -57,8 +57,10 @@ struct Pair {
 ///
 /// Restarts: a round past 0 of a pair this side does not hold (it was restarted) is answered
 /// [`CollabResponse::Restart`]; round 0 of a pair this side holds further on means the
-/// partner restarted: the pair starts over. A repeated `DiscDone` of a pair that ended with
-/// the same rounds is acknowledged again (the first acknowledgement may have been lost).
+/// partner restarted: the pair starts over. A pair that ended here is over, except as
+/// [`after_end`] says: its stop is acknowledged again, and a partner restarted before it kept
+/// the pair's end runs it again (reported once). So the thread answers until the event loop
+/// lets go of `jobs` (when the silo has its coalition), not only until its pairs ended.
 pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
     let finished: HashSet<usize> = a.kept.keys().copied().collect();
     // The one clock of this thread: read here, passed in to the side's rules.
@@ -69,9 +71,10 @@ pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
         finished,
         // Pairs that ended with an estimate: partner → rounds.
         agreed: a.kept.clone(),
+        replaying: HashSet::new(),
         a,
     };
-    while side.finished.len() < side.a.higher.len() {
+    loop {
         match jobs.recv_timeout(Duration::from_millis(250)) {
             Ok(DiscJob { from, req, reply }) => {
                 let now = Instant::now();
@@ -94,16 +97,29 @@ struct Side {
     silence: Silence,
     pairs: HashMap<usize, Pair>,
     finished: HashSet<usize>,
+    /// Pairs that ended with an estimate: partner → rounds.
     agreed: HashMap<usize, u32>,
+    /// Ended pairs run again for a restarted partner ([`Ended::Replay`]).
+    replaying: HashSet<usize>,
 }
 
 fn refuse(reason: String) -> CollabResponse {
     CollabResponse::Error { reason }
 }
 
+/// A pair request as the protocol's rules see it; `None` for any other request.
+fn pair_request(req: &CollabRequest) -> Option<PairRequest> {
+    match req {
+        CollabRequest::DiscStep { round, .. } => Some(PairRequest::Step { round: *round }),
+        CollabRequest::DiscDone { rounds, .. } => Some(PairRequest::Done { rounds: *rounds }),
+        CollabRequest::Model { .. } => None,
+    }
+}
+
 impl Side {
-    /// Records a pair's result, once.
+    /// Records a pair's result, once (a replayed pair's end is not reported again).
     fn finish(&mut self, partner: usize, d: Option<f64>, rounds: u32) {
+        self.replaying.remove(&partner);
         if self.finished.insert(partner) {
             let _ = self.a.done.try_send(PairDistance {
                 partner: partner as u32,
@@ -132,20 +148,27 @@ impl Side {
                  planned silos drives)"
             ));
         }
-        if self.finished.contains(&from) {
-            let again = matches!(req, CollabRequest::DiscDone { rounds, .. }
-                if self.agreed.get(&from) == Some(&rounds));
-            return if again {
-                CollabResponse::Ack
-            } else {
-                refuse(format!("the pair ({me}, {from}) is over"))
-            };
+        let Some(asked) = pair_request(&req) else {
+            return refuse("not a pair request".into());
+        };
+        if self.finished.contains(&from) && !self.replaying.contains(&from) {
+            match after_end(self.agreed.get(&from).copied(), asked) {
+                Ended::Ack => return CollabResponse::Ack,
+                Ended::Over => return refuse(format!("the pair ({me}, {from}) is over")),
+                Ended::Replay => {
+                    info!(
+                        partner = from,
+                        "the partner lost the pair's end (restarted): running it again"
+                    );
+                    self.replaying.insert(from);
+                }
+            }
         }
         if let Err(reason) = req.check(self.params) {
             warn!(partner = from, %reason, "refused a pair request");
             return refuse(reason);
         }
-        if let Err(answer) = self.hold(now, from, &req) {
+        if let Err(answer) = self.hold(now, from, asked) {
             return answer;
         }
         match req {
@@ -165,13 +188,8 @@ impl Side {
         &mut self,
         now: Instant,
         from: usize,
-        req: &CollabRequest,
+        asked: PairRequest,
     ) -> Result<(), CollabResponse> {
-        let asked = match req {
-            CollabRequest::DiscStep { round, .. } => PairRequest::Step { round: *round },
-            CollabRequest::DiscDone { .. } => PairRequest::Done,
-            CollabRequest::Model { .. } => return Err(refuse("not a pair request".into())),
-        };
         let held = self.pairs.get(&from).map(|p| Held {
             rounds: p.half.rounds(),
             last_answered: p.last.as_ref().map(|(r, _)| *r),
@@ -300,5 +318,148 @@ impl Side {
             "stopped after {rounds} rounds; this side ran {here} and would {}stop",
             if stops { "" } else { "not " }
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::{Dataset, Labels};
+
+    const SEED: u64 = 7;
+
+    /// 40 rows of two features, two classes; silo 1's features are shifted, so the pair's
+    /// discriminator has something to tell apart.
+    fn silo_rows(shift: f32) -> Dataset {
+        let n = 40;
+        let features = (0..n)
+            .flat_map(|i| [((i * 7) % 11) as f32 / 11.0 + shift, (i % 2) as f32])
+            .collect();
+        let ids = (0..n).map(|i| (i % 2) as u32).collect();
+        Dataset::new(
+            features,
+            vec![2],
+            Labels::Class {
+                ids,
+                num_classes: 2,
+            },
+        )
+        .unwrap()
+    }
+
+    fn config() -> FedCollabConfig {
+        FedCollabConfig {
+            disc_hidden: 8,
+            disc_batch_size: 8,
+            disc_eval_every: 2,
+            disc_patience: 2,
+            disc_max_rounds: 12,
+            ..FedCollabConfig::default()
+        }
+    }
+
+    /// Silo 0's answering side of its pair with silo 1, and where its results go.
+    fn side(fc: &FedCollabConfig) -> (Side, mpsc::Receiver<PairDistance>) {
+        let train = silo_rows(0.0);
+        let model = Arc::new(DiscModel::new(&train, fc, SEED).unwrap());
+        let disc = Arc::new(model.silo_data(&train, 0, SEED, 10.0).unwrap());
+        let (done, results) = mpsc::channel(4);
+        let a = Answering {
+            me: 0,
+            higher: vec![1],
+            kept: HashMap::new(),
+            learner: Learner::new(&model.spec, fc.disc_batch_size).unwrap(),
+            model,
+            disc,
+            fc: fc.clone(),
+            seed: SEED,
+            done,
+            idle: Duration::from_secs(60),
+        };
+        let side = Side {
+            params: a.model.init.len(),
+            silence: Silence::new(Instant::now(), a.idle),
+            pairs: HashMap::new(),
+            finished: HashSet::new(),
+            agreed: HashMap::new(),
+            replaying: HashSet::new(),
+            a,
+        };
+        (side, results)
+    }
+
+    /// Silo 1 drives the pair with `side` from round 0 as a node's driving side does, each
+    /// exchange a direct call: `(estimate, rounds)`, or the first answer that was not the one
+    /// asked for.
+    fn drive(side: &mut Side, fc: &FedCollabConfig) -> Result<(Option<f64>, u32), String> {
+        let train = silo_rows(0.5);
+        let model = DiscModel::new(&train, fc, SEED).unwrap();
+        let disc = Arc::new(model.silo_data(&train, 1, SEED, 10.0).unwrap());
+        let mut half = PairHalf::new(fc, &model, disc, 1, 0, SEED)?;
+        let mut learner = Learner::new(&model.spec, fc.disc_batch_size).unwrap();
+        let mut acc_prev = None;
+        while !half.done() {
+            let own = half.step(&mut learner).unwrap();
+            let req = CollabRequest::DiscStep {
+                round: half.rounds() as u32,
+                weights: Arc::new(own.clone()),
+                acc: acc_prev.take(),
+            };
+            let resp = side.answer(Instant::now(), 1, req);
+            let CollabResponse::DiscStep { weights, acc } = resp else {
+                return Err(format!("round {}: {resp:?}", half.rounds()));
+            };
+            if half.combine(&own, &weights)? {
+                let acc_hi = half.accuracy(&mut learner).unwrap();
+                half.record(acc.expect("an evaluated round's accuracy"), acc_hi);
+                acc_prev = Some(acc_hi);
+            }
+        }
+        let rounds = half.rounds() as u32;
+        let stop = CollabRequest::DiscDone {
+            rounds,
+            acc: acc_prev,
+        };
+        match side.answer(Instant::now(), 1, stop) {
+            CollabResponse::Ack => Ok((half.estimate(), rounds)),
+            other => Err(format!("the stop: {other:?}")),
+        }
+    }
+
+    /// The flake this guards against: the driving silo was killed after its partner
+    /// acknowledged the pair's end but before it kept the result. Restarted, it drives the pair
+    /// from round 0 again; refusing it ("the pair is over") left the driving silo without that
+    /// distance while its partner had reported one.
+    #[test]
+    fn a_partner_restarted_after_the_pairs_end_runs_it_again_and_it_is_reported_once() {
+        let fc = config();
+        let (mut side, mut results) = side(&fc);
+        let first = drive(&mut side, &fc).unwrap();
+        assert!(
+            first.0.is_some(),
+            "the pair ended with an estimate: {first:?}"
+        );
+        let reported = results.try_recv().unwrap();
+        assert_eq!((reported.distance, reported.rounds), first);
+
+        let again = drive(&mut side, &fc).expect("the ended pair runs again");
+        assert_eq!(again, first, "a replay ends as the first run did");
+        assert!(results.try_recv().is_err(), "reported twice");
+        // The stop is acknowledged again; any other step of the ended pair is refused.
+        let stop = CollabRequest::DiscDone {
+            rounds: first.1,
+            acc: None,
+        };
+        assert_eq!(side.answer(Instant::now(), 1, stop), CollabResponse::Ack);
+        let late = CollabRequest::DiscStep {
+            round: 3,
+            weights: Arc::new(side.a.model.init.clone()),
+            acc: None,
+        };
+        let resp = side.answer(Instant::now(), 1, late);
+        assert!(
+            matches!(&resp, CollabResponse::Error { reason } if reason.contains("is over")),
+            "{resp:?}"
+        );
     }
 }

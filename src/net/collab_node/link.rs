@@ -53,10 +53,22 @@ pub(super) enum Cmd {
     Served(u64, Reply<usize>),
     /// Where the pair requests go once the discriminator is built.
     DiscServer(SyncSender<DiscJob>),
+    /// The silo has its coalition: no pair runs again, the answering thread may end.
+    PairsOver,
 }
 
 /// The node's handle on its event loop.
 pub(super) type Link = Client<Cmd>;
+
+/// Where the event loop sends pair requests.
+enum Disc {
+    /// No distance plan yet.
+    NotYet,
+    /// The answering thread.
+    Open(SyncSender<DiscJob>),
+    /// The silo has its coalition: its pairs are over.
+    Over,
+}
 
 /// A pair request for the discriminator thread.
 pub(super) struct DiscJob {
@@ -140,7 +152,7 @@ pub(super) fn start(
         held: Vec::new(),
         model_reqs: HashMap::new(),
         served: HashMap::new(),
-        disc: None,
+        disc: Disc::NotYet,
         answers: FuturesUnordered::new(),
     };
     Ok((link, tokio::spawn(event_loop.run())))
@@ -198,7 +210,7 @@ struct EventLoop {
     /// silo does not leave while its last model is still on its way.
     model_reqs: HashMap<InboundRequestId, (u64, PeerId)>,
     served: HashMap<u64, HashSet<PeerId>>,
-    disc: Option<SyncSender<DiscJob>>,
+    disc: Disc,
     /// The discriminator thread's answers on their way out.
     answers: FuturesUnordered<Answer>,
 }
@@ -268,7 +280,9 @@ impl EventLoop {
             Cmd::Served(round, reply) => {
                 let _ = reply.send(Ok(self.served.get(&round).map_or(0, HashSet::len)));
             }
-            Cmd::DiscServer(tx) => self.disc = Some(tx),
+            Cmd::DiscServer(tx) => self.disc = Disc::Open(tx),
+            // Dropping the sender ends the answering thread.
+            Cmd::PairsOver => self.disc = Disc::Over,
         }
     }
 
@@ -366,10 +380,14 @@ impl EventLoop {
         let over = || CollabResponse::Error {
             reason: "this silo's pairs are over".into(),
         };
-        let Some(tx) = &self.disc else {
-            let reason = "no distance plan yet".into();
-            self.respond(channel, CollabResponse::NotReady { reason });
-            return;
+        let tx = match &self.disc {
+            Disc::Open(tx) => tx,
+            Disc::NotYet => {
+                let reason = "no distance plan yet".into();
+                self.respond(channel, CollabResponse::NotReady { reason });
+                return;
+            }
+            Disc::Over => return self.respond(channel, over()),
         };
         let (otx, orx) = oneshot::channel();
         match tx.try_send(DiscJob {

@@ -293,7 +293,11 @@ impl Node {
     ) -> anyhow::Result<()> {
         let link = &self.link;
         match action {
-            Action::Adopt(c) => state.coalition = Some((c.members, c.sizes)),
+            Action::Adopt(c) => {
+                state.coalition = Some((c.members, c.sizes));
+                // The structure is solved: a pair run again would count no more.
+                let _ = link.tell(Cmd::PairsOver).await;
+            }
             Action::Save => save(&self.ckpt, state, &mut self.saves),
             Action::Republish => {
                 if let Some((r, p)) = &state.last_local {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 /// Pairs this silo finished in the distance phase (`fedcollab.pairs`, rewritten after each),
@@ -127,7 +127,7 @@ pub(super) async fn estimate(ph: Phase<'_>) -> anyhow::Result<Vec<PairDistance>>
         done: done_tx.clone(),
         idle: ph.fetch * 3,
     };
-    let server_gone = answer_on_thread(ph.link, answering).await?;
+    answer_on_thread(ph.link, answering).await?;
     // The driving side: one task per lower-index partner.
     for partner in lower {
         let (link, model, disc, fc, done) = (
@@ -162,8 +162,8 @@ pub(super) async fn estimate(ph: Phase<'_>) -> anyhow::Result<Vec<PairDistance>>
         }
         out.push(p);
     }
-    // The answering thread is done once its pairs are (or given up).
-    let _ = server_gone.await;
+    // The answering thread outlives the phase: a partner restarted before it kept a pair's
+    // end runs the pair again (answer.rs). The event loop lets it go with the coalition.
     for &partner in planned.iter().filter(|&&p| p != me) {
         if !out.iter().any(|p| p.partner as usize == partner) {
             out.push(PairDistance {
@@ -178,23 +178,15 @@ pub(super) async fn estimate(ph: Phase<'_>) -> anyhow::Result<Vec<PairDistance>>
 }
 
 /// Starts the answering side's thread and points the event loop's pair requests at it. The
-/// receiver resolves once the thread has ended.
-async fn answer_on_thread(
-    link: &Link,
-    answering: Answering,
-) -> anyhow::Result<oneshot::Receiver<()>> {
+/// thread ends when the event loop lets go of its requests ([`Cmd::PairsOver`]).
+async fn answer_on_thread(link: &Link, answering: Answering) -> anyhow::Result<()> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel(DISC_QUEUE);
-    let (gone_tx, gone_rx) = oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("pairs".into())
-        .spawn(move || {
-            let _gone = gone_tx;
-            answer_pairs(answering, jobs_rx)
-        })?;
+        .spawn(move || answer_pairs(answering, jobs_rx))?;
     link.tell(Cmd::DiscServer(jobs_tx))
         .await
-        .map_err(|_| anyhow::anyhow!("swarm task ended"))?;
-    Ok(gone_rx)
+        .map_err(|_| anyhow::anyhow!("swarm task ended"))
 }
 
 /// A driven pair's result: its distance, or none when it failed.
