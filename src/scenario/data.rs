@@ -55,6 +55,10 @@ pub struct DataConfig {
     pub label_column: Option<Column>,
     /// CSV, natural partitions: the column naming each row's silo.
     pub silo_column: Option<Column>,
+    /// Natural partitions: each silo's group, in silo order (as `simulate` lists the silos),
+    /// when you know which silos share a distribution: reports then give FedeRiCo's weight on
+    /// the silo's own group (same-group and peer mass). Names or numbers; equal means one group.
+    pub silo_groups: Option<Vec<GroupName>>,
     /// Own data: the number of classes (default: as found, see `learn::loaders::unify`).
     pub classes: Option<usize>,
     /// Own data: put every feature on one scale (z-scores with constants fitted on every
@@ -75,6 +79,47 @@ pub struct DataConfig {
     pub noise: f64,
 }
 
+/// A silo's group in `data.silo_groups`: a name or a number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GroupName {
+    /// `0`, `1`, …
+    Number(i64),
+    /// `"urban"`, …
+    Name(String),
+}
+
+impl DataConfig {
+    /// Each silo's group index (in order of first appearance) from `silo_groups` for a
+    /// natural split of `names`; an error naming both counts when they differ.
+    pub(super) fn groups_of(&self, names: &[String]) -> Result<Option<Vec<usize>>, ScenarioError> {
+        let Some(given) = &self.silo_groups else {
+            return Ok(None);
+        };
+        if given.len() != names.len() {
+            return Err(ScenarioError::Invalid(format!(
+                "data.silo_groups has {} entries; the data has {} silos ({}), one entry each, \
+                 in that order",
+                given.len(),
+                names.len(),
+                names.join(", ")
+            )));
+        }
+        let mut seen: Vec<&GroupName> = Vec::new();
+        let groups = given
+            .iter()
+            .map(|g| match seen.iter().position(|s| *s == g) {
+                Some(i) => i,
+                None => {
+                    seen.push(g);
+                    seen.len() - 1
+                }
+            })
+            .collect();
+        Ok(Some(groups))
+    }
+}
+
 impl Default for DataConfig {
     fn default() -> Self {
         Self {
@@ -87,6 +132,7 @@ impl Default for DataConfig {
             silos: None,
             label_column: None,
             silo_column: None,
+            silo_groups: None,
             classes: None,
             standardize: None,
             classes_per_group: 4,
@@ -371,7 +417,13 @@ impl Scenario {
                     None => {
                         let (names, sets): (Vec<String>, Vec<Dataset>) =
                             own.silos.iter().cloned().unzip();
-                        partition::natural(&sets, &names, sp.train_fraction, rng)?
+                        let mut fed = partition::natural(&sets, &names, sp.train_fraction, rng)?;
+                        if let Some(groups) = self.data.groups_of(&names)? {
+                            for (c, g) in fed.clients.iter_mut().zip(groups) {
+                                c.group = Some(g);
+                            }
+                        }
+                        fed
                     }
                 };
                 if let Some(test) = &own.test {

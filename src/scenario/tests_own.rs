@@ -161,11 +161,33 @@ fn natural_silos_from_files_a_pattern_and_mismatches() {
         )
         .is_ok()
     );
+    // Groups, in silo order, by name or number; a count that does not match is an error
+    // naming the silos.
+    let grouped =
+        |groups: &str| pattern.replace("silos = ", &format!("silo_groups = {groups}\nsilos = "));
+    let s = load(tmp.path(), &grouped(r#"["north", "south", "north"]"#)).unwrap();
+    let g: Vec<Option<usize>> = federation(&s, 3).clients.iter().map(|c| c.group).collect();
+    assert_eq!(g, [Some(0), Some(1), Some(0)]);
+    let s = load(tmp.path(), &grouped("[7, 7, 2]")).unwrap();
+    let g: Vec<Option<usize>> = federation(&s, 3).clients.iter().map(|c| c.group).collect();
+    assert_eq!(g, [Some(0), Some(0), Some(1)]);
+    let e = federation_err(tmp.path(), &grouped("[0, 1]"));
+    assert!(
+        e.contains("data.silo_groups has 2 entries")
+            && e.contains("3 silos")
+            && e.contains("site-2.csv"),
+        "{e}"
+    );
     // kind must say natural.
     let e = load(tmp.path(), &pattern.replace("natural", "iid"))
         .unwrap_err()
         .to_string();
     assert!(e.contains("split.kind = \"natural\""), "{e}");
+    // Other splits know their groups.
+    let e = load(tmp.path(), "[data]\nsilo_groups = [0, 1]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("data.silo_groups is for own data"), "{e}");
     // A silo file with no rows names the file.
     std::fs::write(sites.join("site-1.csv"), "x0,x1,label\n").unwrap();
     let e = federation_err(tmp.path(), &pattern);

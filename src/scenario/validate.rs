@@ -236,6 +236,7 @@ impl Scenario {
                 (d.silos.is_some(), "silos"),
                 (d.label_column.is_some(), "label_column"),
                 (d.silo_column.is_some(), "silo_column"),
+                (d.silo_groups.is_some(), "silo_groups"),
                 (d.classes.is_some(), "classes"),
                 (d.standardize.is_some(), "standardize"),
             ];
@@ -258,6 +259,11 @@ impl Scenario {
                 )
             },
         )?;
+        check(natural || d.silo_groups.is_none(), || {
+            "data.silo_groups is for natural partitions (data.silos or data.silo_column): other \
+             splits know their groups"
+                .into()
+        })?;
         check(!(d.silos.is_some() && d.silo_column.is_some()), || {
             "give data.silos or data.silo_column, not both".into()
         })?;
