@@ -422,6 +422,21 @@ fn push_cut_holds_gradients_back_from_models_below_the_cut_but_never_from_self()
         ..Default::default()
     };
     assert!(paper_floor.validate().unwrap_err().contains("own_floor"));
+    // `score_share` too (off by default); the paper's algorithm trains and scores on every row.
+    assert_eq!(FedericoConfig::default().score_share, 0.0);
+    for h in [-0.1, 0.6, f64::NAN] {
+        let bad = FedericoConfig {
+            score_share: h,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("score_share"), "{h}");
+    }
+    let held = FedericoConfig {
+        variant: Variant::Paper,
+        score_share: 0.2,
+        ..Default::default()
+    };
+    assert!(held.validate().unwrap_err().contains("score_share"));
     // The cut is checked like every other field.
     let bad = FedericoConfig {
         push_cut: Some(1.5),

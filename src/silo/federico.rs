@@ -1,7 +1,8 @@
 //! FedeRiCo's work on one silo's data: the learner jobs of [`crate::core::round`] — measure,
 //! scale, step, evaluate.
 //!
-//! Owns: the silo's own model between rounds (parameters, Adam state, version) and the
+//! Owns: the silo's own model between rounds (parameters, Adam state, version), which of its
+//! training rows train and which only score models (`score_share`: [`score_rows`]), and the
 //! arithmetic of a round: mean loss = summed loss / n; each measured gradient scaled in f32 by
 //! its owner's fresh weight; one Adam step on the owner's inbox sum (summed in node order by
 //! the inbox), then the version bumped. The node's training thread and the simulator both run
@@ -13,12 +14,13 @@
 use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Adam, ClientData, Evaluation, LearnError, Learner};
+use crate::learn::{Adam, ClientData, Dataset, Evaluation, Labels, LearnError, Learner};
 use crate::silo::attack::{Attack, Poisoner};
 use crate::silo::batches::{BatchCursor, skip_steps};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// One silo's FedeRiCo model and what it holds between the jobs of a round.
@@ -39,6 +41,19 @@ pub struct FedericoSilo {
     batches: Option<(BatchCursor, usize)>,
     /// A poisoning attack in force (fault schedules only).
     poison: Option<Poisoner>,
+    /// The training rows split into those that train and those that only score
+    /// ([`FedericoSilo::with_score_rows`]); `None`: every row does both.
+    split: Option<Split>,
+}
+
+/// A silo's training rows as two sets: `fit` (every gradient) and `score` (every loss).
+#[derive(Debug)]
+struct Split {
+    fit_rows: Vec<usize>,
+    score_rows: Vec<usize>,
+    /// The two sets of the unpoisoned rows, built once.
+    fit: crate::learn::Dataset,
+    score: crate::learn::Dataset,
 }
 
 impl FedericoSilo {
@@ -52,7 +67,43 @@ impl FedericoSilo {
             rescale: 1.0,
             batches: None,
             poison: None,
+            split: None,
         }
+    }
+
+    /// Holds `share` of the training rows `train` of node `me` (a run seeded `seed`) out of
+    /// every gradient: they only score models ([`score_rows`]). 0 (or too few rows to hold
+    /// any out) keeps every row for both. Call before [`Self::with_batches`], whose stream
+    /// then runs over the rows that train.
+    pub fn with_score_rows(mut self, share: f64, seed: u64, me: NodeId, train: &Dataset) -> Self {
+        let ids: Vec<u32> = match &train.labels {
+            Labels::Class { ids, .. } => ids.clone(),
+            Labels::Real(v) => vec![0; v.len()],
+        };
+        let mut rng = StdRng::seed_from_u64(stream_seed(seed ^ TAG_SCORE, me, Stream::Batches));
+        let (fit_rows, score_rows) = score_rows(&ids, share, &mut rng);
+        self.split = (!score_rows.is_empty()).then(|| Split {
+            fit: train.subset(&fit_rows),
+            score: train.subset(&score_rows),
+            fit_rows,
+            score_rows,
+        });
+        self
+    }
+
+    /// This silo with `old`'s split of the rows (a restarted silo of a simulation: the split
+    /// depends only on the seed, the silo and its rows).
+    pub fn with_rows_of(mut self, old: &mut FedericoSilo) -> Self {
+        self.split = old.split.take();
+        self
+    }
+
+    /// How many rows train and how many score (equal to the training rows when none are held
+    /// out).
+    pub fn rows(&self, n_train: usize) -> (usize, usize) {
+        self.split.as_ref().map_or((n_train, n_train), |s| {
+            (s.fit_rows.len(), s.score_rows.len())
+        })
     }
 
     /// Starts (`Some`) or ends (`None`) a poisoning attack by this silo, node `me` of a run
@@ -72,7 +123,7 @@ impl FedericoSilo {
 
     /// The silo of node `me` in a run seeded `seed` with `sub_steps` mini-batch sub-steps per
     /// round (`None`: one full step, no batches): the stream it draws batches of `batch` from
-    /// over its `n_train` rows, past the sub-steps of the `rounds_done` rounds already run (a
+    /// over its `n_train` rows (those that train, after [`Self::with_score_rows`]), past the sub-steps of the `rounds_done` rounds already run (a
     /// resumed silo replays its draws: they depend only on the row count). The simulator and
     /// the node derive the stream alike, so a fault-free swarm draws the simulator's batches.
     pub fn with_batches(
@@ -86,7 +137,8 @@ impl FedericoSilo {
     ) -> Self {
         let Some(s) = sub_steps else { return self };
         let rng = StdRng::seed_from_u64(stream_seed(seed ^ 0xFEDE, me, Stream::Batches));
-        let mut cursor = BatchCursor::new(n_train, rng);
+        let (n_fit, _) = self.rows(n_train);
+        let mut cursor = BatchCursor::new(n_fit, rng);
         skip_steps(&mut cursor, batch, (rounds_done * s) as usize);
         self.batches = Some((cursor, batch));
         self
@@ -112,8 +164,31 @@ impl FedericoSilo {
         job: Job,
     ) -> Result<Done, LearnError> {
         let flipped = self.poison.as_mut().and_then(|p| p.train_rows(&data.train));
+        // The rows that train and those that score: built once, or from the poisoned rows.
+        // Out of `self` while the job runs, which borrows the silo mutably.
+        let split = self.split.take();
+        let parts = match (&split, &flipped) {
+            (None, _) => None,
+            (Some(s), None) => Some((Cow::Borrowed(&s.fit), Cow::Borrowed(&s.score))),
+            (Some(s), Some(f)) => Some((
+                Cow::Owned(f.subset(&s.fit_rows)),
+                Cow::Owned(f.subset(&s.score_rows)),
+            )),
+        };
         let train = flipped.as_deref().unwrap_or(&data.train);
-        let mut done = self.job(learner, data, train, job)?;
+        let (fit, held) = match &parts {
+            Some((f, h)) => (f.as_ref(), h.as_ref()),
+            None => (train, train),
+        };
+        let rows = Rows {
+            fit,
+            score: held,
+            held_out: parts.is_some(),
+        };
+        let done = self.job(learner, data, rows, job);
+        drop(parts);
+        self.split = split;
+        let mut done = done?;
         if let Some(p) = self.poison.as_mut() {
             match &mut done {
                 Done::Scaled { grads } => p.gradients(grads),
@@ -128,9 +203,10 @@ impl FedericoSilo {
         &mut self,
         learner: &mut Learner,
         data: &ClientData,
-        train: &crate::learn::Dataset,
+        rows: Rows<'_>,
         job: Job,
     ) -> Result<Done, LearnError> {
+        let (train, held, split) = (rows.fit, rows.score, rows.held_out);
         Ok(match job {
             Job::Measure {
                 models,
@@ -141,7 +217,12 @@ impl FedericoSilo {
                 let mut losses = Vec::with_capacity(models.len());
                 for (b, params) in models {
                     let (loss_sum, grad) = learner.loss_and_grad(&params, train, None)?;
-                    losses.push((b, loss_sum / train.len() as f64));
+                    let loss = if split {
+                        learner.evaluate(&params, held)?.mean_loss()
+                    } else {
+                        loss_sum / train.len() as f64
+                    };
+                    losses.push((b, loss));
                     self.pending.push((b, grad));
                 }
                 Done::Measured { losses }
@@ -155,7 +236,7 @@ impl FedericoSilo {
                 self.rescale = rescale;
                 let mut losses = Vec::with_capacity(models.len());
                 for (b, params) in models {
-                    losses.push((b, learner.evaluate(&params, train)?.mean_loss()));
+                    losses.push((b, learner.evaluate(&params, held)?.mean_loss()));
                     let (_, grad) = learner.loss_and_grad(&params, train, Some(&rows))?;
                     self.pending.push((b, grad));
                 }
@@ -199,6 +280,66 @@ impl FedericoSilo {
             }
         })
     }
+}
+
+/// The rows a job uses: those that train (every gradient) and those that score (every loss);
+/// the same rows twice when none are held out.
+struct Rows<'a> {
+    fit: &'a Dataset,
+    score: &'a Dataset,
+    /// The two differ (some rows only score).
+    held_out: bool,
+}
+
+/// Stream tag of the score rows' draw (mixed into the run seed).
+const TAG_SCORE: u64 = 0x5C0E_0001;
+
+/// Splits a silo's training rows (given by their class ids; one class for a regression target)
+/// into `(fit, score)`: `round(share · n)` rows score, at most `n − 1`, taken one at a time from
+/// the class furthest below its share of them (ties in a shuffled order), so each class gives
+/// about its share and a silo with a few rows per class gives one row of as many classes as
+/// it can; never a class's last row (it stays to train). Each class's rows
+/// are shuffled with `rng`. Both lists ascending.
+pub fn score_rows<R: rand::Rng + ?Sized>(
+    ids: &[u32],
+    share: f64,
+    rng: &mut R,
+) -> (Vec<usize>, Vec<usize>) {
+    use rand::seq::SliceRandom;
+    let n = ids.len();
+    let want = ((share * n as f64).round() as usize).min(n.saturating_sub(1));
+    let classes = ids.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+    let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); classes];
+    for (i, &c) in ids.iter().enumerate() {
+        by_class[c as usize].push(i);
+    }
+    let mut order: Vec<usize> = (0..classes).collect();
+    order.shuffle(rng);
+    for rows in &mut by_class {
+        rows.shuffle(rng);
+    }
+    // A class's due: its share of `want` (size · want / n) less what it gave, times n.
+    let sizes: Vec<i64> = by_class.iter().map(|r| r.len() as i64).collect();
+    let mut given = vec![0i64; classes];
+    let mut score = Vec::with_capacity(want);
+    while score.len() < want {
+        // The class furthest below its share (first in the shuffled order among equals).
+        let due = |c: usize| sizes[c] * want as i64 - given[c] * n as i64;
+        let Some((_, &c)) = order
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| by_class[**c].len() > 1)
+            .max_by_key(|(at, c)| (due(**c), std::cmp::Reverse(*at)))
+        else {
+            break;
+        };
+        score.push(by_class[c].pop().expect("more than one row"));
+        given[c] += 1;
+    }
+    let mut fit: Vec<usize> = by_class.into_iter().flatten().collect();
+    fit.sort_unstable();
+    score.sort_unstable();
+    (fit, score)
 }
 
 /// Multiplies a gradient by a weight, in f32 (the weight rounded once).
@@ -245,7 +386,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 6: `FedericoConfig` gained `soften`.
 /// 7: `FedericoConfig::loss_scale` became optional (absent: the variant's) and gained `auto`.
 /// 8: `FedericoConfig` gained `own_floor`.
-const VERSION: u32 = 8;
+/// 9: `FedericoConfig` gained `score_share`.
+const VERSION: u32 = 9;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals
@@ -403,6 +545,114 @@ mod tests {
         let e = Checkpoint::load(&kept).err().unwrap();
         assert!(e.contains("kept/checkpoint.bin:"), "{e}");
         assert!(e.contains("kept/checkpoint.bin.prev:"), "{e}");
+    }
+
+    #[test]
+    fn score_rows_spread_over_the_classes_and_never_take_a_class_s_last_row() {
+        // 10 rows of class 0, 3 of class 1, 1 of class 2.
+        let ids: Vec<u32> = [vec![0; 10], vec![1; 3], vec![2]].concat();
+        let draw =
+            |share: f64, seed: u64| score_rows(&ids, share, &mut StdRng::seed_from_u64(seed));
+        let (fit, score) = draw(0.25, 1);
+        assert_eq!(score.len(), 4, "round(0.25 · 14)");
+        let mut all = [fit.clone(), score.clone()].concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..14).collect::<Vec<_>>(), "disjoint, and all rows");
+        let of = |c: u32| score.iter().filter(|&&i| ids[i] == c).count();
+        // Each class about its share of 4: 2.9, 0.9 and 0.3.
+        assert_eq!((of(0), of(1), of(2)), (3, 1, 0), "{score:?}");
+        // Two rows of each of ten classes, four held out: from four classes.
+        let pairs: Vec<u32> = (0..20).map(|i| i / 2).collect();
+        let (_, spread) = score_rows(&pairs, 0.2, &mut StdRng::seed_from_u64(5));
+        let mut classes: Vec<u32> = spread.iter().map(|&i| pairs[i]).collect();
+        classes.dedup();
+        assert_eq!(classes.len(), 4, "{spread:?}");
+        assert_eq!(
+            draw(0.25, 1),
+            (fit, score),
+            "the same stream, the same rows"
+        );
+        assert_ne!(
+            draw(0.25, 2).1,
+            draw(0.25, 1).1,
+            "another stream, other rows"
+        );
+        // Nothing held out at 0; at most every class's rows but one.
+        assert!(draw(0.0, 1).1.is_empty());
+        assert_eq!(draw(0.5, 1).1.len(), 7);
+        let (fit, score) = score_rows(&[0, 1, 2], 0.5, &mut StdRng::seed_from_u64(1));
+        assert_eq!(
+            (fit.len(), score.len()),
+            (3, 0),
+            "one row per class: all train"
+        );
+    }
+
+    /// Held-out rows never enter a gradient, and every loss is theirs: the measured loss is
+    /// the model's mean loss on the score rows, the gradient the one over the rows that train.
+    #[test]
+    fn a_silo_holding_rows_out_scores_on_them_and_trains_on_the_rest() {
+        use crate::core::round::{Done, Job};
+        use crate::learn::{Labels, ModelSpec};
+        let n = 20;
+        let train = Dataset::new(
+            (0..n * 3).map(|i| ((i * 13) % 7) as f32 / 7.0).collect(),
+            vec![3],
+            Labels::Class {
+                ids: (0..n).map(|i| (i % 2) as u32).collect(),
+                num_classes: 2,
+            },
+        )
+        .unwrap();
+        let data = ClientData {
+            train: train.clone(),
+            test: train.clone(),
+            group: None,
+        };
+        let spec = ModelSpec::Mlp {
+            inputs: 3,
+            hidden: vec![4],
+            classes: 2,
+        };
+        let mut learner = Learner::new(&spec, 8).unwrap();
+        let params = learner.init_params(&mut StdRng::seed_from_u64(3));
+        let mut silo = FedericoSilo::new(params.clone(), Adam::new(params.len(), 0.01), 0)
+            .with_score_rows(0.25, 9, NodeId(1), &train);
+        assert_eq!(silo.rows(n), (15, 5));
+        let (fit_rows, score_rows) = {
+            let s = silo.split.as_ref().unwrap();
+            (s.fit_rows.clone(), s.score_rows.clone())
+        };
+        let me = NodeId(1);
+        let measure = Job::Measure {
+            models: vec![(me, Arc::new(params.clone()))],
+            batched: false,
+        };
+        let Done::Measured { losses } = silo.run(&mut learner, &data, measure).unwrap() else {
+            panic!("not a measure");
+        };
+        let held = learner
+            .evaluate(&params, &train.subset(&score_rows))
+            .unwrap();
+        assert_eq!(losses, vec![(me, held.mean_loss())]);
+        let everyone = learner.evaluate(&params, &train).unwrap().mean_loss();
+        assert_ne!(losses[0].1, everyone, "scored on every row");
+        let scale = Job::Scale {
+            weights: vec![(me, 1.0)],
+        };
+        let Done::Scaled { grads } = silo.run(&mut learner, &data, scale).unwrap() else {
+            panic!("not a scale");
+        };
+        let (_, fit_grad) = learner
+            .loss_and_grad(&params, &train.subset(&fit_rows), None)
+            .unwrap();
+        assert_eq!(grads, vec![(me, fit_grad)]);
+        // Mini-batches come from the rows that train only.
+        let mut silo = silo.with_batches(Some(4), 9, me, n, 8, 0);
+        let (cursor, _) = silo.batches.as_mut().unwrap();
+        for _ in 0..10 {
+            assert!(cursor.next(8).iter().all(|&i| i < 15));
+        }
     }
 
     #[test]

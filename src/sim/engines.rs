@@ -89,14 +89,17 @@ impl Engines {
             .enumerate()
             .map(|(i, p)| {
                 let n = ctx.fed.clients[i].train.len();
-                FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0).with_batches(
-                    sub_steps,
-                    ctx.seed,
-                    NodeId(i as u32),
-                    n,
-                    ctx.batch_size(),
-                    0,
-                )
+                let train = &ctx.fed.clients[i].train;
+                FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0)
+                    .with_score_rows(cfg.score_share, ctx.seed, NodeId(i as u32), train)
+                    .with_batches(
+                        sub_steps,
+                        ctx.seed,
+                        NodeId(i as u32),
+                        n,
+                        ctx.batch_size(),
+                        0,
+                    )
             })
             .collect();
         Self {

@@ -191,7 +191,12 @@ impl FaultNet {
                 life: 0,
                 start: (1, 0),
                 label: 0,
-                silo: FedericoSilo::new(p.clone(), Adam::new(p.len(), lr), 0),
+                silo: FedericoSilo::new(p.clone(), Adam::new(p.len(), lr), 0).with_score_rows(
+                    cfg.score_share,
+                    ctx.seed,
+                    NodeId(i as u32),
+                    &ctx.fed.clients[i].train,
+                ),
                 job: None,
                 saved: None,
                 first: peer.clone(),
@@ -561,7 +566,7 @@ impl FaultNet {
             }
         };
         // The batch stream past the sub-steps of the rounds it resumes after, as a node's.
-        slot.silo = silo.with_batches(
+        slot.silo = silo.with_rows_of(&mut slot.silo).with_batches(
             self.template.sub_steps,
             self.seed,
             NodeId(i as u32),

@@ -352,8 +352,9 @@ fn same_scenario(old: &str, wanted: &str) -> bool {
                 serde_json::from_value(serde_json::Value::Object(f.clone())).ok()?;
             f.insert("mstep".into(), serde_json::to_value(cfg.mstep()).ok()?);
             f.insert("push_cut".into(), cfg.push_cut().into());
-            // Absent from stamps written before it existed: off, as they ran.
+            // Absent from stamps written before they existed: off, as they ran.
             f.insert("own_floor".into(), cfg.own_floor.into());
+            f.insert("score_share".into(), cfg.score_share.into());
             if let Some(k) = members {
                 let cap = cfg.foreign_cap(k as usize).unwrap_or(0.0);
                 f.insert("foreign_cap".into(), cap.into());

@@ -346,6 +346,15 @@ fn stamps_compare_the_federico_settings_in_force() {
         &old,
         &stamp(8, r#""beta": 0.6, "own_floor": 0.25"#)
     ));
+    // `score_share` too: off unless set.
+    assert!(same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "score_share": 0.0"#)
+    ));
+    assert!(!same_scenario(
+        &old,
+        &stamp(8, r#""beta": 0.6, "score_share": 0.2"#)
+    ));
     assert!(!same_scenario(&old, &stamp(8, r#""beta": 0.5"#)));
     assert!(!same_scenario("not json", &old));
 }

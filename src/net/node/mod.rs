@@ -204,14 +204,16 @@ pub(crate) async fn run_from(
     let Start { peer, silo, round } =
         setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
     let sub_steps = sub_steps(&cfg, &manifest)?;
-    let silo = silo.with_batches(
-        sub_steps,
-        cfg.seed,
-        me,
-        n_train,
-        cfg.train.batch_size,
-        round,
-    );
+    let silo = silo
+        .with_score_rows(cfg.federico.score_share, cfg.seed, me, train)
+        .with_batches(
+            sub_steps,
+            cfg.seed,
+            me,
+            n_train,
+            cfg.train.batch_size,
+            round,
+        );
     let num_params = silo.params.len();
     drop(learner);
 
