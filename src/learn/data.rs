@@ -143,6 +143,15 @@ impl Dataset {
         }
     }
 
+    /// Each row's class id, or 0 for every row of a regression target: the strata of a split
+    /// by label.
+    pub fn strata(&self) -> Vec<u32> {
+        match &self.labels {
+            Labels::Class { ids, .. } => ids.clone(),
+            Labels::Real(v) => vec![0; v.len()],
+        }
+    }
+
     /// Samples per class (empty for regression).
     pub fn class_counts(&self) -> Vec<usize> {
         match &self.labels {

@@ -87,10 +87,7 @@ impl DiscModel {
         seed: u64,
         target: f64,
     ) -> Result<DiscData, SiloError> {
-        let ids: Vec<u32> = match &train.labels {
-            Labels::Class { ids, .. } => ids.clone(),
-            Labels::Real(v) => vec![0; v.len()],
-        };
+        let ids = train.strata();
         let mut rng = StdRng::seed_from_u64(stream_seed(
             seed ^ TAG_DISC_SPLIT,
             NodeId(index as u32),

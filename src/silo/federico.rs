@@ -14,7 +14,7 @@
 use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Adam, ClientData, Dataset, Evaluation, Labels, LearnError, Learner};
+use crate::learn::{Adam, ClientData, Dataset, Evaluation, LearnError, Learner};
 use crate::silo::attack::{Attack, Poisoner};
 use crate::silo::batches::{BatchCursor, skip_steps};
 use rand::SeedableRng;
@@ -52,8 +52,8 @@ struct Split {
     fit_rows: Vec<usize>,
     score_rows: Vec<usize>,
     /// The two sets of the unpoisoned rows, built once.
-    fit: crate::learn::Dataset,
-    score: crate::learn::Dataset,
+    fit: Dataset,
+    score: Dataset,
 }
 
 impl FedericoSilo {
@@ -76,10 +76,7 @@ impl FedericoSilo {
     /// any out) keeps every row for both. Call before [`Self::with_batches`], whose stream
     /// then runs over the rows that train.
     pub fn with_score_rows(mut self, share: f64, seed: u64, me: NodeId, train: &Dataset) -> Self {
-        let ids: Vec<u32> = match &train.labels {
-            Labels::Class { ids, .. } => ids.clone(),
-            Labels::Real(v) => vec![0; v.len()],
-        };
+        let ids = train.strata();
         let mut rng = StdRng::seed_from_u64(stream_seed(seed ^ TAG_SCORE, me, Stream::Batches));
         let (fit_rows, score_rows) = score_rows(&ids, share, &mut rng);
         self.split = (!score_rows.is_empty()).then(|| Split {
@@ -123,8 +120,9 @@ impl FedericoSilo {
 
     /// The silo of node `me` in a run seeded `seed` with `sub_steps` mini-batch sub-steps per
     /// round (`None`: one full step, no batches): the stream it draws batches of `batch` from
-    /// over its `n_train` rows (those that train, after [`Self::with_score_rows`]), past the sub-steps of the `rounds_done` rounds already run (a
-    /// resumed silo replays its draws: they depend only on the row count). The simulator and
+    /// over its `n_train` rows (those that train, after [`Self::with_score_rows`]), past the
+    /// sub-steps of the `rounds_done` rounds already run (a resumed silo replays its draws:
+    /// they depend only on the row count). The simulator and
     /// the node derive the stream alike, so a fault-free swarm draws the simulator's batches.
     pub fn with_batches(
         mut self,
