@@ -80,17 +80,20 @@ pub enum Ended {
     /// Round 0 of a pair that ended with an estimate: the driving side was restarted before it
     /// kept the pair's end. Run the pair again from round 0 (it ends as the first run did,
     /// both halves being seeded); its result was reported already and is not reported again.
+    /// At most [`PAIR_RESTARTS`] times per pair: a partner asking for more only makes this
+    /// side train.
     Replay,
     /// Anything else: the pair is over.
     Over,
 }
 
 /// The answering side's decision for `req`, for a pair that ended here with an estimate after
-/// `agreed` rounds (`None`: it ended without one: failed, refused or given up).
-pub fn after_end(agreed: Option<u32>, req: PairRequest) -> Ended {
+/// `agreed` rounds (`None`: it ended without one: failed, refused or given up) and has been
+/// replayed `replays` times.
+pub fn after_end(agreed: Option<u32>, req: PairRequest, replays: usize) -> Ended {
     match (agreed, req) {
         (Some(a), PairRequest::Done { rounds }) if a == rounds => Ended::Ack,
-        (Some(_), PairRequest::Step { round: 0 }) => Ended::Replay,
+        (Some(_), PairRequest::Step { round: 0 }) if replays < PAIR_RESTARTS => Ended::Replay,
         _ => Ended::Over,
     }
 }
@@ -258,14 +261,19 @@ mod tests {
     fn an_ended_pair_acks_its_stop_again_and_replays_only_when_it_ended_with_an_estimate() {
         let done = |rounds| PairRequest::Done { rounds };
         let step = |round| PairRequest::Step { round };
-        assert_eq!(after_end(Some(40), done(40)), Ended::Ack);
-        assert_eq!(after_end(Some(40), done(30)), Ended::Over);
-        // The driving side restarted before keeping the end: the pair runs again.
-        assert_eq!(after_end(Some(40), step(0)), Ended::Replay);
+        assert_eq!(after_end(Some(40), done(40), 0), Ended::Ack);
+        assert_eq!(after_end(Some(40), done(30), 0), Ended::Over);
+        // The driving side restarted before keeping the end: the pair runs again, a few times.
+        assert_eq!(after_end(Some(40), step(0), 0), Ended::Replay);
+        assert_eq!(
+            after_end(Some(40), step(0), PAIR_RESTARTS - 1),
+            Ended::Replay
+        );
+        assert_eq!(after_end(Some(40), step(0), PAIR_RESTARTS), Ended::Over);
         // Anything else of an ended pair, and every request of a pair that failed, is refused.
-        assert_eq!(after_end(Some(40), step(5)), Ended::Over);
-        assert_eq!(after_end(None, step(0)), Ended::Over);
-        assert_eq!(after_end(None, done(40)), Ended::Over);
+        assert_eq!(after_end(Some(40), step(5), 0), Ended::Over);
+        assert_eq!(after_end(None, step(0), 0), Ended::Over);
+        assert_eq!(after_end(None, done(40), 0), Ended::Over);
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub(super) fn answer_pairs(a: Answering, jobs: Receiver<DiscJob>) {
         // Pairs that ended with an estimate: partner → rounds.
         agreed: a.kept.clone(),
         replaying: HashSet::new(),
+        replays: HashMap::new(),
         a,
     };
     loop {
@@ -101,6 +102,8 @@ struct Side {
     agreed: HashMap<usize, u32>,
     /// Ended pairs run again for a restarted partner ([`Ended::Replay`]).
     replaying: HashSet<usize>,
+    /// How often each ended pair was run again.
+    replays: HashMap<usize, usize>,
 }
 
 fn refuse(reason: String) -> CollabResponse {
@@ -152,7 +155,8 @@ impl Side {
             return refuse("not a pair request".into());
         };
         if self.finished.contains(&from) && !self.replaying.contains(&from) {
-            match after_end(self.agreed.get(&from).copied(), asked) {
+            let replays = self.replays.get(&from).copied().unwrap_or(0);
+            match after_end(self.agreed.get(&from).copied(), asked, replays) {
                 Ended::Ack => return CollabResponse::Ack,
                 Ended::Over => return refuse(format!("the pair ({me}, {from}) is over")),
                 Ended::Replay => {
@@ -161,6 +165,7 @@ impl Side {
                         "the partner lost the pair's end (restarted): running it again"
                     );
                     self.replaying.insert(from);
+                    *self.replays.entry(from).or_default() += 1;
                 }
             }
         }
@@ -324,6 +329,7 @@ impl Side {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coord::fedcollab::pairs::PAIR_RESTARTS;
     use crate::learn::{Dataset, Labels};
 
     const SEED: u64 = 7;
@@ -383,6 +389,7 @@ mod tests {
             finished: HashSet::new(),
             agreed: HashMap::new(),
             replaying: HashSet::new(),
+            replays: HashMap::new(),
             a,
         };
         (side, results)
@@ -461,5 +468,13 @@ mod tests {
             matches!(&resp, CollabResponse::Error { reason } if reason.contains("is over")),
             "{resp:?}"
         );
+        // A member asking for the ended pair again and again gets it run a bounded number of
+        // times, then refused: it cannot keep this side training.
+        for _ in 1..PAIR_RESTARTS {
+            assert_eq!(drive(&mut side, &fc).unwrap(), first);
+        }
+        let e = drive(&mut side, &fc).unwrap_err();
+        assert!(e.contains("round 0") && e.contains("is over"), "{e}");
+        assert!(results.try_recv().is_err(), "reported again");
     }
 }
