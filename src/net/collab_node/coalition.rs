@@ -12,7 +12,7 @@
 use super::link::{Cmd, Link, peer_within};
 use super::state::{FinalLine, RoundLine, Saved, save};
 use crate::coord::fedcollab::coalition_average;
-use crate::coord::fedcollab::member::{Coalition, RoundOutcome};
+use crate::coord::fedcollab::member::{Action, Coalition, CollabMember, RoundOutcome};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{ClientData, Evaluation, Learner};
 use crate::net::config::NodeConfig;
@@ -21,13 +21,15 @@ use crate::net::trainer::SaveHealth;
 use crate::net::trainer::{Worker, export_one};
 use crate::protocol::{CollabRequest, CollabResponse};
 use crate::silo::fedcollab::FL_BATCH_TAG;
+use libp2p::futures::StreamExt;
+use libp2p::futures::stream::FuturesUnordered;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 /// What the training thread owns: the learner, the batch stream, the data.
@@ -101,48 +103,69 @@ impl Fl {
         Ok(())
     }
 
-    /// Pulls every other member's model of `round` (each within `within`, an excused one within
-    /// `grace` or while the others are pulled) and makes the silo's model their average with
-    /// its own: the members whose model went in.
+    /// Carries out the engine's pull of `round`: every other member's model pulled at once,
+    /// each within `within`; each that comes or fails is told to `m`, its timeouts served in
+    /// between, until `m` ends the pull with [`Action::Average`]; then the silo's model is the
+    /// average of the members it names (pulls still under way are dropped).
     pub(super) async fn pull(
         &self,
         link: &Link,
+        m: &mut CollabMember,
         state: &mut Saved,
-        order: PullOrder<'_>,
-    ) -> Vec<u32> {
-        let PullOrder {
-            round,
-            coalition,
-            within,
-            excused,
-            grace,
-        } = order;
+        round: u64,
+        coalition: &Coalition,
+        within: Duration,
+    ) -> anyhow::Result<()> {
         let own = match &self.own {
             Some((r, p)) if *r == round => p.clone(),
             _ => Arc::new(state.params.clone()),
         };
         let len = own.len();
-        let pull = Pulling {
-            members: &coalition.members,
-            me: self.me.0,
-            round,
-            fetch: within,
-            excused,
-            grace,
-        };
-        let got = pull_models(link, pull, own, len).await;
-        let arrived: Vec<Option<&[f32]>> = got
-            .iter()
-            .map(|m| m.as_deref().map(|v| v.as_slice()))
-            .collect();
-        state.params = coalition_average(&arrived, &coalition.sizes);
-        coalition
+        let mut pulls: FuturesUnordered<_> = coalition
             .members
             .iter()
-            .zip(&got)
-            .filter(|(_, g)| g.is_some())
-            .map(|(&m, _)| m)
-            .collect()
+            .filter(|&&mate| mate != self.me.0)
+            .map(|&mate| async move { (mate, pull_one(link, mate, round, within, len).await) })
+            .collect();
+        let mut got: BTreeMap<u32, Arc<Vec<f32>>> = BTreeMap::from([(self.me.0, own)]);
+        loop {
+            match m.poll_action() {
+                Some(Action::Average {
+                    coalition,
+                    averaged,
+                    ..
+                }) => {
+                    let models: Vec<Option<&[f32]>> = coalition
+                        .members
+                        .iter()
+                        .map(|c| averaged.contains(c).then(|| got.get(c)).flatten())
+                        .map(|p| p.map(|v| v.as_slice()))
+                        .collect();
+                    state.params = coalition_average(&models, &coalition.sizes);
+                    return Ok(());
+                }
+                Some(other) => anyhow::bail!("{other:?} during a pull (a bug)"),
+                None => {}
+            }
+            let grace = m.poll_timeout();
+            let timer = async move {
+                match grace {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((mate, model)) = pulls.next() => {
+                    let came = model.is_some();
+                    if let Some(p) = model {
+                        got.insert(mate, p);
+                    }
+                    m.handle_model(Instant::now(), mate, came);
+                }
+                () = timer, if grace.is_some() => m.handle_timeout(Instant::now()),
+                else => anyhow::bail!("the pull of round {round} waits for nothing (a bug)"),
+            }
+        }
     }
 
     /// The round is over: scored when asked, its line written, the checkpoint saved.
@@ -229,77 +252,6 @@ pub(super) async fn await_served(link: &Link, round: u64, others: usize, within:
         }
     };
     let _ = tokio::time::timeout(within, all_served).await;
-}
-
-/// Every coalition member's trained model of `round` (this silo's own included, at its
-/// position), pulled concurrently; `None` for a member that did not answer within `fetch`, and
-/// for an excused member whose model came neither within `grace` nor before the awaited
-/// members' pulls were over.
-async fn pull_models(
-    link: &Link,
-    pull: Pulling<'_>,
-    own: Arc<Vec<f32>>,
-    len: usize,
-) -> Vec<Option<Arc<Vec<f32>>>> {
-    let Pulling {
-        members,
-        me,
-        round,
-        fetch,
-        excused,
-        grace,
-    } = pull;
-    let awaited = members
-        .iter()
-        .filter(|&&m| m != me && !excused.contains(&m))
-        .count();
-    let (over_tx, over_rx) = tokio::sync::watch::channel(awaited == 0);
-    let left = AtomicUsize::new(awaited);
-    let (over_tx, left) = (&over_tx, &left);
-    let pulls = members.iter().map(|&m| {
-        let (own, mut over_rx) = (own.clone(), over_rx.clone());
-        async move {
-            if m == me {
-                return Some(own);
-            }
-            let got = pull_one(link, m, round, fetch, len);
-            if excused.contains(&m) {
-                let over = async move {
-                    tokio::time::sleep(grace).await;
-                    let _ = over_rx.wait_for(|over| *over).await;
-                };
-                return tokio::select! {
-                    got = got => got,
-                    () = over => None,
-                };
-            }
-            let got = got.await;
-            if left.fetch_sub(1, Ordering::SeqCst) == 1 {
-                over_tx.send_replace(true);
-            }
-            got
-        }
-    });
-    libp2p::futures::future::join_all(pulls).await
-}
-
-/// The engine's [`Action::Pull`](crate::coord::fedcollab::member::Action::Pull), borrowed.
-pub(super) struct PullOrder<'a> {
-    pub(super) round: u64,
-    pub(super) coalition: &'a Coalition,
-    pub(super) within: Duration,
-    pub(super) excused: &'a [u32],
-    pub(super) grace: Duration,
-}
-
-/// One pull of the round, as the driver carries it out.
-struct Pulling<'a> {
-    members: &'a [u32],
-    me: u32,
-    round: u64,
-    fetch: Duration,
-    excused: &'a [u32],
-    grace: Duration,
 }
 
 /// Member `m`'s trained model of `round`, checked; `None` when it does not come within

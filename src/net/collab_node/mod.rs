@@ -265,18 +265,9 @@ impl Node {
                 round,
                 coalition,
                 within,
-                excused,
-                grace,
             } => {
-                let order = coalition::PullOrder {
-                    round,
-                    coalition: &coalition,
-                    within,
-                    excused: &excused,
-                    grace,
-                };
-                let averaged = fl.pull(&self.link, state, order).await;
-                m.handle_pulled(now(), averaged);
+                fl.pull(&self.link, m, state, round, &coalition, within)
+                    .await?
             }
             other => anyhow::bail!("{other:?} is not an exchange (a bug)"),
         }

@@ -225,6 +225,24 @@ impl CollabRun {
             Action::Pull {
                 round, coalition, ..
             } => s.pull = Some((round, coalition)),
+            Action::Average {
+                round,
+                coalition,
+                averaged,
+            } => {
+                let models = coalition
+                    .members
+                    .iter()
+                    .map(|&m| match &self.silos[m as usize].local {
+                        _ if !averaged.contains(&m) => Ok(None),
+                        Some((r, p)) if *r == round => Ok(Some(p.as_slice())),
+                        _ => Err(SimError::Invariant(format!(
+                            "silo-{i} averaged round {round} of silo-{m}, which has not trained it"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.silos[i].params = coalition_average(&models, &coalition.sizes);
+            }
             Action::EndRound(_) => self.members[i].handle_round_written(self.now),
             Action::AwaitServed { .. } => self.members[i].handle_served(self.now),
             // The coalition is the engine's; nothing is written or republished here.
@@ -278,31 +296,25 @@ impl CollabRun {
         Ok(())
     }
 
-    /// Every pull asked for, answered from the members' trained models of the round.
+    /// Every pull asked for, answered from the members' trained models of the round (the
+    /// engine then averages them: [`Action::Average`]).
     fn pulls(&mut self) -> Result<bool, SimError> {
-        let mut answered = Vec::new();
-        for (i, s) in self.silos.iter().enumerate() {
-            let Some((round, c)) = &s.pull else {
+        let mut any = false;
+        for i in 0..self.silos.len() {
+            let Some((round, c)) = self.silos[i].pull.take() else {
                 continue;
             };
-            let models = c
-                .members
-                .iter()
-                .map(|&m| match &self.silos[m as usize].local {
-                    Some((r, p)) if r == round => Ok(Some(p.as_slice())),
-                    _ => Err(SimError::Invariant(format!(
-                        "silo-{i} pulled round {round} of silo-{m}, which has not trained it"
-                    ))),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            answered.push((i, coalition_average(&models, &c.sizes), c.members.clone()));
-        }
-        let any = !answered.is_empty();
-        for (i, params, members) in answered {
-            let s = &mut self.silos[i];
-            s.params = params;
-            s.pull = None;
-            self.members[i].handle_pulled(self.now, members);
+            any = true;
+            for &m in c.members.iter().filter(|&&m| m as usize != i) {
+                match &self.silos[m as usize].local {
+                    Some((r, _)) if *r == round => self.members[i].handle_model(self.now, m, true),
+                    _ => {
+                        return Err(SimError::Invariant(format!(
+                            "silo-{i} pulled round {round} of silo-{m}, which has not trained it"
+                        )));
+                    }
+                }
+            }
         }
         Ok(any)
     }

@@ -52,7 +52,8 @@ use std::time::{Duration, Instant};
 /// The rounds of its own model a node keeps for its coalition's pulls (as its link does).
 const KEEP_ROUNDS: usize = 8;
 
-/// What a FedCollab node gives an excused member's model at least (as its driver does).
+/// What a FedCollab node gives an excused member's model at least (as its driver gives its
+/// engine).
 const EXCUSED_GRACE: Duration = Duration::from_millis(100);
 
 /// Something due at a moment of the virtual clock.
@@ -74,25 +75,19 @@ enum Due {
     },
     /// The pull `id` of silo `silo` from `mate` has had its `within`.
     PullGiveUp { silo: usize, id: u64, mate: usize },
-    /// The excused members' grace in pull `id` of silo `silo` is over.
-    Grace { silo: usize, id: u64 },
     /// Silo `silo`'s wait `id` for its last pulls is over.
     ServedGiveUp { silo: usize, id: u64 },
 }
 
-/// A pull under way.
+/// A pull under way (the engine decides when it is over).
 struct Pulling {
     id: u64,
     round: u64,
-    coalition: Coalition,
-    /// Awaited members whose model has not come.
-    awaited: BTreeSet<usize>,
-    /// Excused members whose model has not come.
-    excused: BTreeSet<usize>,
+    /// Members whose model (or failure) has not been told to the engine.
+    outstanding: BTreeSet<usize>,
     got: BTreeMap<usize, Arc<Vec<f32>>>,
-    grace_over: bool,
-    /// An awaited member's pull took its whole budget.
-    waited: bool,
+    /// When the pull ends having waited its whole budget.
+    budget_until: Instant,
 }
 
 /// What a node's link holds for its coalition.
@@ -311,16 +306,8 @@ impl FaultyCollab {
                     from,
                     id,
                     model,
-                } => self.pull_answered(to, from, id, model, false),
-                Due::PullGiveUp { silo, id, mate } => {
-                    self.pull_answered(silo, mate, id, None, true)
-                }
-                Due::Grace { silo, id } => {
-                    if let Some(p) = self.pulls[silo].as_mut().filter(|p| p.id == id) {
-                        p.grace_over = true;
-                        self.pull_over(silo);
-                    }
-                }
+                } => self.pull_answered(to, from, id, model),
+                Due::PullGiveUp { silo, id, mate } => self.pull_answered(silo, mate, id, None),
                 Due::ServedGiveUp { silo, id } => {
                     if self.links[silo].serving.is_some_and(|s| s.2 == id) {
                         self.links[silo].serving = None;
@@ -393,9 +380,12 @@ impl FaultyCollab {
                 round,
                 coalition,
                 within,
-                excused,
-                grace,
-            } => self.start_pull(i, round, coalition, within, &excused, grace),
+            } => self.start_pull(i, round, &coalition, within),
+            Action::Average {
+                round,
+                coalition,
+                averaged,
+            } => self.average(i, round, &coalition, &averaged),
             Action::EndRound(o) => {
                 if o.attached {
                     self.runs[i].attached.push(self.round);
@@ -505,37 +495,23 @@ impl FaultyCollab {
     }
 
     /// Starts silo `i`'s pull of `round` from every other member of `coalition`.
-    fn start_pull(
-        &mut self,
-        i: usize,
-        round: u64,
-        coalition: Coalition,
-        within: Duration,
-        excused: &[u32],
-        grace: Duration,
-    ) {
+    fn start_pull(&mut self, i: usize, round: u64, coalition: &Coalition, within: Duration) {
         self.seq += 1;
         let id = self.seq;
         let now = self.now;
-        let mates: Vec<usize> = coalition
+        let mates: BTreeSet<usize> = coalition
             .members
             .iter()
             .map(|&m| m as usize)
             .filter(|&m| m != i)
             .collect();
-        let (excused, awaited): (BTreeSet<usize>, BTreeSet<usize>) =
-            mates.iter().partition(|&&m| excused.contains(&(m as u32)));
         self.pulls[i] = Some(Pulling {
             id,
             round,
-            coalition,
-            awaited,
-            excused,
+            outstanding: mates.clone(),
             got: BTreeMap::new(),
-            grace_over: false,
-            waited: false,
+            budget_until: now + within,
         });
-        self.at(now + grace, Due::Grace { silo: i, id });
         for mate in mates {
             self.at(now + within, Due::PullGiveUp { silo: i, id, mate });
             if let Some(d) = self.send_from(i) {
@@ -549,7 +525,6 @@ impl FaultyCollab {
                 );
             }
         }
-        self.pull_over(i);
     }
 
     /// Pull `id` of silo `from` at member `to`: answered, held until `to` trains the round,
@@ -610,70 +585,48 @@ impl FaultyCollab {
         }
     }
 
-    /// Member `mate`'s model (or its refusal, or the end of its budget: `gave_up`) in pull
-    /// `id` of silo `i`.
-    fn pull_answered(
-        &mut self,
-        i: usize,
-        mate: usize,
-        id: u64,
-        model: Option<Arc<Vec<f32>>>,
-        gave_up: bool,
-    ) {
+    /// Member `mate`'s model (or its refusal, or the end of its budget) in pull `id` of silo
+    /// `i`, told to its engine.
+    fn pull_answered(&mut self, i: usize, mate: usize, id: u64, model: Option<Arc<Vec<f32>>>) {
+        if !self.stayed(i) {
+            // A silo that left carries out nothing.
+            return;
+        }
         let Some(p) = self.pulls[i].as_mut().filter(|p| p.id == id) else {
             return;
         };
-        let was_awaited = p.awaited.remove(&mate);
-        let was_excused = p.excused.remove(&mate);
-        if !(was_awaited || was_excused) {
+        if !p.outstanding.remove(&mate) {
             return;
         }
+        let came = model.is_some();
         if let Some(m) = model {
             p.got.insert(mate, m);
         }
-        p.waited |= gave_up && was_awaited;
-        self.pull_over(i);
+        self.members[i].handle_model(self.now, mate as u32, came);
     }
 
-    /// Ends silo `i`'s pull once no awaited model is outstanding and the excused ones came or
-    /// had their grace: the coalition's average of what came.
-    fn pull_over(&mut self, i: usize) {
-        let Some(p) = &self.pulls[i] else {
-            return;
-        };
-        if !p.awaited.is_empty() || !(p.excused.is_empty() || p.grace_over) {
-            return;
-        }
-        let Some(p) = self.pulls[i].take() else {
-            return;
-        };
+    /// The engine ended silo `i`'s pull: its model is the average of the members it names.
+    fn average(&mut self, i: usize, round: u64, coalition: &Coalition, averaged: &[u32]) {
+        let p = self.pulls[i].take().filter(|p| p.round == round);
         let own = self.silos[i]
             .local
             .as_ref()
-            .filter(|(r, _)| *r == p.round)
+            .filter(|(r, _)| *r == round)
             .map(|(_, m)| m.as_slice());
-        let models: Vec<Option<&[f32]>> = p
-            .coalition
+        let got = p.as_ref().map(|p| &p.got);
+        let models: Vec<Option<&[f32]>> = coalition
             .members
             .iter()
             .map(|&m| match m as usize {
+                _ if !averaged.contains(&m) => None,
                 m if m == i => own,
-                m => p.got.get(&m).map(|v| v.as_slice()),
+                m => got.and_then(|g| g.get(&m)).map(|v| v.as_slice()),
             })
             .collect();
-        let averaged: Vec<u32> = p
-            .coalition
-            .members
-            .iter()
-            .zip(&models)
-            .filter(|(_, m)| m.is_some())
-            .map(|(&m, _)| m)
-            .collect();
-        self.silos[i].params = coalition_average(&models, &p.coalition.sizes);
-        if p.waited {
-            self.waited[i].push(p.round);
+        self.silos[i].params = coalition_average(&models, &coalition.sizes);
+        if p.is_some_and(|p| self.now >= p.budget_until) {
+            self.waited[i].push(round);
         }
-        self.members[i].handle_pulled(self.now, averaged);
     }
 
     /// A request reaches the coordinator (or finds it down: refused at once).

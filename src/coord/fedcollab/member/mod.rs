@@ -8,7 +8,9 @@
 //! no coalition, the final wait); what each answer of the coordinator means (a refusal: join or
 //! report again; a bad plan or a refused join: the run stops with the reason; a malformed
 //! coalition: ignored); checking the plan and the coalition; the singleton of a silo left out
-//! of the plan; who each round's average waits for; and which rounds are evaluated.
+//! of the plan; who each round's average waits for, when a pull is over and whose model goes
+//! into the average (an excused member's only within its grace or while the others are
+//! pulled); and which rounds are evaluated.
 //! Must not: read a clock (time is passed in as `now`), touch sockets, files, threads or models
 //! (the driver runs the pairs, trains, pulls, averages, evaluates and writes), or decide the
 //! structure (the coordinator does) or the pairs' rules ([`super::pairs`]).
@@ -16,10 +18,11 @@
 //! A driver calls [`CollabMember::handle_start`], carries out each [`Action`] from
 //! [`CollabMember::poll_action`] and reports back: a reply to every [`Action::Ask`]
 //! ([`CollabMember::handle_reply`]), the distances of [`Action::RunPairs`]
-//! ([`CollabMember::handle_pairs`]), the end of every [`Action::Train`], [`Action::Pull`],
-//! [`Action::EndRound`] and [`Action::AwaitServed`]; while it waits to ask again it calls
+//! ([`CollabMember::handle_pairs`]), the end of every [`Action::Train`], [`Action::EndRound`]
+//! and [`Action::AwaitServed`], and each member's model of an [`Action::Pull`] as it comes or
+//! fails ([`CollabMember::handle_model`]); while it waits it calls
 //! [`CollabMember::handle_timeout`] at [`CollabMember::poll_timeout`]. At most one action waits
-//! for its report at a time. `net::collab_node` is the libp2p driver; the tests beside this
+//! for its report at a time; a pull ends with [`Action::Average`], when the engine says so. `net::collab_node` is the libp2p driver; the tests beside this
 //! file drive it on a virtual clock.
 
 #[cfg(test)]
@@ -219,21 +222,27 @@ pub enum Action {
         /// The round.
         round: u64,
     },
-    /// Pull every other member's model of `round`, each within `within`, and average them
-    /// with the own one (weights m_j/M, ascending); report who arrived with
-    /// [`CollabMember::handle_pulled`].
+    /// Pull every other member's model of `round`, each within `within`, and report each one
+    /// as it comes or fails with [`CollabMember::handle_model`]; keep what came until
+    /// [`Action::Average`] ends the pull (a pull still under way then is dropped).
     Pull {
         /// The round.
         round: u64,
-        /// The members (this silo's own model counts as arrived).
+        /// The members (this silo's own model is not pulled).
         coalition: Coalition,
         /// How long each pull may take.
         within: Duration,
-        /// Members not waited for: each is pulled too, but its model counts only when it comes
-        /// within `grace` or before the others' pulls are over.
-        excused: Vec<u32>,
-        /// What an excused member is given at least (two normal pulls).
-        grace: Duration,
+    },
+    /// The pull of `round` is over: the silo's model becomes the average of the `averaged`
+    /// members' models of the round (this silo's own among them; weights m_j/M over those,
+    /// ascending). Other models that came are dropped.
+    Average {
+        /// The round.
+        round: u64,
+        /// The coalition pulled.
+        coalition: Coalition,
+        /// The members whose model goes in, ascending.
+        averaged: Vec<u32>,
     },
     /// The round is over: evaluate when asked, write its line and the checkpoint; report with
     /// [`CollabMember::handle_round_written`].
@@ -299,6 +308,24 @@ enum Then {
     Train,
 }
 
+/// A pull under way.
+#[derive(Debug)]
+struct Pulling {
+    round: u64,
+    coalition: Coalition,
+    /// Awaited members whose model has neither come nor failed.
+    awaited: Vec<u32>,
+    /// Excused members whose model has neither come nor failed.
+    excused: Vec<u32>,
+    /// Members whose model came in time (this silo's own included).
+    came: Vec<u32>,
+    started: Instant,
+    /// Until then an excused member's model is waited for.
+    grace_until: Instant,
+    /// [`CollabMember::handle_timeout`] was called at `grace_until` or later.
+    grace_over: bool,
+}
+
 /// A FedCollab silo's run (see the module documentation).
 #[derive(Debug)]
 pub struct CollabMember {
@@ -316,10 +343,10 @@ pub struct CollabMember {
     retry_at: Option<Instant>,
     /// Coalition members not waited for, by member.
     excuses: Excuses<u32>,
-    /// The members the pull under way does not wait for.
+    /// The members the last pull did not wait for.
     not_awaited: Vec<u32>,
-    /// When the pull under way started.
-    pull_started: Option<Instant>,
+    /// The pull under way.
+    pulling: Option<Pulling>,
     /// A moving average of the pulls in which every member's model came.
     normal: Option<Duration>,
     actions: VecDeque<Action>,
@@ -331,7 +358,7 @@ impl CollabMember {
         Self {
             excuses: Excuses::new(cfg.excuse_rounds),
             not_awaited: Vec::new(),
-            pull_started: None,
+            pulling: None,
             normal: None,
             cfg,
             round: resume.round,
@@ -383,11 +410,23 @@ impl CollabMember {
 
     /// When to call [`CollabMember::handle_timeout`] (`None`: nothing is due).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.retry_at
+        let grace = self
+            .pulling
+            .as_ref()
+            .filter(|p| !p.excused.is_empty() && !p.grace_over)
+            .map(|p| p.grace_until);
+        self.retry_at.into_iter().chain(grace).min()
     }
 
-    /// The clock reached [`CollabMember::poll_timeout`]: ask again.
+    /// The clock reached [`CollabMember::poll_timeout`]: an excused member's grace is over, or
+    /// ask again.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(p) = self.pulling.as_mut()
+            && now >= p.grace_until
+        {
+            p.grace_over = true;
+            self.end_pull_if_over(now);
+        }
         match self.retry_at {
             Some(t) if t <= now => self.retry_at = None,
             _ => return,
@@ -428,51 +467,98 @@ impl CollabMember {
         self.attach(now, now + self.cfg.structure_wait, Then::Rounds);
     }
 
-    /// The last [`Action::Train`] is done (its model published).
+    /// The last [`Action::Train`] is done (its model published): the pull.
     pub fn handle_trained(&mut self, now: Instant) {
         if self.step != Step::Training {
             return;
         }
-        self.pull_started = Some(now);
         self.republish = false;
         self.step = Step::Pulling;
+        let me = self.cfg.me;
         let coalition = self.coalition.clone().unwrap_or_else(|| Coalition {
-            members: vec![self.cfg.me],
+            members: vec![me],
             sizes: vec![self.cfg.n_train],
         });
         let round = self.round;
-        self.not_awaited = coalition
+        let (excused, awaited): (Vec<u32>, Vec<u32>) = coalition
             .members
             .iter()
             .copied()
-            .filter(|&m| m != self.cfg.me && self.excuses.is_excused(&m, round))
-            .collect();
+            .filter(|&m| m != me)
+            .partition(|m| self.excuses.is_excused(m, round));
+        self.not_awaited = excused.clone();
+        self.pulling = Some(Pulling {
+            round,
+            coalition: coalition.clone(),
+            awaited,
+            excused,
+            came: vec![me],
+            started: now,
+            grace_until: now + self.grace(),
+            grace_over: false,
+        });
         self.actions.push_back(Action::Pull {
             round,
             coalition,
             within: self.cfg.fetch,
-            excused: self.not_awaited.clone(),
-            grace: self.grace(),
         });
+        self.end_pull_if_over(now);
     }
 
-    /// The last [`Action::Pull`] is done: `averaged` are the members whose model went into the
-    /// average, this silo included.
-    pub fn handle_pulled(&mut self, now: Instant, averaged: Vec<u32>) {
-        if self.step != Step::Pulling {
+    /// Member `member`'s model of the pull under way came (`came`), or its pull failed or ran
+    /// out of its `within`. A member that is not outstanding in the pull under way is ignored.
+    pub fn handle_model(&mut self, now: Instant, member: u32, came: bool) {
+        let Some(p) = self.pulling.as_mut() else {
+            return;
+        };
+        let outstanding = [&mut p.awaited, &mut p.excused].into_iter().any(|list| {
+            match list.iter().position(|&m| m == member) {
+                Some(at) => {
+                    list.remove(at);
+                    true
+                }
+                None => false,
+            }
+        });
+        if outstanding && came {
+            p.came.push(member);
+        }
+        self.end_pull_if_over(now);
+    }
+
+    /// The excused-pull rule: a pull is over once no awaited member is outstanding and every
+    /// excused one came, failed, or had its grace; then [`Action::Average`] and the round's
+    /// end.
+    fn end_pull_if_over(&mut self, now: Instant) {
+        let over = self.pulling.as_ref().is_some_and(|p| {
+            p.awaited.is_empty() && (p.excused.is_empty() || now >= p.grace_until)
+        });
+        if !over {
             return;
         }
-        let expected = self.coalition.as_ref().map_or(1, |c| c.members.len());
-        if let Some(started) = self.pull_started.take()
-            && averaged.len() == expected
-            && expected > 1
-        {
-            let took = now.saturating_duration_since(started);
+        let Some(p) = self.pulling.take() else {
+            return;
+        };
+        let averaged: Vec<u32> = p
+            .coalition
+            .members
+            .iter()
+            .copied()
+            .filter(|m| p.came.contains(m))
+            .collect();
+        let expected = p.coalition.members.len();
+        if averaged.len() == expected && expected > 1 {
+            let took = now.saturating_duration_since(p.started);
             self.normal = Some(
                 self.normal
                     .map_or(took, |n| n.mul_f64(0.8) + took.mul_f64(0.2)),
             );
         }
+        self.actions.push_back(Action::Average {
+            round: p.round,
+            coalition: p.coalition,
+            averaged: averaged.clone(),
+        });
         self.excuse_the_missing(&averaged);
         self.round += 1;
         self.step = Step::Ending;

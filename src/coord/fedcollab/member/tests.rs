@@ -55,8 +55,12 @@ struct Bench {
     arrive: Option<Vec<u32>>,
     /// Members silent in a span of rounds (counted from 0).
     silent: Vec<(u32, std::ops::Range<u64>)>,
+    /// Members whose model comes after this long (not [`RTT`]) in a span of rounds.
+    late: Vec<(u32, std::ops::Range<u64>, Duration)>,
     /// Each pull's round and how long it took.
     pulls: Vec<(u64, Duration)>,
+    /// The members each pull did not wait for.
+    excused_in: Vec<Vec<u32>>,
     /// Of each question, the index of its action in `actions`.
     ask_index: Vec<usize>,
 }
@@ -72,7 +76,9 @@ impl Bench {
             actions: Vec::new(),
             arrive: None,
             silent: Vec::new(),
+            late: Vec::new(),
             pulls: Vec::new(),
+            excused_in: Vec::new(),
             ask_index: Vec::new(),
         }
     }
@@ -136,42 +142,7 @@ impl Bench {
                     round,
                     coalition,
                     within,
-                    excused,
-                    grace,
-                } => {
-                    let me = self.m.cfg.me;
-                    let comes = |m: u32| {
-                        self.arrive.as_ref().is_none_or(|a| a.contains(&m))
-                            && !self
-                                .silent
-                                .iter()
-                                .any(|(s, r)| *s == m && r.contains(&round))
-                    };
-                    let arrived: Vec<u32> = coalition
-                        .members
-                        .iter()
-                        .copied()
-                        .filter(|&m| m == me || comes(m))
-                        .collect();
-                    // A pull takes its whole budget when an awaited model does not come, the
-                    // grace when only an excused one does not.
-                    let missing = |m: &&u32| **m != me && !arrived.contains(m);
-                    let took = if coalition
-                        .members
-                        .iter()
-                        .filter(missing)
-                        .any(|m| !excused.contains(m))
-                    {
-                        within
-                    } else if coalition.members.iter().any(|m| missing(&m)) {
-                        grace.max(RTT)
-                    } else {
-                        RTT
-                    };
-                    self.pulls.push((round, took));
-                    let t = now(self, took);
-                    self.m.handle_pulled(t, arrived);
-                }
+                } => self.pull(round, &coalition, within),
                 Action::EndRound(_) => self.m.handle_round_written(self.clock.now()),
                 Action::AwaitServed { .. } => {
                     let t = now(self, RTT);
@@ -181,6 +152,56 @@ impl Bench {
             }
         }
         panic!("the member did not finish: a busy loop");
+    }
+
+    /// Carries out a pull: each other member's model comes after [`RTT`] (or its `late`
+    /// delay) unless it is silent or later than `within`, when its pull fails at `within`;
+    /// each is reported when due, the member's timeouts served in between, until the engine
+    /// ends the pull.
+    fn pull(&mut self, round: u64, coalition: &Coalition, within: Duration) {
+        self.excused_in.push(self.m.not_awaited.clone());
+        let started = self.clock.now();
+        let me = self.m.cfg.me;
+        let mut fates: Vec<(Duration, u32, bool)> = coalition
+            .members
+            .iter()
+            .copied()
+            .filter(|&m| m != me)
+            .map(|m| {
+                let silent = self.arrive.as_ref().is_some_and(|a| !a.contains(&m))
+                    || self
+                        .silent
+                        .iter()
+                        .any(|(s, r)| *s == m && r.contains(&round));
+                let after = self
+                    .late
+                    .iter()
+                    .find(|(s, r, _)| *s == m && r.contains(&round))
+                    .map_or(RTT, |l| l.2);
+                match silent || after >= within {
+                    true => (within, m, false),
+                    false => (after, m, true),
+                }
+            })
+            .collect();
+        fates.sort();
+        let mut fates = fates.into_iter().peekable();
+        for _ in 0..1000 {
+            if self.m.pulling.is_none() {
+                self.pulls.push((round, self.clock.now() - started));
+                return;
+            }
+            let fate = fates.peek().map(|f| started + f.0);
+            let next = fate.into_iter().chain(self.m.poll_timeout()).min();
+            let next = next.expect("the pull waits for nothing");
+            self.clock.advance_to(next);
+            let t = self.clock.now();
+            match fates.next_if(|_| fate == Some(next)) {
+                Some((_, m, came)) => self.m.handle_model(t, m, came),
+                None => self.m.handle_timeout(t),
+            }
+        }
+        panic!("the pull did not end: a busy loop");
     }
 
     fn questions(&self) -> Vec<Ask> {
@@ -257,7 +278,7 @@ fn a_fresh_silo_joins_runs_its_pairs_reports_and_trains_in_its_coalition() {
         sizes: vec![100, 100],
     };
     assert!(b.actions.contains(&Action::Adopt(c.clone())));
-    // Every round trains, then pulls the coalition's models within `fetch`.
+    // Every round trains, then pulls the coalition's models within `fetch`, waiting for all.
     let pulls: Vec<_> = b
         .actions
         .iter()
@@ -266,15 +287,11 @@ fn a_fresh_silo_joins_runs_its_pairs_reports_and_trains_in_its_coalition() {
                 round,
                 coalition,
                 within,
-                excused,
-                ..
-            } => {
-                assert!(excused.is_empty());
-                Some((*round, coalition.clone(), *within))
-            }
+            } => Some((*round, coalition.clone(), *within)),
             _ => None,
         })
         .collect();
+    assert!(b.excused_in.iter().all(|e| e.is_empty()));
     assert_eq!(
         pulls,
         (0..4).map(|r| (r, c.clone(), FETCH)).collect::<Vec<_>>()
@@ -662,7 +679,7 @@ fn replies_and_reports_that_come_for_no_question_are_ignored() {
     // Not started: nothing happens.
     m.handle_reply(clock.now(), Reply::Ack);
     m.handle_trained(clock.now());
-    m.handle_pulled(clock.now(), vec![1]);
+    m.handle_model(clock.now(), 0, true);
     m.handle_pairs(clock.now());
     assert_eq!(m.poll_action(), None);
     m.handle_start(clock.now());
@@ -756,14 +773,7 @@ fn an_excused_members_model_counts_when_it_comes_and_a_cut_off_silo_excuses_nobo
         Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
         _ => helpful(ask, 0),
     });
-    let excused_in: Vec<Vec<u32>> = b
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Pull { excused, .. } => Some(excused.clone()),
-            _ => None,
-        })
-        .collect();
+    let excused_in = b.excused_in.clone();
     let none: Vec<u32> = Vec::new();
     let expected: Vec<Vec<u32>> = (0..10)
         .map(|r| {
@@ -800,4 +810,82 @@ fn an_excused_members_model_counts_when_it_comes_and_a_cut_off_silo_excuses_nobo
             .any(|e| matches!(e, Event::Excused { .. }))
     );
     assert!(b.pulls.iter().all(|(_, t)| *t == FETCH));
+}
+
+/// The excused-pull rule, on the engine's clock: an excused member's model counts when it
+/// comes within its grace or while an awaited member is still being pulled; otherwise the pull
+/// ends at the grace without it, and the model that comes later is dropped.
+#[test]
+fn an_excused_members_model_counts_within_its_grace_or_while_the_others_are_pulled() {
+    // Member 0 misses round 2: excused in rounds 3 to 7 (the grace is its 300 ms floor).
+    let run = |late: Vec<(u32, std::ops::Range<u64>, Duration)>| {
+        let mut b = Bench::fresh(CollabMemberConfig {
+            excuse_rounds: 5,
+            ..config(1, 8)
+        });
+        b.silent = vec![(0, 2..3)];
+        b.late = late;
+        b.run(|ask, _| match ask {
+            Ask::Coalition => Says::Answer(coalition(&[0, 1, 2])),
+            _ => helpful(ask, 0),
+        });
+        assert_eq!(b.excused_in[3], [0]);
+        let o = b.outcomes();
+        (o[3].averaged.clone(), b.pulls[3].1, b.actions.clone())
+    };
+    let ms = Duration::from_millis;
+    // Within the grace: it counts, and the pull ends when it comes.
+    let (averaged, took, _) = run(vec![(0, 3..4, ms(200))]);
+    assert_eq!((averaged, took), (vec![0, 1, 2], ms(200)));
+    // After the grace, with nobody else outstanding: the pull ends at the grace without it.
+    let (averaged, took, actions) = run(vec![(0, 3..4, ms(500))]);
+    assert_eq!((averaged, took), (vec![1, 2], GRACE));
+    assert!(actions.contains(&Action::Average {
+        round: 3,
+        coalition: Coalition {
+            members: vec![0, 1, 2],
+            sizes: vec![100; 3],
+        },
+        averaged: vec![1, 2],
+    }));
+    // After the grace, but while awaited member 2 is still pulled: it counts.
+    let (averaged, took, _) = run(vec![(0, 3..4, ms(500)), (2, 3..4, ms(900))]);
+    assert_eq!((averaged, took), (vec![0, 1, 2], ms(900)));
+    // After both: the pull ends when member 2's model comes, without member 0's.
+    let (averaged, took, _) = run(vec![(0, 3..4, ms(1500)), (2, 3..4, ms(900))]);
+    assert_eq!((averaged, took), (vec![1, 2], ms(900)));
+}
+
+#[test]
+fn a_model_reported_twice_or_by_a_stranger_changes_nothing() {
+    let mut m = CollabMember::new(
+        config(1, 2),
+        Resume {
+            round: 0,
+            reported: true,
+            coalition: Some(Coalition {
+                members: vec![0, 1, 2],
+                sizes: vec![100; 3],
+            }),
+            last_local: false,
+        },
+    );
+    let clock = Clock::new();
+    m.handle_start(clock.now());
+    assert_eq!(m.poll_action(), Some(Action::Train { round: 0 }));
+    m.handle_trained(clock.now());
+    assert!(matches!(
+        m.poll_action(),
+        Some(Action::Pull { round: 0, .. })
+    ));
+    // A stranger, and member 0 twice (a failure after its model came): still waiting for 2.
+    m.handle_model(clock.now(), 7, true);
+    m.handle_model(clock.now(), 0, true);
+    m.handle_model(clock.now(), 0, false);
+    assert_eq!(m.poll_action(), None);
+    m.handle_model(clock.now(), 2, false);
+    assert!(matches!(
+        m.poll_action(),
+        Some(Action::Average { round: 0, averaged, .. }) if averaged == [0, 1]
+    ));
 }
