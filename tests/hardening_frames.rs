@@ -38,11 +38,13 @@ const EXE: &str = env!("CARGO_BIN_EXE_federico");
 /// Budget the node's RSS may grow by under the flood.
 const RSS_BUDGET_KB: u64 = 64 << 10;
 
-/// A flood request: announce `.0` bytes, send `.1` of them (zeros), then wait for the node.
+/// A flood request: announce `.0` bytes, send `.1` of them (zeros), stall for `hold` (the
+/// stream left open, so the node waits for the rest), then wait for the node.
 #[derive(Clone, Default)]
 struct Flood {
     /// Body bytes written, all streams.
     sent: Arc<AtomicU64>,
+    hold: Duration,
 }
 
 impl rr::Codec for Flood {
@@ -83,7 +85,9 @@ impl rr::Codec for Flood {
             self.sent.fetch_add(n as u64, Ordering::Relaxed);
             left -= n as u64;
         }
-        io.flush().await
+        io.flush().await?;
+        tokio::time::sleep(self.hold).await;
+        Ok(())
     }
 
     async fn write_response<T: AsyncWrite + Unpin + Send>(
@@ -186,7 +190,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Two honest nodes and silo-2's key for the attacker.
+/// Two honest nodes and the other silos' keys for the attackers (silo-2's first).
 struct Federation {
     _dir: tempfile::TempDir,
     nodes: Vec<KillOnDrop>,
@@ -196,13 +200,22 @@ struct Federation {
     target: PeerId,
     addr: Multiaddr,
     key: libp2p::identity::Keypair,
+    /// The keys of silo-2 onwards.
+    keys: Vec<libp2p::identity::Keypair>,
 }
 
-/// Starts silo-0 (the target, serving metrics, with `max_message_mib`) and silo-1.
+/// Starts silo-0 (the target, serving metrics, with `max_message_mib`) and silo-1, in a
+/// federation of three.
 fn federation(max_message_mib: Option<u64>) -> Federation {
+    federation_of(3, max_message_mib)
+}
+
+/// Starts silo-0 and silo-1 of a federation of `silos`.
+fn federation_of(silos: usize, max_message_mib: Option<u64>) -> Federation {
     let dir = tempfile::tempdir().unwrap();
+    let clients = format!("split.clients={silos}");
     let over: Vec<String> = [
-        "split.clients=3",
+        clients.as_str(),
         "split.groups=1",
         "rounds=100000",
         "eval_every=100000",
@@ -243,7 +256,11 @@ fn federation(max_message_mib: Option<u64>) -> Federation {
     let addr = manifest.members[0].addrs[0]
         .clone()
         .with(libp2p::multiaddr::Protocol::P2p(target));
-    let key = load_key(&NodeConfig::load(&p.configs[2]).unwrap().key).unwrap();
+    let keys: Vec<_> = p.configs[2..]
+        .iter()
+        .map(|c| load_key(&NodeConfig::load(c).unwrap().key).unwrap())
+        .collect();
+    let key = keys[0].clone();
     Federation {
         _dir: dir,
         nodes,
@@ -253,6 +270,7 @@ fn federation(max_message_mib: Option<u64>) -> Federation {
         target,
         addr,
         key,
+        keys,
     }
 }
 
@@ -391,6 +409,8 @@ fn scrape(addr: &str) -> BTreeMap<String, u64> {
             out.insert(reason.to_string(), n.parse().unwrap());
         } else if let Some(n) = line.strip_prefix("federico_blocked_peers_total ") {
             out.insert("blocked_peers".into(), n.parse().unwrap());
+        } else if let Some(n) = line.strip_prefix("federico_receiving_bytes ") {
+            out.insert("receiving_bytes".into(), n.parse().unwrap());
         }
     }
     out
@@ -499,6 +519,85 @@ async fn a_member_memory_flood_stays_within_the_receive_budget() {
     assert!(
         longest.iter().all(|&s| s < 5.0),
         "a round took {longest:?} s under the flood"
+    );
+}
+
+/// Attack M4b (insiders' review): four colluding members each hold their whole share of the
+/// target's receive budget (a quarter) with frames that trickle in and stall, so together the
+/// whole budget, for as long as the node waits for the rest of a frame. Before member floors
+/// every frame silo-1 sent silo-0 was refused `over_budget` and the honest pair stopped; now
+/// each member has a floor of its own, and the pair goes on.
+#[tokio::test]
+async fn colluding_members_holding_the_whole_budget_do_not_starve_an_honest_one() {
+    // As in M4, `max_message_mib` raised to 256 (the default for this tiny model, 66 KiB,
+    // caps what one peer can hold at 16 streams × 66 KiB, far below its share; a model of a
+    // few million parameters gets a default bound as large as the share).
+    let fed = federation_of(6, Some(256));
+    let r0 = fed.wait_rounds(&[0, 0], 3, Duration::from_secs(30)).await;
+    // Each colluder: 12 streams, each announcing 255 MiB and sending 256 KiB + 1 byte, which
+    // makes the node hold 512 KiB for it (its buffer doubles from 64 KiB): 6 MiB each, the
+    // quarter of the 24 MiB budget a peer may hold.
+    let request = (255u64 << 20, (256u64 << 10) + 1);
+    let mut tasks = Vec::new();
+    for key in &fed.keys {
+        let flood = Flood {
+            hold: Duration::from_secs(9),
+            ..Flood::default()
+        };
+        let mut swarm = attacker(key.clone(), flood.clone());
+        fed.connect(&mut swarm).await;
+        for _ in 0..12 {
+            swarm
+                .behaviour_mut()
+                .flood
+                .send_request(&fed.target, request);
+        }
+        let stop = Instant::now() + Duration::from_secs(10);
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < stop {
+                let _ = tokio::time::timeout(Duration::from_millis(100), swarm.select_next_some())
+                    .await;
+            }
+            flood.sent.load(Ordering::Relaxed)
+        }));
+    }
+    // The frames are in; from here the budget is as full as the colluders can make it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r_full = fed.rounds();
+    let held = scrape(&fed.metrics)["receiving_bytes"];
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let r_attack = fed.rounds();
+    let held_after = scrape(&fed.metrics)["receiving_bytes"];
+    let counts = scrape(&fed.metrics);
+    let mut sent = 0;
+    for t in tasks {
+        sent += t.await.unwrap();
+    }
+    let longest = fed.longest(&r_full);
+    eprintln!(
+        "colluders: sent {} KiB; the node held {} KiB, then {} KiB; refusals {counts:?}; rounds {r0:?} → {r_full:?} → {r_attack:?} \
+         (6 s with the budget held), longest round {longest:.2?} s",
+        sent >> 10,
+        held >> 10,
+        held_after >> 10
+    );
+    // The colluders held all they could: the budget but for silo-1's floor.
+    let budget = intake::MIN_RECEIVE_BUDGET;
+    assert!(
+        held.min(held_after) >= budget - (1 << 20),
+        "the colluders held only {held} and {held_after} of {budget} bytes"
+    );
+    assert!(
+        sent >= 4 * 12 * (256 << 10),
+        "the colluders sent only {sent} bytes"
+    );
+    assert!(
+        r_attack.iter().zip(&r_full).all(|(a, b)| a >= &(b + 3)),
+        "the honest pair stalled while the colluders held the budget: {r_full:?} → {r_attack:?}"
+    );
+    assert!(
+        longest.iter().all(|&s| s < 5.0),
+        "a round took {longest:?} s while the colluders held the budget"
     );
 }
 

@@ -1,6 +1,7 @@
 //! What every frame a node receives passes through, all peers and streams together: the receive
 //! budget its bodies are buffered from (each peer limited to a share of it, so one peer cannot
-//! starve the others), the bound on requests one peer may have being read at
+//! starve the others; each member's first bytes set aside for it, so members that fill the
+//! rest together cannot either), the bound on requests one peer may have being read at
 //! once, the strikes that get a peer sending bad frames disconnected and blocked for a while
 //! ([`Blocks`], the behaviour that enforces the block), and the rate-limited warnings for
 //! refused frames.
@@ -13,7 +14,7 @@
 
 use super::metrics::{Metrics, Reason};
 use super::throttle::Throttle;
-use crate::protocol::{Budget, WireError, message_bound};
+use crate::protocol::{Budget, WireError, largest_message, message_bound};
 use libp2p::core::Endpoint;
 use libp2p::core::transport::PortUse;
 use libp2p::futures::task::AtomicWaker;
@@ -22,7 +23,7 @@ use libp2p::swarm::{
     THandlerInEvent, THandlerOutEvent, ToSwarm, dummy,
 };
 use libp2p::{Multiaddr, PeerId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -64,6 +65,10 @@ pub(crate) struct Limits {
     pub(crate) budget: u64,
     /// Bytes of frame bodies one peer may have being received.
     pub(crate) peer_budget: u64,
+    /// The members each given a floor of the budget, set aside for them alone.
+    pub(crate) floored: HashSet<PeerId>,
+    /// Each floored member's floor, in bytes.
+    pub(crate) floor: u64,
     /// Requests one peer may have being read at once.
     pub(crate) streams_per_peer: usize,
     /// Bad frames within `window` that block a peer (`usize::MAX`: never).
@@ -80,6 +85,8 @@ impl Limits {
         Self {
             budget: u64::MAX,
             peer_budget: u64::MAX,
+            floored: HashSet::new(),
+            floor: 0,
             streams_per_peer: usize::MAX,
             bad_frames: usize::MAX,
             window: BAD_FRAME_WINDOW,
@@ -98,6 +105,35 @@ impl Limits {
             bad_frames: BAD_FRAMES,
             ..Self::unbounded()
         }
+    }
+
+    /// These limits with a floor of the budget set aside for each of `members` (insiders'
+    /// review M4b: four colluding members could fill a node's whole budget and get every other
+    /// member's frames refused): [`message_bound`] of a model of `num_params` parameters (its
+    /// largest message twice over), at most half the budget over all members. The rest of the
+    /// budget is shared as before.
+    pub(crate) fn with_floors(
+        self,
+        members: impl IntoIterator<Item = PeerId>,
+        num_params: usize,
+    ) -> Self {
+        let floored: HashSet<PeerId> = members.into_iter().collect();
+        let n = floored.len().max(1) as u64;
+        let floor = message_bound(num_params)
+            .min(self.budget / (2 * n))
+            .min(self.peer_budget);
+        Self {
+            floored,
+            floor,
+            ..self
+        }
+    }
+
+    /// Whether every member's floor holds its largest message, for a model of `num_params`
+    /// parameters (else colluders filling the shared rest can still refuse a member's
+    /// message).
+    pub(crate) fn floors_hold_a_message(&self, num_params: usize) -> bool {
+        self.floored.is_empty() || self.floor >= largest_message(num_params)
     }
 
     /// A coordinator's limits, for `members` silos and a model of `num_params` parameters. All
@@ -159,8 +195,9 @@ pub(crate) struct Intake {
 
 impl Intake {
     pub(crate) fn new(limits: Limits, metrics: Metrics) -> Arc<Self> {
+        let set_aside = limits.floor.saturating_mul(limits.floored.len() as u64);
         Arc::new(Self {
-            budget: Budget::new(limits.budget),
+            budget: Budget::new(limits.budget.saturating_sub(set_aside)),
             warns: Throttle::new(limits.warn_every),
             limits,
             metrics,
@@ -233,27 +270,42 @@ impl Intake {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The budget a frame body from `peer` is buffered from: its share of the receive budget
-    /// (the whole budget when the sender is not known).
+    /// The budget a frame body from `peer` is buffered from: its share of the receive budget,
+    /// with its floor when it is a floored member (the shared budget when the sender is not
+    /// known).
     pub(crate) fn budget(&self, peer: Option<PeerId>) -> Budget {
         let Some(peer) = peer else {
             return self.budget.clone();
         };
+        let floored = &self.limits.floored;
         let mut s = self.state();
         if s.shares.len() > 1024 {
-            s.shares.retain(|_, b| b.used() > 0);
+            // A member's share is kept: a second one would hold a second floor.
+            s.shares.retain(|p, b| b.used() > 0 || floored.contains(p));
         }
+        let floor = if floored.contains(&peer) {
+            self.limits.floor
+        } else {
+            0
+        };
         s.shares
             .entry(peer)
-            .or_insert_with(|| self.budget.share(self.limits.peer_budget))
+            .or_insert_with(|| self.budget.share_with_floor(self.limits.peer_budget, floor))
             .clone()
     }
 
-    /// Publishes the budget's use.
+    /// Publishes the budget's use (the shared part and every floor's).
     pub(crate) fn show_use(&self) {
+        let floors: u64 = self
+            .state()
+            .shares
+            .values()
+            .map(|b| b.used().min(b.floor()))
+            .sum();
+        let used = self.budget.used().saturating_add(floors);
         self.metrics
             .receiving_bytes
-            .set(self.budget.used().min(i64::MAX as u64) as i64);
+            .set(used.min(i64::MAX as u64) as i64);
     }
 
     /// Starts reading a request from `peer`: refused when it already has as many being read as
@@ -532,6 +584,68 @@ mod tests {
         assert_eq!(big.budget, 8 * big.peer_budget);
         assert_eq!(big.streams_per_peer, STREAMS_PER_PEER);
         assert_eq!(big.bad_frames, BAD_FRAMES);
+    }
+
+    /// Attack M4b (insiders' review): four colluding members each fill their share of a node's
+    /// receive budget (a quarter each), so together the whole; an honest member's gradient is
+    /// then refused. With floors its message fits in its own.
+    #[test]
+    fn colluding_members_that_fill_the_budget_cannot_refuse_another_members_message() {
+        let params = 335;
+        let budget = super::MIN_RECEIVE_BUDGET;
+        let colluders: Vec<PeerId> = (0..4).map(|_| PeerId::random()).collect();
+        let honest: Vec<PeerId> = (0..3).map(|_| PeerId::random()).collect();
+        let members = colluders.iter().chain(&honest).copied();
+        let attempt = |limits: Limits| {
+            let i = Intake::new(limits, Metrics::default());
+            // Each colluder holds as much as its share lets it (frames trickled in, never
+            // finished).
+            let held: Vec<_> = colluders
+                .iter()
+                .map(|&c| {
+                    let b = i.budget(Some(c));
+                    let mut r = b.reservation();
+                    while r.grow(64 << 10).is_ok() {}
+                    while r.grow(1).is_ok() {}
+                    r
+                })
+                .collect();
+            let filled: u64 = held.iter().map(|r| r.held()).sum();
+            // Each honest member sends a largest message: a model or a gradient.
+            let honest_ok = honest.iter().all(|&h| {
+                let b = i.budget(Some(h));
+                let mut r = b.reservation();
+                r.grow(crate::protocol::largest_message(params)).is_ok()
+            });
+            (filled, honest_ok)
+        };
+        // Before: the colluders hold the whole budget and every honest message is refused.
+        let (filled, honest_ok) = attempt(Limits::node(budget));
+        assert_eq!(filled, budget);
+        assert!(!honest_ok);
+        // With the floors: they hold all they may, and each honest member still gets through.
+        let limits = Limits::node(budget).with_floors(members, params);
+        assert!(limits.floors_hold_a_message(params));
+        assert_eq!(limits.floor, message_bound(params));
+        let (filled, honest_ok) = attempt(limits.clone());
+        assert!(honest_ok);
+        // What they hold together: the shared rest and their own floors, within the budget.
+        let shared = budget - 7 * limits.floor;
+        assert_eq!(filled, shared + 4 * limits.floor);
+    }
+
+    #[test]
+    fn floors_are_at_most_half_the_budget_and_say_when_they_cannot_hold_a_message() {
+        let members: Vec<PeerId> = (0..16).map(|_| PeerId::random()).collect();
+        // An 11 M-parameter model with the default budget: 16 floors of a whole message do
+        // not fit in half of it.
+        let params = 11_000_000;
+        let limits = Limits::node(default_receive_budget(params)).with_floors(members, params);
+        assert_eq!(limits.floor, limits.budget / 32);
+        assert!(!limits.floors_hold_a_message(params));
+        // Without members, nothing is set aside.
+        let none = Limits::node(1 << 20).with_floors([], 335);
+        assert!(none.floored.is_empty() && none.floors_hold_a_message(335));
     }
 
     #[test]

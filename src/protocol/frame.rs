@@ -24,20 +24,30 @@ pub const DEFAULT_MAX_MESSAGE: u64 = 256 << 20;
 /// 64 KiB for everything else. An 11 M-parameter ResNet-18 gets ≈ 84 MiB; the quickstart's
 /// 335-parameter model 66 KiB.
 pub fn message_bound(num_params: usize) -> u64 {
-    let largest = 4 * num_params as u64 + 64;
-    2 * largest + (64 << 10)
+    2 * largest_message(num_params) + (64 << 10)
+}
+
+/// The largest honest message of a model of `num_params` parameters: a model or a weighted
+/// gradient, 4 bytes a parameter plus a few varints.
+pub fn largest_message(num_params: usize) -> u64 {
+    4 * num_params as u64 + 64
 }
 
 /// Bytes that every frame being read, from every peer on every stream, draws from while its body
 /// is buffered: [`read_frame_within`] reserves each step of its buffer's growth before it
 /// allocates it and refuses the frame ([`WireError::OverBudget`]) when the budget cannot cover
 /// it. Clones share one budget. A budget made by [`Budget::share`] draws from its parent too, so
-/// one peer's share bounds what that peer can hold, and the parent what all hold together.
+/// one peer's share bounds what that peer can hold, and the parent what all hold together. A
+/// share made by [`Budget::share_with_floor`] holds its first `floor` bytes on its own (set
+/// aside for it out of the whole by whoever sized the parent), so peers that fill the parent
+/// cannot refuse it a message that fits its floor.
 #[derive(Clone, Debug)]
 pub struct Budget {
     total: u64,
     used: Arc<AtomicU64>,
     parent: Option<Arc<Budget>>,
+    /// Bytes held without drawing from the parent.
+    floor: u64,
 }
 
 impl Budget {
@@ -47,21 +57,34 @@ impl Budget {
             total,
             used: Arc::default(),
             parent: None,
+            floor: 0,
         }
     }
 
     /// A budget of at most `total` bytes that also draws every byte from this one.
     pub fn share(&self, total: u64) -> Self {
+        self.share_with_floor(total, 0)
+    }
+
+    /// A budget of at most `total` bytes whose first `floor` bytes are its own and the rest
+    /// drawn from this one.
+    pub fn share_with_floor(&self, total: u64, floor: u64) -> Self {
         Self {
             total,
             used: Arc::default(),
             parent: Some(Arc::new(self.clone())),
+            floor: floor.min(total),
         }
     }
 
     /// The budget's size in bytes.
     pub fn total(&self) -> u64 {
         self.total
+    }
+
+    /// Bytes held without drawing from the parent.
+    pub fn floor(&self) -> u64 {
+        self.floor
     }
 
     /// Bytes reserved right now.
@@ -77,26 +100,44 @@ impl Budget {
         }
     }
 
-    /// Takes `n` bytes here and from every parent, or nothing.
+    /// Of a move of `used` from `a` to `b` bytes, the part above the floor (what the parent
+    /// holds of it).
+    fn above_floor(&self, a: u64, b: u64) -> u64 {
+        b.saturating_sub(self.floor)
+            .abs_diff(a.saturating_sub(self.floor))
+    }
+
+    /// Takes `n` bytes here, and what passes the floor from every parent, or nothing. The
+    /// parent's part is taken before the move here is committed (and given back when another
+    /// move came first), so the parent never holds less than this budget's bytes above its
+    /// floor.
     fn take(&self, n: u64) -> Result<(), u64> {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(n).filter(|&u| u <= self.total)
-            })
-            .map_err(|_| self.total)?;
-        if let Some(p) = &self.parent
-            && let Err(total) = p.take(n)
-        {
-            self.used.fetch_sub(n, Ordering::AcqRel);
-            return Err(total);
+        loop {
+            let used = self.used.load(Ordering::Acquire);
+            let after = used
+                .checked_add(n)
+                .filter(|&u| u <= self.total)
+                .ok_or(self.total)?;
+            let over = self.above_floor(used, after);
+            if let Some(p) = &self.parent {
+                p.take(over)?;
+            }
+            let moved =
+                self.used
+                    .compare_exchange(used, after, Ordering::AcqRel, Ordering::Acquire);
+            if moved.is_ok() {
+                return Ok(());
+            }
+            if let Some(p) = &self.parent {
+                p.give(over);
+            }
         }
-        Ok(())
     }
 
     fn give(&self, n: u64) {
-        self.used.fetch_sub(n, Ordering::AcqRel);
+        let used = self.used.fetch_sub(n, Ordering::AcqRel);
         if let Some(p) = &self.parent {
-            p.give(n);
+            p.give(self.above_floor(used, used - n));
         }
     }
 }
@@ -434,6 +475,66 @@ mod tests {
         assert_eq!((a.used(), b.used(), all.used()), (0, 150, 150));
         drop(rb);
         assert_eq!(all.used(), 0);
+    }
+
+    /// Attack M4b (insiders' review): members that fill the whole budget between them used to
+    /// get every other member's frames refused. A member's floor is its own.
+    #[test]
+    fn a_floor_is_held_when_others_fill_the_whole() {
+        // Two floors of 100 set aside out of 500: the whole the shares draw from is 300.
+        let all = Budget::new(300);
+        let (a, b, c) = (
+            all.share_with_floor(250, 100),
+            all.share_with_floor(250, 100),
+            all.share_with_floor(250, 100),
+        );
+        let (mut ra, mut rb) = (a.reservation(), b.reservation());
+        ra.grow(250).unwrap();
+        rb.grow(250).unwrap();
+        assert_eq!((a.used(), b.used(), all.used()), (250, 250, 300));
+        // The whole is full: c's floor still holds a message, and not a byte more.
+        let mut rc = c.reservation();
+        rc.grow(100).unwrap();
+        assert_eq!(
+            rc.grow(1),
+            Err(WireError::OverBudget {
+                want: 101,
+                budget: 300
+            })
+        );
+        // Without a floor, the same share is refused outright.
+        let d = all.share(250);
+        assert!(d.reservation().grow(1).is_err());
+        // Bytes given back leave the floor last: the whole gets back what passed it.
+        drop(ra);
+        assert_eq!(all.used(), 150);
+        rc.grow(60).unwrap();
+        assert_eq!((c.used(), all.used()), (160, 210));
+        drop(rc);
+        assert_eq!(all.used(), 150);
+        drop(rb);
+        assert_eq!((a.used(), b.used(), c.used(), all.used()), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn floored_shares_account_exactly_under_concurrent_use() {
+        let all = Budget::new(1 << 20);
+        let shares: Vec<Budget> = (0..4)
+            .map(|_| all.share_with_floor(1 << 18, 1000))
+            .collect();
+        std::thread::scope(|s| {
+            for b in &shares {
+                s.spawn(move || {
+                    for i in 0..2000u64 {
+                        let mut r = b.reservation();
+                        let _ = r.grow(1 + i % 700);
+                        let _ = r.grow(1 + i % 900);
+                    }
+                });
+            }
+        });
+        assert_eq!(all.used(), 0);
+        assert!(shares.iter().all(|b| b.used() == 0));
     }
 
     #[test]

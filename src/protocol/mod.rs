@@ -36,7 +36,7 @@ pub use collab::{COLLAB_PROTOCOL, CollabRequest, CollabResponse};
 pub use coord::{COORD_PROTOCOL, CoordRequest, CoordResponse, MAX_PARTNERS, MAX_SUBSPACE_RANK};
 pub use frame::{
     Budget, DEFAULT_MAX_MESSAGE, Reservation, WireError, check_len, check_vector, decode, encode,
-    invalid, message_bound, read_frame, read_frame_within, rejection,
+    invalid, largest_message, message_bound, read_frame, read_frame_within, rejection,
 };
 pub use peer::{
     GRADIENT_PROTOCOL, GradientRequest, GradientResponse, MODEL_PROTOCOL, ModelPayload,

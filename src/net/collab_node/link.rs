@@ -96,8 +96,11 @@ pub(super) struct SwarmConfig<'a> {
     /// Manifest members admitted (`None`: an open federation).
     pub(super) allowed: Option<Vec<PeerId>>,
     pub(super) max_message: u64,
-    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]).
+    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]); every
+    /// other silo and the coordinator get a floor of it ([`Limits::with_floors`]).
     pub(super) receive_budget: u64,
+    /// The model's size, which the floors are sized for.
+    pub(super) num_params: usize,
     /// Bounds one exchange with the coordinator (which holds fetches).
     pub(super) coord_timeout: Duration,
     /// Bounds one exchange with a silo.
@@ -119,7 +122,11 @@ pub(super) fn start(
         sc.allowed.as_ref().map_or(0, Vec::len),
         sc.allowed.is_none(),
     );
-    let intake = Intake::new(Limits::node(sc.receive_budget), metrics.clone());
+    let me = key.public().to_peer_id();
+    let others = sc.peers.iter().map(|p| p.0).chain([sc.coordinator.0]);
+    let floored =
+        Limits::node(sc.receive_budget).with_floors(others.filter(|p| *p != me), sc.num_params);
+    let intake = Intake::new(floored, metrics.clone());
     let behaviour = CollabBehaviour {
         blocks: Blocks::new(intake.clone()),
         members: members(sc.allowed),

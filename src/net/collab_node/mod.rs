@@ -148,6 +148,7 @@ pub(super) async fn run(p: Prelude, shutdown: impl Future<Output = ()>) -> anyho
             allowed: (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect()),
             max_message: cfg.max_message(),
             receive_budget: cfg.receive_budget_for(spec.num_params()),
+            num_params: spec.num_params(),
             coord_timeout: fetch.max(structure_wait),
             peer_timeout: fetch,
             coordinator: (coordinator, coord_addrs),

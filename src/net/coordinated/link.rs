@@ -42,8 +42,12 @@ pub(super) struct SwarmConfig<'a> {
     /// Manifest members admitted (`None`: an open federation).
     pub(super) allowed: Option<Vec<PeerId>>,
     pub(super) max_message: u64,
-    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]).
+    /// Bytes of frame bodies being received at once, all peers ([`Limits::node`]); the
+    /// coordinator gets a floor of it ([`Limits::with_floors`]), so members cannot fill it
+    /// against its answers.
     pub(super) receive_budget: u64,
+    /// The model's size, which the floor is sized for.
+    pub(super) num_params: usize,
     /// Bounds one exchange with the coordinator.
     pub(super) request_timeout: Duration,
     pub(super) coordinator: PeerId,
@@ -62,7 +66,8 @@ pub(super) fn start(
         sc.allowed.as_ref().map_or(0, Vec::len),
         sc.allowed.is_none(),
     );
-    let intake = Intake::new(Limits::node(sc.receive_budget), metrics.clone());
+    let floored = Limits::node(sc.receive_budget).with_floors([sc.coordinator], sc.num_params);
+    let intake = Intake::new(floored, metrics.clone());
     let behaviour = NodeBehaviour {
         blocks: Blocks::new(intake.clone()),
         members: members(sc.allowed),

@@ -238,6 +238,7 @@ fn open(p: Prelude) -> anyhow::Result<(Node, tokio::task::JoinHandle<()>)> {
             allowed: (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect()),
             max_message: cfg.max_message(),
             receive_budget: cfg.receive_budget_for(model.len()),
+            num_params: model.len(),
             request_timeout: fetch,
             coordinator,
             coord_addrs,

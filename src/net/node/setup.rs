@@ -15,6 +15,7 @@ use crate::net::identity::Manifest;
 use crate::net::intake::{self, Intake, Limits};
 use crate::net::limits;
 use crate::net::metrics::Metrics;
+use crate::protocol;
 use crate::silo::federico::{Checkpoint, FedericoSilo};
 use libp2p::{Multiaddr, PeerId, Swarm, SwarmBuilder, noise, tcp, yamux};
 use rand::SeedableRng;
@@ -204,6 +205,13 @@ pub(super) fn build_swarm(
     let allowed = (!manifest.open).then(|| manifest.members.iter().map(|m| m.peer_id).collect());
     let max_message = cfg.max_message_for(num_params);
     let budget = cfg.receive_budget_for(num_params);
+    let others = manifest
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != me.index())
+        .map(|(_, m)| m.peer_id);
+    let limits = Limits::node(budget).with_floors(others, num_params);
     let kib = |b: u64| b.div_ceil(1024);
     info!(
         max_message_kib = kib(max_message),
@@ -214,6 +222,7 @@ pub(super) fn build_swarm(
         },
         receive_budget_kib = kib(budget),
         peer_share_kib = kib(budget / intake::PEER_SHARE),
+        member_floor_kib = kib(limits.floor),
         streams_per_peer = intake::STREAMS_PER_PEER,
         "message bounds"
     );
@@ -225,7 +234,18 @@ pub(super) fn build_swarm(
              be refused (over_budget)"
         );
     }
-    let intake = Intake::new(Limits::node(budget), metrics.clone());
+    if !limits.floors_hold_a_message(num_params) {
+        let members = limits.floored.len() as u64;
+        warn!(
+            receive_budget_kib = kib(budget),
+            member_floor_kib = kib(limits.floor),
+            largest_message_kib = kib(protocol::largest_message(num_params)),
+            needed_mib = (2 * members * protocol::message_bound(num_params)).div_ceil(1 << 20),
+            "the receive budget cannot set a message aside for every member: members that fill \
+             it together could get others' messages refused; raise receive_budget_mib"
+        );
+    }
+    let intake = Intake::new(limits, metrics.clone());
     intake.remember_blocks(cfg.state_dir.join("blocks.json"));
     let behaviour_cfg = BehaviourConfig {
         allowed,
