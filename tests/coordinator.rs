@@ -453,6 +453,7 @@ fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
             principal_angles: PrincipalAngles::Standard,
             cohort_size: f.cohort_size,
             score_trained: false,
+            size_cap: None,
         };
         // The cohort stream's seed does not matter for the round and the registrations.
         let s = FedsacServer::decode(settings, sc.rounds as u64, 0, &bytes).unwrap();

@@ -13,7 +13,8 @@
 //! network: deadlines, joining, held fetches, excused members), without I/O; `member/` is the
 //! other side, a coordinated silo's rounds (budgets, detaching, reattaching, the switch to
 //! FedeRiCo), without I/O; `excuse.rs` is the excuse rule both the engine and FedCollab's member
-//! engine follow.
+//! engine follow; `robust.rs` is the bound on self-reported sample counts FedDisco, HCCT and
+//! FedSaC apply.
 
 pub mod engine;
 pub mod excuse;
@@ -23,6 +24,7 @@ pub mod fedsac;
 pub mod hcct;
 mod joining;
 pub mod member;
+pub mod robust;
 
 pub use fedcollab::server as fedcollab_server;
 pub use feddisco::server as feddisco_server;

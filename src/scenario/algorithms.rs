@@ -153,6 +153,10 @@ pub struct FedsacConfig {
     pub feature_samples: usize,
     /// Which model a silo is scored with (spec §7.12).
     pub score: FedsacScore,
+    /// A silo's sample count counts at most this many times the lower median of the round's,
+    /// in the size prior (insiders' review: a size lie takes every silo's mixing weight); 0
+    /// (the default): as registered.
+    pub size_cap: f64,
 }
 
 /// Which of a FedSaC silo's models is scored (FedSaC spec §4 step 5, §7.12).
@@ -185,6 +189,7 @@ impl Default for FedsacConfig {
             cohort_size: 10,
             feature_samples: 1000,
             score: FedsacScore::Aggregated,
+            size_cap: 0.0,
         }
     }
 }
@@ -199,6 +204,7 @@ impl FedsacConfig {
             principal_angles: self.principal_angles,
             cohort_size: self.cohort_size,
             score_trained: self.score == FedsacScore::Trained,
+            size_cap: (self.size_cap > 0.0).then_some(self.size_cap),
         }
     }
 
@@ -225,6 +231,12 @@ impl FedsacConfig {
             return Err(format!(
                 "feature_samples must be greater than k = {}, got {}",
                 self.k, self.feature_samples
+            ));
+        }
+        if !(self.size_cap.is_finite() && (self.size_cap == 0.0 || self.size_cap >= 1.0)) {
+            return Err(format!(
+                "size_cap must be 0 (off) or at least 1, got {}",
+                self.size_cap
             ));
         }
         check_sgd(self.lr, self.momentum, self.weight_decay)

@@ -58,7 +58,8 @@ impl HcctRun {
     /// Every silo starts from `init[0]`, the common w⁰ (§3).
     pub(crate) fn new(ctx: &Ctx<'_>, init: &[Vec<f32>]) -> Self {
         let cfg = ctx.scenario.hcct.clone();
-        let sizes: Vec<usize> = ctx.fed.clients.iter().map(|c| c.train.len()).collect();
+        let rows: Vec<usize> = ctx.fed.clients.iter().map(|c| c.train.len()).collect();
+        let sizes = cfg.run_sizes(&rows);
         let coord = Coordinator::new(sizes.clone(), cfg.coordinator_config());
         let n = ctx.clients();
         let opts = match cfg.optimizer {

@@ -360,6 +360,16 @@ fn same_scenario(old: &str, wanted: &str) -> bool {
                 f.insert("foreign_cap".into(), cap.into());
             }
         }
+        // HCCT's and FedSaC's `size_cap`: absent from stamps written before it existed, which
+        // ran without the cap.
+        for section in ["hcct", "fedsac"] {
+            if let Some(s) = v.get_mut(section).and_then(|s| s.as_object_mut())
+                && stored
+                && !s.contains_key("size_cap")
+            {
+                s.insert("size_cap".into(), 0.0.into());
+            }
+        }
         // Only Dirichlet splits read `clusters`, which stamps written before it could be unset
         // carry everywhere (4).
         if let Some(sp) = v.get_mut("split").and_then(|s| s.as_object_mut())

@@ -304,6 +304,29 @@ fn a_column_run_again_with_the_same_scenario_is_reused() {
 /// scenario that leaves the cap to its default where that default is off (8 silos, M = 3), not
 /// where it caps (3 silos); an unset field matches its value in force; any other difference
 /// reruns.
+/// A stamp written before HCCT's and FedSaC's `size_cap` existed ran without the cap.
+#[test]
+fn a_stamp_from_before_size_cap_is_a_run_without_it() {
+    let stamp = |hcct: &str, fedsac: &str| {
+        format!(
+            r#"{{"name": "a", "hcct": {{"lr": 0.1{hcct}}}, "fedsac": {{"beta": 1.4{fedsac}}}}}"#
+        )
+    };
+    let old = stamp("", "");
+    assert!(same_scenario(
+        &old,
+        &stamp(r#", "size_cap": 0.0"#, r#", "size_cap": 0.0"#)
+    ));
+    assert!(!same_scenario(
+        &old,
+        &stamp(r#", "size_cap": 2.0"#, r#", "size_cap": 0.0"#)
+    ));
+    assert!(!same_scenario(
+        &old,
+        &stamp(r#", "size_cap": 0.0"#, r#", "size_cap": 2.0"#)
+    ));
+}
+
 #[test]
 fn stamps_compare_the_federico_settings_in_force() {
     let stamp = |clients: u32, federico: &str| {

@@ -77,6 +77,7 @@ fn fedsac(nodes: usize, rounds: u64, cohort: usize) -> Box<dyn CoordAlgorithm> {
         principal_angles: crate::coord::fedsac::PrincipalAngles::Standard,
         cohort_size: cohort,
         score_trained: false,
+        size_cap: None,
     };
     Box::new(FedsacServer::new(settings, nodes, rounds, 7, vec![0.0; LEN]).unwrap())
 }

@@ -22,6 +22,7 @@
 
 pub mod server;
 
+use crate::coord::robust::{cap_sizes, lower_median};
 use serde::{Deserialize, Serialize};
 
 /// `a`: how strongly discrepancy lowers a weight (spec §2.3; `args.py` and every run script).
@@ -272,12 +273,6 @@ pub struct Robust {
     pub weight_cap: Option<f64>,
 }
 
-/// The lower median (robust to any minority, and to exactly half).
-fn lower_median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[(v.len() - 1) / 2]
-}
-
 impl Robust {
     /// No defence: the paper's FedDisco.
     pub const NONE: Robust = Robust {
@@ -321,18 +316,11 @@ impl Robust {
 
     /// The reports with `n_k` capped, and how many were.
     pub fn cap_sizes(&self, reports: &[DiscoReport]) -> (Vec<DiscoReport>, usize) {
+        let sizes: Vec<u64> = reports.iter().map(|r| r.num_samples).collect();
+        let (sizes, capped) = cap_sizes(&sizes, self.size_cap);
         let mut out = reports.to_vec();
-        let (Some(cap), false) = (self.size_cap, reports.is_empty()) else {
-            return (out, 0);
-        };
-        let median = lower_median(reports.iter().map(|r| r.num_samples as f64).collect());
-        let limit = (cap * median).max(1.0).min(u64::MAX as f64) as u64;
-        let mut capped = 0;
-        for r in &mut out {
-            if r.num_samples > limit {
-                r.num_samples = limit;
-                capped += 1;
-            }
+        for (r, n) in out.iter_mut().zip(sizes) {
+            r.num_samples = n;
         }
         (out, capped)
     }

@@ -39,6 +39,10 @@ pub struct Settings {
     pub cohort_size: usize,
     /// Score the model right after local training instead of the aggregate.
     pub score_trained: bool,
+    /// A sample count counts at most this many times the lower median of the round's
+    /// (insiders' review: the size prior otherwise hands a member that registered
+    /// `n_train = 10^12` every silo's mixing weight); `None`: as registered.
+    pub size_cap: Option<f64>,
 }
 
 /// What a silo gets for a round.
@@ -353,6 +357,7 @@ impl FedsacServer {
             .chain(&stale)
             .map(|&i| self.joining.size(i).unwrap_or(0))
             .collect();
+        let (counts, _) = crate::coord::robust::cap_sizes(&counts, s.size_cap);
         let subspaces: Vec<Option<Subspace>> = senders
             .iter()
             .map(|i| self.pending[i].1.clone())

@@ -45,6 +45,9 @@ pub enum HcctError {
     /// The forced group count of the `fix_D` ablation (§2.3) must be at least 1.
     #[error("groups must be at least 1, got {0}")]
     Groups(usize),
+    /// The size cap must be 0 (off) or at least 1.
+    #[error("size_cap must be 0 (off) or at least 1, got {0}")]
+    SizeCap(f64),
     /// The SGD learning rate η₀ (§3) must be finite and > 0.
     #[error("lr must be a finite number > 0, got {0}")]
     Lr(f64),

@@ -215,7 +215,7 @@ impl HcctServer {
     /// The rounds of the run joining just started: the partition schedule over its members'
     /// sizes, and round 0's start models.
     fn start_run(&mut self) -> Result<(), String> {
-        let sizes = self
+        let sizes: Vec<usize> = self
             .members()
             .iter()
             .map(|&i| {
@@ -224,6 +224,7 @@ impl HcctServer {
                     .ok_or("an unregistered silo in the run")
             })
             .collect::<Result<_, _>>()?;
+        let sizes = self.cfg.run_sizes(&sizes);
         self.coord = Some(Coordinator::new(sizes, self.cfg.coordinator_config()));
         self.open_round()
     }
@@ -328,12 +329,21 @@ impl HcctServer {
             .collect()
     }
 
+    /// Every silo's sample count as the run weighs it (capped by `size_cap` among the run's
+    /// silos; 0 for a silo outside the run that never registered).
     fn sizes(&self) -> Vec<usize> {
-        self.joining
+        let mut all: Vec<usize> = self
+            .joining
             .sizes()
             .iter()
             .map(|d| d.unwrap_or(0))
-            .collect()
+            .collect();
+        let members = self.members();
+        let theirs: Vec<usize> = members.iter().map(|&i| all[i]).collect();
+        for (&i, d) in members.iter().zip(self.cfg.run_sizes(&theirs)) {
+            all[i] = d;
+        }
+        all
     }
 
     /// ŵ of `group`: the size-weighted average of its members' models.
@@ -475,6 +485,7 @@ impl HcctServer {
                 if sizes.is_empty() || sizes.contains(&0) {
                     return Err("a partition saved before its silos registered".into());
                 }
+                let sizes = cfg.run_sizes(&sizes);
                 Some(Coordinator::restore(sizes, cfg.coordinator_config(), snap).map_err(err)?)
             }
             None if s.members.is_empty() => None,

@@ -627,3 +627,26 @@ fn config_defaults_are_the_specs_and_bad_values_are_named() {
         assert!(e.contains(needle), "{e}");
     }
 }
+
+#[test]
+fn the_size_cap_is_on_by_default_and_below_one_is_refused() {
+    let c = HcctConfig::default();
+    assert_eq!(c.size_cap, 2.0);
+    assert_eq!(c.run_sizes(&[40, 50, 60, 1000]), [40, 50, 60, 100]);
+    let off = HcctConfig {
+        size_cap: 0.0,
+        ..c.clone()
+    };
+    assert!(off.validate().is_ok());
+    assert_eq!(off.run_sizes(&[40, 1000]), [40, 1000]);
+    for bad in [0.5, f64::NAN, -1.0] {
+        let e = HcctConfig {
+            size_cap: bad,
+            ..c.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("size_cap must be 0 (off) or at least 1"), "{e}");
+    }
+}

@@ -12,6 +12,7 @@ fn settings(cohort: usize) -> Settings {
         principal_angles: PrincipalAngles::Standard,
         cohort_size: cohort,
         score_trained: false,
+        size_cap: None,
     }
 }
 
@@ -310,4 +311,45 @@ fn a_round_with_few_senders_mixes_with_recent_group_mates_not_whoever_sent() {
         let log = s.close(true).unwrap();
         assert_eq!(log.stale.is_empty(), r > STALE_ROUNDS, "round {r}");
     }
+}
+
+/// Insiders' review (D3's FedSaC form): a member that registers `n_train = 10^12` owns the
+/// size prior, and with it a large share of every silo's mix. With `size_cap` its count is at
+/// most `size_cap` times the round's median, and the round of honest counts is unchanged.
+#[test]
+fn a_member_lying_about_its_size_does_not_take_every_silos_mix() {
+    let run = |size_cap: Option<f64>, liar: u64| {
+        let mut s = FedsacServer::new(
+            Settings {
+                size_cap,
+                ..settings(0)
+            },
+            3,
+            6,
+            7,
+            vec![0.0; 3],
+        )
+        .unwrap();
+        for (i, n) in [40, 40, liar].into_iter().enumerate() {
+            s.register(i, n).unwrap();
+        }
+        let models = [
+            vec![1.0, 0.0, 0.0],
+            vec![0.9, 0.1, 0.0],
+            vec![0.0, 0.2, 1.0],
+        ];
+        for (i, m) in models.iter().enumerate() {
+            s.update(i, 0, Arc::new(m.clone()), None).unwrap();
+        }
+        s.close(false).unwrap().graph
+    };
+    let lie = 1_000_000_000_000;
+    let undefended = run(None, lie);
+    let capped = run(Some(2.0), lie);
+    // Silo 0's weight on the liar: the prior's 1.0 against its 0.5 capped (80 of 160).
+    let (before, after) = (undefended[0][2], capped[0][2]);
+    assert!(before > after + 0.2, "{before} → {after}");
+    assert_eq!(capped, run(None, 80), "capped, the lie is a count of 80");
+    // Honest counts within the cap: the graph of the undefended run, bit for bit.
+    assert_eq!(run(Some(2.0), 60), run(None, 60));
 }

@@ -70,7 +70,12 @@ fn alpha_zero_keeps_silos_apart_and_their_models_their_own() {
 /// start model is the size-weighted average of its members' models.
 #[test]
 fn identical_updates_merge_and_start_from_the_weighted_average() {
-    let mut s = HcctServer::new(HcctConfig::default(), 2, 5, vec![0.0; 2]).unwrap();
+    // The sizes as registered (30 is more than twice the lower median of two, 10).
+    let cfg = HcctConfig {
+        size_cap: 0.0,
+        ..HcctConfig::default()
+    };
+    let mut s = HcctServer::new(cfg, 2, 5, vec![0.0; 2]).unwrap();
     s.register(0, 10).unwrap();
     s.register(1, 30).unwrap();
     s.update(0, 0, Arc::new(vec![-1.0, -1.0])).unwrap();
@@ -308,4 +313,51 @@ fn a_version_1_checkpoint_resumes_with_every_silo() {
     bad[8] = 7;
     let e = HcctServer::decode(cfg(), 5, &bad).unwrap_err();
     assert!(e.contains("version 7"), "{e}");
+}
+
+/// Insiders' review (D3's HCCT form): a member that registers `n_train = 10^12` owns its
+/// group's average. With `size_cap` its count weighs at most `size_cap` times the run's
+/// median.
+#[test]
+fn a_member_lying_about_its_size_does_not_own_its_groups_model() {
+    let run = |size_cap: f64| {
+        let cfg = HcctConfig {
+            round0_global: true,
+            size_cap,
+            ..HcctConfig::default()
+        };
+        let mut s = HcctServer::new(cfg, 3, 1, vec![0.0; 3]).unwrap();
+        for (i, n) in [40, 40, 1_000_000_000_000].into_iter().enumerate() {
+            s.register(i, n).unwrap();
+        }
+        // Round 0 is one FedAvg group of all three.
+        assert_eq!(s.groups(), [vec![0, 1, 2]]);
+        s.update(0, 0, Arc::new(vec![1.0, 0.0, 0.0])).unwrap();
+        s.update(1, 0, Arc::new(vec![0.0, 1.0, 0.0])).unwrap();
+        s.update(2, 0, Arc::new(vec![0.0, 0.0, 1.0])).unwrap();
+        s.close(false).unwrap();
+        // The run is over: each silo's model is its group's average; the liar's coordinate
+        // is its weight in it.
+        params(s.fetch(0, 1).unwrap())[2]
+    };
+    let undefended = run(0.0);
+    assert!(
+        undefended > 0.999_999,
+        "the liar owns the average: {undefended}"
+    );
+    // Capped at 2 × the median (40): 80 of 160.
+    let capped = run(2.0);
+    assert!((capped - 0.5).abs() < 1e-6, "{capped}");
+    assert!(
+        HcctServer::new(
+            HcctConfig {
+                size_cap: 0.5,
+                ..HcctConfig::default()
+            },
+            3,
+            1,
+            vec![0.0; 3]
+        )
+        .is_err()
+    );
 }
