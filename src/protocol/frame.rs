@@ -481,7 +481,7 @@ mod tests {
     /// get every other member's frames refused. A member's floor is its own.
     #[test]
     fn a_floor_is_held_when_others_fill_the_whole() {
-        // Two floors of 100 set aside out of 500: the whole the shares draw from is 300.
+        // Three floors of 100 set aside out of 600: the whole the shares draw from is 300.
         let all = Budget::new(300);
         let (a, b, c) = (
             all.share_with_floor(250, 100),

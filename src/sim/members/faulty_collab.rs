@@ -83,8 +83,6 @@ enum Due {
 struct Pulling {
     id: u64,
     round: u64,
-    /// Members whose model (or failure) has not been told to the engine.
-    outstanding: BTreeSet<usize>,
     got: BTreeMap<usize, Arc<Vec<f32>>>,
     /// When the pull ends having waited its whole budget.
     budget_until: Instant,
@@ -508,7 +506,6 @@ impl FaultyCollab {
         self.pulls[i] = Some(Pulling {
             id,
             round,
-            outstanding: mates.clone(),
             got: BTreeMap::new(),
             budget_until: now + within,
         });
@@ -595,9 +592,8 @@ impl FaultyCollab {
         let Some(p) = self.pulls[i].as_mut().filter(|p| p.id == id) else {
             return;
         };
-        if !p.outstanding.remove(&mate) {
-            return;
-        }
+        // A second report of a member (its model after its give-up, or the reverse) is the
+        // engine's to ignore.
         let came = model.is_some();
         if let Some(m) = model {
             p.got.insert(mate, m);

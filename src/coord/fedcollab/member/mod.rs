@@ -22,7 +22,8 @@
 //! and [`Action::AwaitServed`], and each member's model of an [`Action::Pull`] as it comes or
 //! fails ([`CollabMember::handle_model`]); while it waits it calls
 //! [`CollabMember::handle_timeout`] at [`CollabMember::poll_timeout`]. At most one action waits
-//! for its report at a time; a pull ends with [`Action::Average`], when the engine says so. `net::collab_node` is the libp2p driver; the tests beside this
+//! for its report at a time; a pull ends with [`Action::Average`], when the engine says so.
+//! `net::collab_node` is the libp2p driver; the tests beside this
 //! file drive it on a virtual clock.
 
 #[cfg(test)]
