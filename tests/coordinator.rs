@@ -4,8 +4,7 @@
 //! (FedDisco) or 8 (HCCT, FedSaC) nodes, against `simulate`.
 
 use federico::coord::feddisco_server::ServerState;
-use federico::coord::fedsac::PrincipalAngles;
-use federico::coord::fedsac_server::{FedsacServer, Settings};
+use federico::coord::fedsac_server::FedsacServer;
 use federico::coord::hcct_server::HcctServer;
 use federico::launch::coordinated::{self, CoordinatorSetup};
 use federico::launch::{self, Prepared, SwarmOptions};
@@ -445,16 +444,7 @@ fn checkpoint(s: &Setup, sc: &Scenario, algorithm: Algorithm) -> (u64, usize) {
     } else if algorithm == Algorithm::Fedsac {
         let file = std::fs::read(path).unwrap();
         let bytes = federico::store::unseal(&file).unwrap().bytes().to_vec();
-        let f = &sc.fedsac;
-        let settings = Settings {
-            alpha: f.alpha,
-            beta: f.beta,
-            alpha_cutoff: f.alpha_cutoff,
-            principal_angles: PrincipalAngles::Standard,
-            cohort_size: f.cohort_size,
-            score_trained: false,
-            size_cap: None,
-        };
+        let settings = sc.fedsac.settings();
         // The cohort stream's seed does not matter for the round and the registrations.
         let s = FedsacServer::decode(settings, sc.rounds as u64, 0, &bytes).unwrap();
         (s.round(), s.registered())

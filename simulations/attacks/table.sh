@@ -8,6 +8,10 @@
 #   simulations/attacks/table.sh simulations/poisoning.toml runs/attacks
 #   simulations/attacks/table.sh simulations/poisoning.toml runs/attacks-off --set defences.norm_bound=0
 #
+# Coordinator algorithms: name one (`--set 'algorithms=["hcct"]'`); a run of several averages
+# them into one row. Their attackers poison the model they send (its update); the coordinator's
+# weight on them is not measured.
+#
 # Needs `federico` on PATH or FEDERICO=path/to/federico. ATTACKS, one kind per line (as below),
 # runs only those. A row whose run is already in OUT is not run again.
 set -euo pipefail
@@ -50,10 +54,11 @@ for kind in "${kinds[@]}"; do
           if ($i == "vs") b += $(i+1)
           if ($i == "average") { m += substr($(i+3), 1) ; }
           if ($i == "most") { x = $(i+1); sub(/\).*/, "", x); if (x + 0 > mx) mx = x + 0 }
-          if ($i == "hold") w += $(i+1)
+          if ($i == "hold") { w += $(i+1); held++ }
         }
         if ($1 == "PASS") pass++ }
-      END { printf "| %s | %s | %.2f | %.2f | %.2f | %.3f / %.3f | %d of %d seeds pass |\n",
-            kind, silos, a / n, b / n, (b - a) / n, w / n, mx, pass, n }'
+      END { weight = held ? sprintf("%.3f / %.3f", w / n, mx) : "not measured"
+            printf "| %s | %s | %.2f | %.2f | %.2f | %s | %d of %d seeds pass |\n",
+            kind, silos, a / n, b / n, (b - a) / n, weight, pass, n }'
   done
 done

@@ -2,9 +2,14 @@
 //! review D3: a FedDisco member that registered `n_train = 10^12` took 0.79 of the weight;
 //! HCCT and FedSaC weigh the same self-reported count).
 //! Owns: [`lower_median`] and [`cap_sizes`], the size-lie bound: a count is taken as at most
-//! `cap` times the lower median of the counts it is weighed with.
-//! Must not: know any algorithm's messages or weights (each algorithm applies the bound to
-//! the counts it weighs).
+//! `cap` times the lower median of the counts it is weighed with; [`clip_moves`], the bound on
+//! how far a member's model may move from where it started (a multiple of the median move);
+//! and [`Aggregator`] with [`combine`], the robust ways to combine weighted models
+//! (coordinate-wise weighted median, weighted trimmed mean) beside the plain weighted mean.
+//! Must not: know any algorithm's messages or weights (each algorithm applies the bounds to
+//! the counts and models it weighs, with its own weights).
+
+use serde::{Deserialize, Serialize};
 
 /// The lower median of a non-empty list (robust to any minority, and to exactly half).
 pub fn lower_median(mut v: Vec<f64>) -> f64 {
@@ -32,9 +37,210 @@ pub fn cap_sizes(sizes: &[u64], cap: Option<f64>) -> (Vec<u64>, usize) {
     (out, capped)
 }
 
+/// For each model, its copy moved back towards its `base` when its move from it is longer
+/// than `k` times the (lower) median move of all of them, or `None` when it is taken as it is
+/// (always with `k` off). A scaled or extreme model then moves no further than `k` honest
+/// members; its direction is kept (a direction is [`Aggregator`]'s business).
+pub fn clip_moves(models: &[&[f32]], bases: &[&[f32]], k: Option<f64>) -> Vec<Option<Vec<f32>>> {
+    let Some(k) = k.filter(|_| !models.is_empty() && models.len() == bases.len()) else {
+        return vec![None; models.len()];
+    };
+    let dist = |m: &[f32], b: &[f32]| -> f64 {
+        m.iter()
+            .zip(b)
+            .map(|(&x, &g)| (f64::from(x) - f64::from(g)).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let d: Vec<f64> = models.iter().zip(bases).map(|(m, b)| dist(m, b)).collect();
+    let limit = k * lower_median(d.clone());
+    models
+        .iter()
+        .zip(bases)
+        .zip(&d)
+        .map(|((m, b), &di)| {
+            (di > limit).then(|| {
+                let s = if di.is_finite() && di > 0.0 {
+                    limit / di
+                } else {
+                    0.0
+                };
+                m.iter()
+                    .zip(b.iter())
+                    .map(|(&x, &g)| (f64::from(g) + s * (f64::from(x) - f64::from(g))) as f32)
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// How a coordinator combines the weighted models of a round (`aggregator` in `[feddisco]`,
+/// `[hcct]` and `[fedsac]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregator {
+    /// The weighted average: each algorithm's own rule, bit for bit.
+    #[default]
+    Mean,
+    /// In every coordinate, the weighted median of the models' values: a minority holding
+    /// less than half the weight cannot move it outside the honest values' range.
+    Median,
+    /// In every coordinate, the weighted mean of the values left once `trim` of the weight is
+    /// cut from each end.
+    TrimmedMean,
+}
+
+impl Aggregator {
+    /// The name a config writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregator::Mean => "mean",
+            Aggregator::Median => "median",
+            Aggregator::TrimmedMean => "trimmed_mean",
+        }
+    }
+}
+
+/// `trim`'s default: a fifth of the weight off each end (one of five equal members).
+pub const DEFAULT_TRIM: f64 = 0.2;
+
+/// Checks a `trim` fraction: in [0, 0.5).
+pub fn check_trim(trim: f64) -> Result<(), String> {
+    if trim.is_finite() && (0.0..0.5).contains(&trim) {
+        Ok(())
+    } else {
+        Err(format!("trim must be in [0, 0.5), got {trim}"))
+    }
+}
+
+/// The models combined by `rule` with `weights` (≥ 0, not all 0; normalised here), in f64
+/// and rounded once. `Mean` is Σ w_k m_k / Σ w; `Median` and `TrimmedMean` work coordinate by
+/// coordinate on the values sorted, each carrying its model's weight. Models of different
+/// lengths are a caller's bug: the shortest length is used.
+pub fn combine(models: &[&[f32]], weights: &[f64], rule: Aggregator, trim: f64) -> Vec<f32> {
+    let len = models.iter().map(|m| m.len()).min().unwrap_or(0);
+    let total: f64 = weights.iter().take(models.len()).sum();
+    if models.is_empty() || total <= 0.0 {
+        return vec![0.0; len];
+    }
+    let w: Vec<f64> = weights.iter().map(|x| x / total).collect();
+    if rule == Aggregator::Mean {
+        let mut acc = vec![0f64; len];
+        for (m, &wk) in models.iter().zip(&w) {
+            acc.iter_mut()
+                .zip(m.iter())
+                .for_each(|(a, &x)| *a += wk * f64::from(x));
+        }
+        return acc.into_iter().map(|x| x as f32).collect();
+    }
+    let trim = match rule {
+        Aggregator::Median => 0.5,
+        _ => trim.clamp(0.0, 0.5),
+    };
+    let mut col: Vec<(f32, f64)> = Vec::with_capacity(models.len());
+    (0..len)
+        .map(|c| {
+            col.clear();
+            col.extend(models.iter().zip(&w).map(|(m, &wk)| (m[c], wk)));
+            col.sort_by(|a, b| a.0.total_cmp(&b.0));
+            trimmed(&col, trim) as f32
+        })
+        .collect()
+}
+
+/// The weighted mean of the sorted `(value, weight)` pairs (weights summing to 1) between the
+/// cumulative weights `trim` and `1 − trim`; at `trim` = 0.5, the weighted median (the mean of
+/// the two middle values when the halves meet between them).
+fn trimmed(sorted: &[(f32, f64)], trim: f64) -> f64 {
+    const EPS: f64 = 1e-12;
+    if trim >= 0.5 - EPS {
+        let mut cum = 0.0;
+        for (i, &(v, wk)) in sorted.iter().enumerate() {
+            cum += wk;
+            if cum > 0.5 + EPS {
+                return f64::from(v);
+            }
+            if cum >= 0.5 - EPS {
+                let next = sorted[i + 1..]
+                    .iter()
+                    .find(|p| p.1 > 0.0)
+                    .map_or(v, |p| p.0);
+                return (f64::from(v) + f64::from(next)) / 2.0;
+            }
+        }
+        return sorted.last().map_or(0.0, |p| f64::from(p.0));
+    }
+    let (lo, hi) = (trim, 1.0 - trim);
+    let (mut cum, mut sum, mut kept) = (0.0, 0.0, 0.0);
+    for &(v, wk) in sorted {
+        let (a, b) = (cum, cum + wk);
+        cum = b;
+        let k = (b.min(hi) - a.max(lo)).max(0.0);
+        sum += k * f64::from(v);
+        kept += k;
+    }
+    if kept > 0.0 { sum / kept } else { 0.0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_and_trimmed_mean_ignore_a_minority_whatever_it_sends() {
+        let honest: [&[f32]; 4] = [&[1.0, -1.0], &[2.0, -2.0], &[3.0, -3.0], &[4.0, -4.0]];
+        let evil: &[f32] = &[f32::MAX, -1e30];
+        let mut all: Vec<&[f32]> = honest.to_vec();
+        all.push(evil);
+        let w = [1.0; 5];
+        // The mean is the attacker's.
+        assert!(combine(&all, &w, Aggregator::Mean, 0.2)[0] > 1e37);
+        // The median of five is the honest middle; the trimmed mean (a fifth off each end)
+        // averages the three middle values.
+        assert_eq!(combine(&all, &w, Aggregator::Median, 0.2), vec![3.0, -3.0]);
+        assert_eq!(
+            combine(&all, &w, Aggregator::TrimmedMean, 0.2),
+            vec![3.0, -3.0]
+        );
+        // Equal weights and an even count: the mean of the two middle values.
+        assert_eq!(
+            combine(&honest, &[1.0; 4], Aggregator::Median, 0.2),
+            vec![2.5, -2.5]
+        );
+        // Weights count: a member with more than half the weight is the median.
+        assert_eq!(
+            combine(&honest, &[1.0, 1.0, 1.0, 3.5], Aggregator::Median, 0.2),
+            vec![4.0, -4.0]
+        );
+        // trim 0 is the weighted mean.
+        let m = combine(&honest, &[1.0, 2.0, 3.0, 4.0], Aggregator::TrimmedMean, 0.0);
+        assert!((m[0] - 3.0).abs() < 1e-6, "{m:?}");
+        // A trimmed mean cuts partial weights at the ends: of 4 equal members (0.25 each),
+        // 0.3 off each end keeps 0.2 of the 2nd and 0.2 of the 3rd.
+        assert_eq!(
+            combine(&honest, &[1.0; 4], Aggregator::TrimmedMean, 0.3),
+            vec![2.5, -2.5]
+        );
+    }
+
+    #[test]
+    fn a_long_move_is_scaled_back_to_k_median_moves_along_its_direction() {
+        let base: &[f32] = &[0.0, 0.0];
+        let models: [&[f32]; 4] = [&[1.0, 0.0], &[0.0, 1.0], &[-1.0, 0.0], &[300.0, 400.0]];
+        let clipped = clip_moves(&models, &[base; 4], Some(3.0));
+        assert_eq!(clipped[..3], [None, None, None]);
+        assert_eq!(clipped[3].as_deref(), Some(&[1.8f32, 2.4][..]));
+        // An extreme move is scaled back as well: length 3 along (1, 1).
+        let far: [&[f32]; 3] = [&[1.0, 0.0], &[0.0, 1.0], &[f32::MAX, f32::MAX]];
+        let c = clip_moves(&far, &[base; 3], Some(3.0));
+        let c2 = c[2].as_deref().unwrap();
+        assert!((c2[0] - c2[1]).abs() < 1e-6 && (c2[0].hypot(c2[1]) - 3.0).abs() < 1e-4);
+        assert!(
+            clip_moves(&models, &[base; 4], None)
+                .iter()
+                .all(Option::is_none)
+        );
+    }
 
     #[test]
     fn a_lie_is_cut_to_cap_times_the_median_and_honest_counts_are_kept() {

@@ -3,6 +3,7 @@
 //! Owns: [`FeddiscoConfig`], [`FedsacConfig`], [`FedsacScore`] and the shared SGD-recipe check.
 //! Must not: compute weights or graphs (`coord::feddisco`, `coord::fedsac`).
 
+use crate::coord::robust::{Aggregator, DEFAULT_TRIM, check_trim};
 use serde::{Deserialize, Serialize};
 /// `[feddisco]`: FedDisco's weights (FedDisco spec §2) and its local training recipe (the
 /// official code's, spec §5.1 and A9: SGD with momentum, re-created every round).
@@ -36,6 +37,11 @@ pub struct FeddiscoConfig {
     pub update_clip: f64,
     /// No sender's weight exceeds this many fair shares, 1/K each (0: no cap).
     pub weight_cap: f64,
+    /// How the weighted models are combined: `"mean"` (the paper's, default), `"median"` or
+    /// `"trimmed_mean"` (`coord::robust`).
+    pub aggregator: Aggregator,
+    /// `"trimmed_mean"`: the share of the weight cut from each end, in [0, 0.5).
+    pub trim: f64,
 }
 
 impl Default for FeddiscoConfig {
@@ -53,6 +59,8 @@ impl Default for FeddiscoConfig {
             size_cap: DEFAULT_SIZE_CAP,
             update_clip: DEFAULT_UPDATE_CLIP,
             weight_cap: DEFAULT_WEIGHT_CAP,
+            aggregator: Aggregator::Mean,
+            trim: DEFAULT_TRIM,
         }
     }
 }
@@ -73,6 +81,8 @@ impl FeddiscoConfig {
             size_cap: on(self.size_cap),
             update_clip: on(self.update_clip),
             weight_cap: on(self.weight_cap),
+            aggregator: self.aggregator,
+            trim: self.trim,
         }
     }
 
@@ -102,6 +112,7 @@ impl FeddiscoConfig {
                 return Err(format!("{name} must be 0 (off) or at least 1, got {v}"));
             }
         }
+        check_trim(self.trim)?;
         if self.local_epochs == 0 {
             return Err("local_epochs must be at least 1, got 0".into());
         }
@@ -157,6 +168,15 @@ pub struct FedsacConfig {
     /// in the size prior (insiders' review: a size lie takes every silo's mixing weight); 0
     /// (the default): as registered.
     pub size_cap: f64,
+    /// A sender's model moves from the personalised model it started from at most this many
+    /// times the round's median move (a longer move is scaled back along its direction); 0
+    /// (the default): no bound.
+    pub update_clip: f64,
+    /// How each silo's row of the graph combines the models: `"mean"` (the paper's weighted
+    /// sum, default), `"median"` or `"trimmed_mean"` (`coord::robust`).
+    pub aggregator: Aggregator,
+    /// `"trimmed_mean"`: the share of a row's weight cut from each end, in [0, 0.5).
+    pub trim: f64,
 }
 
 /// Which of a FedSaC silo's models is scored (FedSaC spec §4 step 5, §7.12).
@@ -190,6 +210,9 @@ impl Default for FedsacConfig {
             feature_samples: 1000,
             score: FedsacScore::Aggregated,
             size_cap: 0.0,
+            update_clip: 0.0,
+            aggregator: Aggregator::Mean,
+            trim: DEFAULT_TRIM,
         }
     }
 }
@@ -205,6 +228,9 @@ impl FedsacConfig {
             cohort_size: self.cohort_size,
             score_trained: self.score == FedsacScore::Trained,
             size_cap: (self.size_cap > 0.0).then_some(self.size_cap),
+            update_clip: (self.update_clip > 0.0).then_some(self.update_clip),
+            aggregator: self.aggregator,
+            trim: self.trim,
         }
     }
 
@@ -233,12 +259,15 @@ impl FedsacConfig {
                 self.k, self.feature_samples
             ));
         }
-        if !(self.size_cap.is_finite() && (self.size_cap == 0.0 || self.size_cap >= 1.0)) {
-            return Err(format!(
-                "size_cap must be 0 (off) or at least 1, got {}",
-                self.size_cap
-            ));
+        for (name, v) in [
+            ("size_cap", self.size_cap),
+            ("update_clip", self.update_clip),
+        ] {
+            if !(v.is_finite() && (v == 0.0 || v >= 1.0)) {
+                return Err(format!("{name} must be 0 (off) or at least 1, got {v}"));
+            }
         }
+        check_trim(self.trim)?;
         check_sgd(self.lr, self.momentum, self.weight_decay)
     }
 }

@@ -347,12 +347,23 @@ impl Scenario {
                      \"feddisco\", \"hcct\", \"fedsac\" or \"fedcollab\" in algorithms"
                 ));
             }
+            if kind == "attack"
+                && let Some(a) = coordinated.iter().find(|&&a| a == Algorithm::Fedcollab)
+            {
+                return invalid(format!(
+                    "faults.events[{n}]: attack is not simulated for {} (its members pull each \
+                     other's models without a coordinator to defend them); run it with \
+                     \"federico\", \"feddisco\", \"hcct\" or \"fedsac\"",
+                    a.name()
+                ));
+            }
             if let Some(a) = coordinated.first()
-                && !["delay", "loss", "leave", "coordinator_crash"].contains(&kind)
+                && !["delay", "loss", "leave", "coordinator_crash", "attack"].contains(&kind)
             {
                 return invalid(format!(
                     "faults.events[{n}]: {kind} is not simulated for {} (a coordinated run takes \
-                     delay, loss, leave and coordinator_crash); run it with \"federico\" alone",
+                     delay, loss, leave, coordinator_crash and attack); run it with \"federico\" \
+                     alone",
                     a.name()
                 ));
             }

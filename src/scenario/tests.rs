@@ -113,6 +113,22 @@ fn out_of_range_values_name_the_field() {
         ("[fedsac]\nk = 0\n", "fedsac.k"),
         ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),
         ("[fedsac]\nlr = 0\n", "fedsac.lr"),
+        ("[fedsac]\nupdate_clip = 0.5\n", "fedsac.update_clip"),
+        ("[fedsac]\ntrim = 0.5\n", "fedsac.trim"),
+        ("[feddisco]\ntrim = -0.1\n", "feddisco.trim"),
+        (
+            "[feddisco]\naggregator = \"krum\"\n",
+            "unknown variant `krum`",
+        ),
+        (
+            "[hcct]\nupdate_clip = 0.5\n",
+            "update_clip must be 0 (off) or at least 1",
+        ),
+        ("[hcct]\ntrim = 0.9\n", "trim must be in [0, 0.5)"),
+        (
+            "[hcct]\nefficient = true\naggregator = \"median\"\n",
+            "not with efficient",
+        ),
         (
             "algorithms = [\"fedsac\"]\n[data]\nsource = \"sine\"\n[model]\nkind = \"linear\"\n",
             "class labels",

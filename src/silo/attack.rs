@@ -6,8 +6,9 @@
 //! (sign-flipped, scaled, replaced by noise, set to the largest finite f32, or replayed stale),
 //! the model it serves (a free rider serves the model it had when the attack began and sends
 //! nothing useful), and the labels it trains on (flipped). Its own gradient stays honest: an
-//! attacker wants a good model for itself. Noise is drawn from a stream of the run seed and the
-//! node id.
+//! attacker wants a good model for itself. In coordinator mode a silo sends its trained model
+//! instead: [`Poisoner::sent_model`] rewrites the update in it (the move from the model it
+//! started from) the same ways. Noise is drawn from a stream of the run seed and the node id.
 //! Must not: decide when an attack runs (a fault schedule does, and its drivers say so through
 //! [`crate::silo::federico::FedericoSilo::set_attack`]), touch the network or read a clock.
 
@@ -84,6 +85,71 @@ impl Poisoner {
                 Attack::FreeRide => g.iter_mut().for_each(|x| *x = 0.0),
                 Attack::Labels => {}
             }
+        }
+    }
+
+    /// Rewrites the model a silo is about to send a coordinator, `trained` from `start`, by
+    /// its update `trained − start`: negated and scaled (`SignFlip`), scaled (`Scale`),
+    /// replaced by noise of `factor` times its norm (`Noise`), every coordinate ±3.4e38 with
+    /// the update's sign (`Extreme`), the first model sent under the attack sent again
+    /// (`Stale`), or `start` itself, no update at all (`FreeRide`). `Labels` sends the model
+    /// trained on flipped rows ([`Poisoner::train_rows`]) as it is.
+    pub fn sent_model(&mut self, start: &[f32], trained: &mut [f32]) {
+        if start.len() != trained.len() {
+            return;
+        }
+        // A member speaking the protocol sends finite values (a coordinator refuses others):
+        // a move past f32's range stops at its largest finite value, and a coordinate its
+        // training lost (NaN, after training from a model it poisoned itself) does not move.
+        let finite = |x: f64| x.clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32;
+        for (x, &s) in trained.iter_mut().zip(start) {
+            if x.is_nan() {
+                *x = s;
+            }
+        }
+        let moved = |t: &mut [f32], f: f64| {
+            for (x, &s) in t.iter_mut().zip(start) {
+                *x = finite(f64::from(s) + f * (f64::from(*x) - f64::from(s)));
+            }
+        };
+        match &self.attack {
+            Attack::SignFlip { factor } => moved(trained, -factor),
+            Attack::Scale { factor } => moved(trained, *factor),
+            Attack::Noise { factor } => {
+                let norm = trained
+                    .iter()
+                    .zip(start)
+                    .map(|(&x, &s)| (f64::from(x) - f64::from(s)).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                let sd = factor * norm / (trained.len().max(1) as f64).sqrt();
+                for (x, &s) in trained.iter_mut().zip(start) {
+                    let z: f64 = StandardNormal.sample(&mut self.rng);
+                    *x = finite(f64::from(s) + sd * z);
+                }
+            }
+            Attack::Extreme => {
+                for (x, &s) in trained.iter_mut().zip(start) {
+                    *x = if *x < s { -f32::MAX } else { f32::MAX };
+                }
+            }
+            Attack::Stale => {
+                let first = self
+                    .frozen
+                    .get_or_insert_with(|| Arc::new(trained.to_vec()));
+                if first.len() == trained.len() {
+                    trained.copy_from_slice(first);
+                }
+            }
+            Attack::FreeRide => trained.copy_from_slice(start),
+            Attack::Labels => {}
+        }
+        for x in trained.iter_mut() {
+            *x = if x.is_nan() {
+                0.0
+            } else {
+                x.clamp(-f32::MAX, f32::MAX)
+            };
         }
     }
 
@@ -165,6 +231,44 @@ mod tests {
             (first.as_slice(), second.as_slice()),
             (&[1.0f32][..], &[1.0f32][..])
         );
+    }
+
+    #[test]
+    fn a_sent_model_carries_the_poisoned_update() {
+        let start = [1.0f32, 1.0, 1.0];
+        let trained = [2.0f32, 0.0, 1.0];
+        let cases: Vec<(Attack, Vec<f32>)> = vec![
+            (Attack::SignFlip { factor: 1.0 }, vec![0.0, 2.0, 1.0]),
+            (Attack::Scale { factor: 10.0 }, vec![11.0, -9.0, 1.0]),
+            (Attack::Extreme, vec![f32::MAX, -f32::MAX, f32::MAX]),
+            (Attack::FreeRide, vec![1.0, 1.0, 1.0]),
+            (Attack::Labels, vec![2.0, 0.0, 1.0]),
+            (Attack::Stale, vec![2.0, 0.0, 1.0]),
+        ];
+        for (a, want) in cases {
+            let mut p = Poisoner::new(a.clone(), NodeId(0), 7);
+            let mut t = trained;
+            p.sent_model(&start, &mut t);
+            assert_eq!(t.to_vec(), want, "{a:?}");
+        }
+        // Stale: the first model sent, again and again.
+        let mut p = Poisoner::new(Attack::Stale, NodeId(0), 7);
+        let mut first = trained;
+        p.sent_model(&start, &mut first);
+        let mut later = [5.0f32, 5.0, 5.0];
+        p.sent_model(&[4.0; 3], &mut later);
+        assert_eq!(later, trained);
+        // Noise: the asked norm around the start.
+        let mut n = Poisoner::new(Attack::Noise { factor: 3.0 }, NodeId(0), 7);
+        let start = vec![1.0f32; 10_000];
+        let mut t: Vec<f32> = start.iter().map(|s| s + 0.01).collect();
+        n.sent_model(&start, &mut t);
+        let norm = t
+            .iter()
+            .map(|x| (f64::from(*x) - 1.0).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!((norm - 3.0).abs() < 0.1, "{norm}");
     }
 
     #[test]

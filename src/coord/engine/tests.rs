@@ -78,6 +78,9 @@ fn fedsac(nodes: usize, rounds: u64, cohort: usize) -> Box<dyn CoordAlgorithm> {
         cohort_size: cohort,
         score_trained: false,
         size_cap: None,
+        update_clip: None,
+        aggregator: crate::coord::robust::Aggregator::Mean,
+        trim: crate::coord::robust::DEFAULT_TRIM,
     };
     Box::new(FedsacServer::new(settings, nodes, rounds, 7, vec![0.0; LEN]).unwrap())
 }

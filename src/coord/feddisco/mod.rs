@@ -22,7 +22,7 @@
 
 pub mod server;
 
-use crate::coord::robust::{cap_sizes, lower_median};
+use crate::coord::robust::{Aggregator, cap_sizes};
 use serde::{Deserialize, Serialize};
 
 /// `a`: how strongly discrepancy lowers a weight (spec §2.3; `args.py` and every run script).
@@ -271,6 +271,10 @@ pub struct Robust {
     /// goes to the others in proportion to their weights). A discrepancy of 0 is a claim no
     /// coordinator can check; this bounds what it buys. `None`: no cap.
     pub weight_cap: Option<f64>,
+    /// How the weighted models are combined (the paper's weighted mean by default).
+    pub aggregator: Aggregator,
+    /// `TrimmedMean`: the weight cut from each end.
+    pub trim: f64,
 }
 
 impl Robust {
@@ -279,6 +283,8 @@ impl Robust {
         size_cap: None,
         update_clip: None,
         weight_cap: None,
+        aggregator: Aggregator::Mean,
+        trim: crate::coord::robust::DEFAULT_TRIM,
     };
 
     /// `p` with no entry above `weight_cap / K`, the excess spread over the others in
@@ -328,31 +334,7 @@ impl Robust {
     /// For each model, its clipped copy when its move from `global` is over the bound (`None`:
     /// taken as it is).
     pub fn clip_updates(&self, models: &[&[f32]], global: &[f32]) -> Vec<Option<Vec<f32>>> {
-        let Some(k) = self.update_clip.filter(|_| !models.is_empty()) else {
-            return vec![None; models.len()];
-        };
-        let dist = |m: &[f32]| -> f64 {
-            m.iter()
-                .zip(global)
-                .map(|(&x, &g)| (f64::from(x) - f64::from(g)).powi(2))
-                .sum::<f64>()
-                .sqrt()
-        };
-        let d: Vec<f64> = models.iter().map(|m| dist(m)).collect();
-        let limit = k * lower_median(d.clone());
-        models
-            .iter()
-            .zip(&d)
-            .map(|(m, &di)| {
-                (di > limit).then(|| {
-                    let s = if di > 0.0 { limit / di } else { 0.0 };
-                    m.iter()
-                        .zip(global)
-                        .map(|(&x, &g)| (f64::from(g) + s * (f64::from(x) - f64::from(g))) as f32)
-                        .collect()
-                })
-            })
-            .collect()
+        crate::coord::robust::clip_moves(models, &vec![global; models.len()], self.update_clip)
     }
 
     /// One round under the defences: the weights over the capped reports and the aggregate of
@@ -374,7 +356,10 @@ impl Robust {
             .zip(&clipped)
             .map(|(m, c)| c.as_deref().unwrap_or(m))
             .collect();
-        let g = aggregate(&taken, &w.p)?;
+        let g = match self.aggregator {
+            Aggregator::Mean => aggregate(&taken, &w.p)?,
+            rule => crate::coord::robust::combine(&taken, &w.p, rule, self.trim),
+        };
         Ok((
             w,
             g,
@@ -528,6 +513,7 @@ mod tests {
             size_cap: Some(2.0),
             update_clip: Some(3.0),
             weight_cap: Some(1.5),
+            ..Robust::NONE
         };
         // No weight above 1.5 fair shares, the rest in proportion; sums stay 1.
         let mut p = [0.7, 0.2, 0.1];

@@ -335,6 +335,7 @@ mod tests {
             size_cap: Some(2.0),
             update_clip: Some(3.0),
             weight_cap: Some(1.5),
+            ..Robust::NONE
         };
         let (w, moved, log) = run(&robust);
         // Its size counts as twice the median (80 rows against 3 × 40): about 0.42 of the
@@ -360,6 +361,7 @@ mod tests {
             size_cap: Some(6.0),
             update_clip: Some(3.0),
             weight_cap: Some(3.0),
+            ..Robust::NONE
         };
         assert_eq!(honest(&loose), honest(&Robust::NONE));
     }

@@ -18,6 +18,7 @@ use crate::coord::fedsac::{
     self, FedsacError, GraphSettings, PrincipalAngles, RoundGraph, Subspace,
 };
 use crate::coord::joining::{CloseRefused, Joining, Refused};
+use crate::coord::robust::Aggregator;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,13 @@ pub struct Settings {
     /// (insiders' review: the size prior otherwise hands a member that registered
     /// `n_train = 10^12` every silo's mixing weight); `None`: as registered.
     pub size_cap: Option<f64>,
+    /// A sender's move from the personalised model it started from counts at most this many
+    /// times the round's median move (`coord::robust::clip_moves`); `None`: no bound.
+    pub update_clip: Option<f64>,
+    /// How a row of the graph combines the senders' models.
+    pub aggregator: crate::coord::robust::Aggregator,
+    /// `TrimmedMean`: the share of a row's weight cut from each end.
+    pub trim: f64,
 }
 
 /// What a silo gets for a round.
@@ -343,9 +351,17 @@ impl FedsacServer {
         let senders: Vec<usize> = self.pending.keys().copied().collect();
         let stale = self.stale();
         let s = &self.settings;
-        let views: Vec<&[f32]> = senders
+        // A sender's move from the model it started from, bounded by `update_clip`.
+        let sent: Vec<&[f32]> = senders
             .iter()
             .map(|i| self.pending[i].0.as_slice())
+            .collect();
+        let bases: Vec<&[f32]> = senders.iter().map(|&i| self.params[i].as_slice()).collect();
+        let clipped = crate::coord::robust::clip_moves(&sent, &bases, s.update_clip);
+        let views: Vec<&[f32]> = sent
+            .iter()
+            .zip(&clipped)
+            .map(|(m, c)| c.as_deref().unwrap_or(m))
             .chain(
                 stale
                     .iter()
@@ -386,7 +402,13 @@ impl FedsacServer {
         let mixed = graph
             .iter()
             .take(senders.len())
-            .map(|row| fedsac::personalise(&views, row))
+            .map(|row| match s.aggregator {
+                Aggregator::Mean => fedsac::personalise(&views, row),
+                rule => Ok((
+                    crate::coord::robust::combine(&views, row, rule, s.trim),
+                    fedsac::direction(&views, row)?,
+                )),
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(err)?;
         for (&i, (model, dir)) in senders.iter().zip(mixed) {

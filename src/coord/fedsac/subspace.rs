@@ -48,7 +48,8 @@ impl Subspace {
             for (j, s) in rows.iter().enumerate().take(i + 1) {
                 let value = dot(r, s);
                 let expected = if i == j { 1.0 } else { 0.0 };
-                if (value - expected).abs() > 1e-6 {
+                // A NaN fails here too (a member's NaN basis would fail every round's graph).
+                if !value.is_finite() || (value - expected).abs() > 1e-6 {
                     return Err(FedsacError::NotOrthonormal {
                         i,
                         j,

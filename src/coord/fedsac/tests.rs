@@ -278,6 +278,9 @@ fn standard_angles_ignore_basis_signs_and_greedy_ones_do_not() {
         "{s}"
     );
     assert!(Subspace::from_rows(vec![e(0), vec![h, h, 0.0, 0.0]]).is_err());
+    // A NaN basis (a member's, over the network) is refused: it would fail every round's graph.
+    assert!(Subspace::from_rows(vec![vec![f64::NAN, 0.0, 0.0, 0.0]]).is_err());
+    assert!(Subspace::from_rows(vec![e(0), vec![f64::NAN, 1.0, 0.0, 0.0]]).is_err());
     let other_space = Subspace::from_rows(vec![vec![1.0, 0.0]]).unwrap();
     assert!(complementarity(&a, &other_space, PrincipalAngles::Standard).is_err());
 }

@@ -7,6 +7,7 @@
 //! Must not: compute utilities, partitions or models (`gram.rs`, `partition.rs`, `models.rs`).
 
 use super::HcctError;
+use crate::coord::robust::Aggregator;
 use serde::{Deserialize, Serialize};
 
 /// The trade-off constant α of the utility (spec §1.3–1.4). Written as a number or
@@ -149,6 +150,15 @@ pub struct HcctConfig {
     /// no HCCT result on the quality suite's Dirichlet columns, where silos differ in size);
     /// 0: as registered, the paper's weights.
     pub size_cap: f64,
+    /// A member's end model moves from its group's start model at most this many times the
+    /// round's median move (a longer move is scaled back along its direction, before the
+    /// pseudo-gradients and the group averages); 0 (the default): no bound.
+    pub update_clip: f64,
+    /// How a group combines its members' models: `"mean"` (the paper's size-weighted average,
+    /// default), `"median"` or `"trimmed_mean"` (`coord::robust`), each weighted by size.
+    pub aggregator: Aggregator,
+    /// `"trimmed_mean"`: the share of a group's weight cut from each end, in [0, 0.5).
+    pub trim: f64,
 }
 
 impl Default for HcctConfig {
@@ -165,6 +175,9 @@ impl Default for HcctConfig {
             efficient: false,
             personal: false,
             size_cap: DEFAULT_SIZE_CAP,
+            update_clip: 0.0,
+            aggregator: Aggregator::Mean,
+            trim: crate::coord::robust::DEFAULT_TRIM,
         }
     }
 }
@@ -187,6 +200,18 @@ impl HcctConfig {
         }
         if !(self.size_cap.is_finite() && (self.size_cap == 0.0 || self.size_cap >= 1.0)) {
             return Err(HcctError::SizeCap(self.size_cap));
+        }
+        if !(self.update_clip.is_finite() && (self.update_clip == 0.0 || self.update_clip >= 1.0)) {
+            return Err(HcctError::UpdateClip(self.update_clip));
+        }
+        crate::coord::robust::check_trim(self.trim).map_err(HcctError::Trim)?;
+        let robust = self.update_clip > 0.0 || self.aggregator != Aggregator::Mean;
+        if robust && (self.efficient || self.personal || self.optimizer == Optimizer::Adam) {
+            return Err(HcctError::Trim(
+                "update_clip and aggregator apply to HCCT as a coordinator runs it, not with \
+                 efficient, personal or optimizer = \"adam\""
+                    .into(),
+            ));
         }
         Ok(())
     }

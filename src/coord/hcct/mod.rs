@@ -45,6 +45,12 @@ pub enum HcctError {
     /// The forced group count of the `fix_D` ablation (§2.3) must be at least 1.
     #[error("groups must be at least 1, got {0}")]
     Groups(usize),
+    /// The update clip must be 0 (off) or at least 1.
+    #[error("update_clip must be 0 (off) or at least 1, got {0}")]
+    UpdateClip(f64),
+    /// The trimmed mean's `trim` is outside [0, 0.5).
+    #[error("{0}")]
+    Trim(String),
     /// The size cap must be 0 (off) or at least 1.
     #[error("size_cap must be 0 (off) or at least 1, got {0}")]
     SizeCap(f64),

@@ -22,6 +22,7 @@ use crate::coord::hcct::{
     pseudo_gradient,
 };
 use crate::coord::joining::{CloseRefused, Joining, Refused};
+use crate::coord::robust::{Aggregator, clip_moves, combine};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -354,6 +355,21 @@ impl HcctServer {
         group_average(&ms, &ds).map_err(err)
     }
 
+    /// Each end model of the open round whose move from its group's start model is longer
+    /// than `update_clip` times the round's median move, scaled back along its direction.
+    fn clip_pending(&mut self) {
+        let clip = (self.cfg.update_clip > 0.0).then_some(self.cfg.update_clip);
+        let ids: Vec<usize> = self.pending.keys().copied().collect();
+        let ends: Vec<&[f32]> = ids.iter().map(|i| self.pending[i].as_slice()).collect();
+        let bases: Vec<&[f32]> = ids.iter().map(|&i| self.starts[i].as_slice()).collect();
+        let clipped = clip_moves(&ends, &bases, clip);
+        for (i, c) in ids.into_iter().zip(clipped) {
+            if let Some(c) = c {
+                self.pending.insert(i, Arc::new(c));
+            }
+        }
+    }
+
     /// Closes the open round: pseudo-gradients of the senders against their group's start
     /// model, the next partition, and each group's aggregate adopted by its members.
     pub fn close(&mut self, timed_out: bool) -> Result<RoundLog, String> {
@@ -362,6 +378,7 @@ impl HcctServer {
         }
         let groups = self.groups();
         let lr = self.cfg.sgd_lr(self.round as usize);
+        self.clip_pending();
         // The schedule's clients are the run's members, in order.
         let grads: Vec<Option<Vec<f32>>> = self
             .members()
@@ -393,7 +410,13 @@ impl HcctServer {
             } else {
                 let ms: Vec<&[f32]> = senders.iter().map(|i| self.pending[i].as_slice()).collect();
                 let ds: Vec<usize> = senders.iter().map(|&i| sizes[i]).collect();
-                Arc::new(group_average(&ms, &ds).map_err(err)?)
+                Arc::new(match self.cfg.aggregator {
+                    Aggregator::Mean => group_average(&ms, &ds).map_err(err)?,
+                    rule => {
+                        let w: Vec<f64> = ds.iter().map(|&d| d as f64).collect();
+                        combine(&ms, &w, rule, self.cfg.trim)
+                    }
+                })
             };
             for &i in g {
                 self.models[i] = model.clone();

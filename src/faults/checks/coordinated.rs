@@ -2,8 +2,9 @@
 //! the coordinator keep its pace, did the silos come back to it after it restarted, and how
 //! much accuracy did the faults cost.
 //! Owns: [`CoordInputs`], what a driver saw of such a run (each silo's rounds, each closed
-//! coordinator round), and the four verdicts over it ([`evaluate_coordinated`]): `liveness`,
-//! `pace`, `reattach` and `accuracy`.
+//! coordinator round), and the verdicts over it ([`evaluate_coordinated`]): `liveness`,
+//! `pace`, `reattach` and `accuracy`, or under an attack `poisoning` (the honest silos'
+//! accuracy, the attackers' own left out).
 //! Must not: run, time or apply anything; or know how a round closes (the engine's excuse rule
 //! appears here only as the bound it promises: [`strikes_within`]).
 //!
@@ -84,7 +85,12 @@ pub fn evaluate_coordinated(i: &CoordInputs<'_>) -> Report {
         checks.push(reattach(i, &restarts));
     }
     let (acc, base) = accuracies(i);
-    checks.extend(accuracy_check(i.schedule, acc, base));
+    let attacked = i.schedule.events.iter().any(|e| e.fault.kind() == "attack");
+    if attacked {
+        checks.push(poisoning(i));
+    } else {
+        checks.extend(accuracy_check(i.schedule, acc, base));
+    }
     Report {
         pass: checks.iter().all(|c| c.pass),
         checks,
@@ -124,6 +130,49 @@ pub(super) fn accuracy_check(
         ),
         vec![("accuracy", json!(a)), ("fault_free", json!(b))],
     ))
+}
+
+/// Members that poison the models they send (issue 38): the honest silos that finished score
+/// within `attack_tolerance` points of the same silos in the run without faults; the
+/// attackers' own scores are left out of both. The weight the coordinator gave the attackers
+/// is not measured here.
+pub(super) fn poisoning(i: &CoordInputs<'_>) -> super::Check {
+    let (attacker, kinds) = super::rules::attackers(i.schedule);
+    let honest: Vec<usize> = (0..i.silos.len())
+        .filter(|&s| i.silos[s].finished && !attacker[s])
+        .collect();
+    let acc = accuracy(honest.iter().filter_map(|&s| i.silos[s].last));
+    let base = i
+        .baseline
+        .and_then(|b| accuracy(honest.iter().filter_map(|&s| b.get(s).copied())));
+    let tol = i.schedule.config.attack_tolerance;
+    let attackers: Vec<usize> = (0..attacker.len()).filter(|&s| attacker[s]).collect();
+    let mut figures = vec![
+        ("attacks", json!(kinds)),
+        ("attackers", json!(attackers)),
+        ("honest_silos_compared", json!(honest.len())),
+        ("tolerance", json!(tol)),
+    ];
+    let (pass, detail) = match (acc, base) {
+        (Some(a), Some(b)) => {
+            figures.push(("honest_accuracy", json!(a)));
+            figures.push(("clean_accuracy", json!(b)));
+            let verdict = format!("honest silos {a:.2} % vs {b:.2} % without the attack");
+            match b - a > tol {
+                true => (
+                    false,
+                    format!("{verdict}: {:.2} points lost (> {tol})", b - a),
+                ),
+                false => (true, verdict),
+            }
+        }
+        _ => (
+            false,
+            "no fault-free run to compare the honest silos' accuracy with (set faults.baseline)"
+                .into(),
+        ),
+    };
+    check("poisoning", pass, detail, figures)
 }
 
 /// Every silo that did not leave finished every round.

@@ -497,17 +497,11 @@ pub(super) fn clean_exit(exits: &[ExitEvidence]) -> Check {
     )
 }
 
-/// Members that poison what they send: the honest silos' final accuracy stays within
-/// `attack_tolerance` points of the same run without faults (the attackers' own scores are left
-/// out of both). The weight the honest silos give the attackers at the end is reported, not
-/// judged: FedeRiCo weighs *models* by their loss on the silo's rows, so an attacker that
-/// trains honestly and poisons only its gradients keeps the weight of an honest peer.
-pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
-    let cfg = &inputs.schedule.config;
-    let k = inputs.schedule.clients;
-    let mut attacker = vec![false; k];
+/// Which silos of `schedule` ever attack, and the attacks played.
+pub(super) fn attackers(schedule: &crate::faults::Schedule) -> (Vec<bool>, Vec<String>) {
+    let mut attacker = vec![false; schedule.clients];
     let mut kinds = Vec::new();
-    for e in &inputs.schedule.events {
+    for e in &schedule.events {
         if let Fault::Attack {
             silos,
             attack: Some(a),
@@ -517,6 +511,18 @@ pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
             kinds.push(a.describe());
         }
     }
+    (attacker, kinds)
+}
+
+/// Members that poison what they send: the honest silos' final accuracy stays within
+/// `attack_tolerance` points of the same run without faults (the attackers' own scores are left
+/// out of both). The weight the honest silos give the attackers at the end is reported, not
+/// judged: FedeRiCo weighs *models* by their loss on the silo's rows, so an attacker that
+/// trains honestly and poisons only its gradients keeps the weight of an honest peer.
+pub(super) fn poisoning(inputs: &Inputs<'_>) -> Check {
+    let cfg = &inputs.schedule.config;
+    let k = inputs.schedule.clients;
+    let (attacker, kinds) = attackers(inputs.schedule);
     let honest: Vec<usize> = (0..k).filter(|&i| !attacker[i]).collect();
     let (a, b, compared) = against_baseline(inputs, honest.iter().copied());
     // Each honest silo's last weight row: the share of it on the attackers.

@@ -71,6 +71,14 @@ impl SimCoordinator {
         let Some(e) = self.engine.as_mut() else {
             return Ok(None);
         };
+        if let Some(reason) = refused_on_the_wire(&req) {
+            let answer = Answer::Error { reason };
+            return Ok(Some(vec![Out::Respond {
+                to: from,
+                id,
+                answer,
+            }]));
+        }
         e.handle_request(now, &self.cfg.names[from], Some(from), req, (from, id))
             .map_err(invariant)?;
         Ok(Some(self.drain()))
@@ -126,5 +134,25 @@ impl SimCoordinator {
             }
         }
         outs
+    }
+}
+
+/// What a coordinator's wire check refuses before the engine sees it
+/// (`protocol::CoordRequest::check`): a model or subspace with a non-finite value, which a
+/// silo whose training diverged (a poisoned mix) would send.
+fn refused_on_the_wire(req: &Request) -> Option<String> {
+    match req {
+        Request::Update { params, .. } | Request::Contribute { params, .. }
+            if params.iter().any(|x| !x.is_finite()) =>
+        {
+            Some("a non-finite value in the parameters".into())
+        }
+        Request::Contribute {
+            subspace: Some(rows),
+            ..
+        } if rows.iter().flatten().any(|v| !v.is_finite()) => {
+            Some("a non-finite value in the subspace".into())
+        }
+        _ => None,
     }
 }

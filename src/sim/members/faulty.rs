@@ -2,7 +2,8 @@
 //! (the coordinator's [`Engine`], one [`Member`] per silo) on a simulated network with a
 //! virtual clock that moves, so deadlines, budgets, retries and excuses happen as over a real
 //! network: a slow silo (`delay`), lost messages (`loss`), a member that registered and went
-//! silent (`leave`), and the coordinator's crash and restart from its last checkpoint
+//! silent (`leave`), members that poison the models they send (`attack`, carried out by
+//! [`Poisoner`]), and the coordinator's crash and restart from its last checkpoint
 //! (`coordinator_crash`).
 //!
 //! Owns: the virtual clock and the messages in flight (a request reaches the coordinator after
@@ -30,6 +31,7 @@ use crate::faults::checks::{Applied, ClosedRound, Report, SiloRun};
 use crate::faults::link::{Fate, fate};
 use crate::faults::{Fault, Schedule, Timeline};
 use crate::ids::{NodeId, Stream, stream_seed};
+use crate::silo::attack::Poisoner;
 use crate::sim::{ClientEval, Ctx, SimError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -77,6 +79,8 @@ pub(crate) struct FaultyMembers {
     runs: Vec<SiloRun>,
     closed: Vec<ClosedRound>,
     schedule: Schedule,
+    /// The run's seed (an attacker's noise stream).
+    seed: u64,
 }
 
 impl FaultyMembers {
@@ -145,6 +149,7 @@ impl FaultyMembers {
             runs: vec![SiloRun::default(); k],
             closed: Vec::new(),
             schedule,
+            seed: ctx.seed,
         };
         run.carry(outs);
         for m in &mut run.members {
@@ -369,6 +374,15 @@ impl FaultyMembers {
             // It registered; now it says nothing (its connection stays up).
             Fault::Leave(s) => self.runs[*s as usize].left = true,
             Fault::CoordinatorCrash { .. } => self.coordinator.crash(),
+            // What it sends from its next training on (`None` ends the attack).
+            Fault::Attack { silos, attack } => {
+                for &s in silos {
+                    let p = attack
+                        .clone()
+                        .map(|a| Poisoner::new(a, NodeId(s), self.seed));
+                    self.silos[s as usize].poisoner = p;
+                }
+            }
             Fault::CoordinatorRestart => {
                 let outs = self.coordinator.restart(self.now)?;
                 self.carry(outs);

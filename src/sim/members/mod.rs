@@ -53,6 +53,8 @@ struct Silo {
     register: Request,
     /// The coordinator round its pending training follows.
     job: Option<u64>,
+    /// The poisoning it plays (a fault schedule's `attack`), rewriting what it sends.
+    poisoner: Option<crate::silo::attack::Poisoner>,
 }
 
 impl Silo {
@@ -65,6 +67,7 @@ impl Silo {
             recipe,
             register,
             job: None,
+            poisoner: None,
         }
     }
 
@@ -130,14 +133,19 @@ impl Silo {
         at: u64,
     ) -> Result<(), String> {
         let direction = self.direction.take();
+        let start = self.poisoner.as_ref().map(|_| self.model.clone());
+        let flipped = self.poisoner.as_mut().and_then(|p| p.train_rows(data));
         self.subspace = self.recipe.train(
             learner,
             &mut self.model,
-            data,
+            flipped.as_deref().unwrap_or(data),
             batch,
             at,
             direction.as_deref().map(|d| d.as_slice()),
         )?;
+        if let (Some(p), Some(start)) = (self.poisoner.as_mut(), start) {
+            p.sent_model(&start, &mut self.model);
+        }
         Ok(())
     }
 }

@@ -13,6 +13,9 @@ fn settings(cohort: usize) -> Settings {
         cohort_size: cohort,
         score_trained: false,
         size_cap: None,
+        update_clip: None,
+        aggregator: crate::coord::robust::Aggregator::Mean,
+        trim: crate::coord::robust::DEFAULT_TRIM,
     }
 }
 
@@ -352,4 +355,57 @@ fn a_member_lying_about_its_size_does_not_take_every_silos_mix() {
     assert_eq!(capped, run(None, 80), "capped, the lie is a count of 80");
     // Honest counts within the cap: the graph of the undefended run, bit for bit.
     assert_eq!(run(Some(2.0), 60), run(None, 60));
+}
+
+/// Issue 38: one of five senders sends its model scaled ×10⁶. Its direction is honest, so the
+/// graph's similarity gives it an honest share of every silo's mix (a sign-flipped model gets
+/// none: the graph already drops it); the paper's mix is then the attacker's; with `aggregator = "median"` each honest silo's mix stays
+/// within the honest values, and with `update_clip` the attacker's model counts as at most 3
+/// median moves from where it started.
+#[test]
+fn a_poisoned_model_is_outvoted_by_the_median_and_bounded_by_the_clip() {
+    let run = |aggregator: Aggregator, update_clip: Option<f64>| {
+        let mut s = FedsacServer::new(
+            Settings {
+                aggregator,
+                update_clip,
+                ..settings(0)
+            },
+            5,
+            6,
+            7,
+            vec![0.0; 3],
+        )
+        .unwrap();
+        for i in 0..5 {
+            s.register(i, 40).unwrap();
+        }
+        for i in 0..4 {
+            let x = 1.0 + 0.1 * i as f32;
+            s.update(i, 0, Arc::new(vec![x, 0.5 * x, -x]), None)
+                .unwrap();
+        }
+        s.update(4, 0, Arc::new(vec![1.2e6, 6e5, -1.2e6]), None)
+            .unwrap();
+        s.close(false).unwrap();
+        let FetchAnswer::Now(a) = s.fetch(0, 1).unwrap() else {
+            panic!("silo 0 has its model")
+        };
+        a.params.to_vec()
+    };
+    let mean = run(Aggregator::Mean, None);
+    assert!(
+        mean[0] > 1e3,
+        "the attacker takes a share of silo 0's mix: {mean:?}"
+    );
+    for rule in [Aggregator::Median, Aggregator::TrimmedMean] {
+        let m = run(rule, None);
+        assert!(
+            (1.0..=1.3).contains(&m[0]) && (-1.3..=-1.0).contains(&m[2]),
+            "{rule:?}: {m:?}"
+        );
+    }
+    let clipped = run(Aggregator::Mean, Some(3.0));
+    let norm = clipped.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(norm < 3.0 * 1.9, "{clipped:?}");
 }

@@ -361,3 +361,53 @@ fn a_member_lying_about_its_size_does_not_own_its_groups_model() {
         .is_err()
     );
 }
+
+/// Issue 38: a member of a group sends a model far from the group's start (scaled ×10⁶ and
+/// sign-flipped). The paper's average is the attacker's; with `aggregator = "median"` the
+/// group's model stays within the honest members' values, and with `update_clip` the
+/// attacker moves it no further than 3 median moves.
+#[test]
+fn a_poisoned_model_is_outvoted_by_the_median_and_bounded_by_the_clip() {
+    let run = |aggregator: Aggregator, update_clip: f64| {
+        let cfg = HcctConfig {
+            round0_global: true,
+            aggregator,
+            update_clip,
+            ..HcctConfig::default()
+        };
+        let mut s = HcctServer::new(cfg, 5, 1, vec![0.0; 3]).unwrap();
+        for i in 0..5 {
+            s.register(i, 40).unwrap();
+        }
+        assert_eq!(s.groups(), [vec![0, 1, 2, 3, 4]]);
+        for i in 0..4 {
+            let x = 1.0 + 0.1 * i as f32;
+            s.update(i, 0, Arc::new(vec![x, x, -x])).unwrap();
+        }
+        s.update(4, 0, Arc::new(vec![-1e6, -1e6, 1e6])).unwrap();
+        s.close(false).unwrap();
+        params(s.fetch(0, 1).unwrap())
+    };
+    let mean = run(Aggregator::Mean, 0.0);
+    assert!(mean[0] < -1e5, "the attacker owns the average: {mean:?}");
+    let median = run(Aggregator::Median, 0.0);
+    assert_eq!(median, vec![1.1, 1.1, -1.1]);
+    let trimmed = run(Aggregator::TrimmedMean, 0.0);
+    assert!((trimmed[0] - 1.1).abs() < 1e-6, "{trimmed:?}");
+    // The clip: the attacker's move is cut to 3 × the median move (|(1.2, 1.2, −1.2)| ≈ 2.08)
+    // and the mean of the five moves is small.
+    let clipped = run(Aggregator::Mean, 3.0);
+    let norm = clipped.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(norm < 3.0 * 2.1, "{clipped:?}");
+    // The simulator's own modes have no robust aggregation, and say so.
+    assert!(
+        HcctConfig {
+            update_clip: 3.0,
+            efficient: true,
+            ..HcctConfig::default()
+        }
+        .validate()
+        .is_err(),
+        "HCCT-E has no robust aggregation and says so"
+    );
+}
