@@ -13,8 +13,8 @@
 //! network: deadlines, joining, held fetches, excused members), without I/O; `member/` is the
 //! other side, a coordinated silo's rounds (budgets, detaching, reattaching, the switch to
 //! FedeRiCo), without I/O; `excuse.rs` is the excuse rule both the engine and FedCollab's member
-//! engine follow; `robust.rs` is the bound on self-reported sample counts FedDisco, HCCT and
-//! FedSaC apply.
+//! engine follow; `robust.rs` holds the bounds FedDisco, HCCT and FedSaC apply to what members
+//! send (self-reported sample counts, how far a model moves) and the robust aggregators.
 
 pub mod engine;
 pub mod excuse;

@@ -54,8 +54,8 @@
 //! coordinator_crash = { restart_after_rounds = 3 }   # FedDisco, HCCT, FedSaC (simulator)
 //! ```
 //!
-//! FedDisco, HCCT, FedSaC and FedCollab take `delay`, `loss`, `leave` and `coordinator_crash`,
-//! with their own deadlines (`update_deadline_s`, `fetch_s`, `excuse_rounds`) and checks
+//! FedDisco, HCCT, FedSaC and FedCollab take `delay`, `loss`, `leave` and `coordinator_crash`
+//! (FedDisco, HCCT and FedSaC `attack` too: the model sent is poisoned), with their own deadlines (`update_deadline_s`, `fetch_s`, `excuse_rounds`) and checks
 //! ([`checks::evaluate_coordinated`], FedCollab's [`checks::evaluate_collab`]).
 //!
 //! Attack kinds ([`Attack`], carried out by `crate::silo::attack`): `sign_flip` (factor optional), `scale` (factor),
