@@ -230,28 +230,7 @@ impl CoordRequest {
             CoordRequest::Fetch { .. } => Ok(()),
             CoordRequest::Contribute {
                 params, subspace, ..
-            } => {
-                check_vector(params, num_params).map_err(|e| e.to_string())?;
-                if let Some(rows) = subspace {
-                    if rows.is_empty() || rows.len() > MAX_SUBSPACE_RANK {
-                        return Err(format!(
-                            "a subspace of {} rows; 1 to {MAX_SUBSPACE_RANK} allowed",
-                            rows.len()
-                        ));
-                    }
-                    if rows.iter().flatten().any(|v| !v.is_finite()) {
-                        return Err("a non-finite value in the subspace".into());
-                    }
-                    // A feature is narrower than the model that computes it.
-                    if let Some(r) = rows.iter().find(|r| r.len() > num_params) {
-                        return Err(format!(
-                            "a subspace row of {} values for a model of {num_params} parameters",
-                            r.len()
-                        ));
-                    }
-                }
-                Ok(())
-            }
+            } => check_model(params, subspace.as_deref(), num_params),
             CoordRequest::Distances { pairs } => {
                 if pairs.len() > MAX_PARTNERS {
                     return Err(format!(
@@ -282,10 +261,40 @@ impl CoordRequest {
                 if *n_train == 0 {
                     return Err("n_train is 0; an update needs at least 1 sample".into());
                 }
-                check_vector(params, num_params).map_err(|e| e.to_string())
+                check_model(params, None, num_params)
             }
         }
     }
+}
+
+/// The checks of a model a member sends a coordinator (`Update`, `Contribute`), and of
+/// FedSaC's subspace with it: the right parameter count, finite values, 1 to
+/// [`MAX_SUBSPACE_RANK`] rows, none wider than the model. The error is the reason sent back.
+pub fn check_model(
+    params: &[f32],
+    subspace: Option<&[Vec<f64>]>,
+    num_params: usize,
+) -> Result<(), String> {
+    check_vector(params, num_params).map_err(|e| e.to_string())?;
+    if let Some(rows) = subspace {
+        if rows.is_empty() || rows.len() > MAX_SUBSPACE_RANK {
+            return Err(format!(
+                "a subspace of {} rows; 1 to {MAX_SUBSPACE_RANK} allowed",
+                rows.len()
+            ));
+        }
+        if rows.iter().flatten().any(|v| !v.is_finite()) {
+            return Err("a non-finite value in the subspace".into());
+        }
+        // A feature is narrower than the model that computes it.
+        if let Some(r) = rows.iter().find(|r| r.len() > num_params) {
+            return Err(format!(
+                "a subspace row of {} values for a model of {num_params} parameters",
+                r.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

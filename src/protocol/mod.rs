@@ -33,7 +33,9 @@ mod frame;
 mod peer;
 
 pub use collab::{COLLAB_PROTOCOL, CollabRequest, CollabResponse};
-pub use coord::{COORD_PROTOCOL, CoordRequest, CoordResponse, MAX_PARTNERS, MAX_SUBSPACE_RANK};
+pub use coord::{
+    COORD_PROTOCOL, CoordRequest, CoordResponse, MAX_PARTNERS, MAX_SUBSPACE_RANK, check_model,
+};
 pub use frame::{
     Budget, DEFAULT_MAX_MESSAGE, Reservation, WireError, check_len, check_vector, decode, encode,
     invalid, largest_message, message_bound, read_frame, read_frame_within, rejection,

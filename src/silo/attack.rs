@@ -98,10 +98,8 @@ impl Poisoner {
         if start.len() != trained.len() {
             return;
         }
-        // A member speaking the protocol sends finite values (a coordinator refuses others):
-        // a move past f32's range stops at its largest finite value, and a coordinate its
-        // training lost (NaN, after training from a model it poisoned itself) does not move.
-        let finite = |x: f64| x.clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32;
+        // A coordinate its training lost (NaN, after training from a model it poisoned
+        // itself) does not move.
         for (x, &s) in trained.iter_mut().zip(start) {
             if x.is_nan() {
                 *x = s;
@@ -109,7 +107,7 @@ impl Poisoner {
         }
         let moved = |t: &mut [f32], f: f64| {
             for (x, &s) in t.iter_mut().zip(start) {
-                *x = finite(f64::from(s) + f * (f64::from(*x) - f64::from(s)));
+                *x = (f64::from(s) + f * (f64::from(*x) - f64::from(s))) as f32;
             }
         };
         match &self.attack {
@@ -125,7 +123,7 @@ impl Poisoner {
                 let sd = factor * norm / (trained.len().max(1) as f64).sqrt();
                 for (x, &s) in trained.iter_mut().zip(start) {
                     let z: f64 = StandardNormal.sample(&mut self.rng);
-                    *x = finite(f64::from(s) + sd * z);
+                    *x = (f64::from(s) + sd * z) as f32;
                 }
             }
             Attack::Extreme => {
@@ -144,6 +142,8 @@ impl Poisoner {
             Attack::FreeRide => trained.copy_from_slice(start),
             Attack::Labels => {}
         }
+        // A member speaking the protocol sends finite values (a coordinator refuses others): a
+        // move past f32's range stops at its largest finite value.
         for x in trained.iter_mut() {
             *x = if x.is_nan() {
                 0.0

@@ -542,6 +542,42 @@ mod tests {
         assert_eq!(robust.clip_updates(&ms, &g)[2].as_deref(), Some(&g[..]));
     }
 
+    /// Issue 38: one of five senders sends a sign-flipped ×10⁶ model. FedAvg's weights (a = b
+    /// = 0, no bounds) hand the global to it; with `aggregator = Median` the global stays
+    /// within the honest models' values.
+    #[test]
+    fn the_median_keeps_the_global_within_the_honest_models() {
+        let reports: Vec<DiscoReport> = (0..5)
+            .map(|_| DiscoReport {
+                num_samples: 40,
+                discrepancy: 0.0,
+            })
+            .collect();
+        let honest: [&[f32]; 4] = [&[1.0, -1.0], &[1.1, -1.1], &[1.2, -1.2], &[1.3, -1.3]];
+        let mut models = honest.to_vec();
+        let evil: &[f32] = &[-1e6, 1e6];
+        models.push(evil);
+        let fedavg = Params {
+            a: 0.0,
+            b: 0.0,
+            normalise: true,
+        };
+        let global = [0.0f32, 0.0];
+        let run = |robust: Robust| {
+            robust
+                .aggregate(&reports, &models, &global, &fedavg)
+                .unwrap()
+                .1
+        };
+        let mean = run(Robust::NONE);
+        assert!(mean[0] < -1e5, "the attacker owns the mean: {mean:?}");
+        let median = run(Robust {
+            aggregator: Aggregator::Median,
+            ..Robust::NONE
+        });
+        assert_eq!(median, vec![1.1, -1.1]);
+    }
+
     fn close(got: &[f64], want: &[f64], tol: f64) {
         assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
         for (g, w) in got.iter().zip(want) {

@@ -358,7 +358,10 @@ impl HcctServer {
     /// Each end model of the open round whose move from its group's start model is longer
     /// than `update_clip` times the round's median move, scaled back along its direction.
     fn clip_pending(&mut self) {
-        let clip = (self.cfg.update_clip > 0.0).then_some(self.cfg.update_clip);
+        if self.cfg.update_clip <= 0.0 {
+            return;
+        }
+        let clip = Some(self.cfg.update_clip);
         let ids: Vec<usize> = self.pending.keys().copied().collect();
         let ends: Vec<&[f32]> = ids.iter().map(|i| self.pending[i].as_slice()).collect();
         let bases: Vec<&[f32]> = ids.iter().map(|&i| self.starts[i].as_slice()).collect();

@@ -71,7 +71,7 @@ impl SimCoordinator {
         let Some(e) = self.engine.as_mut() else {
             return Ok(None);
         };
-        if let Some(reason) = refused_on_the_wire(&req) {
+        if let Err(reason) = wire_check(&req, e.algorithm().num_params()) {
             let answer = Answer::Error { reason };
             return Ok(Some(vec![Out::Respond {
                 to: from,
@@ -137,22 +137,15 @@ impl SimCoordinator {
     }
 }
 
-/// What a coordinator's wire check refuses before the engine sees it
-/// (`protocol::CoordRequest::check`): a model or subspace with a non-finite value, which a
-/// silo whose training diverged (a poisoned mix) would send.
-fn refused_on_the_wire(req: &Request) -> Option<String> {
+/// The network coordinator's check of a model before the engine sees it
+/// ([`crate::protocol::check_model`]): a silo whose training diverged under a poisoned mix
+/// sends non-finite values, and is refused as over the wire.
+fn wire_check(req: &Request, num_params: usize) -> Result<(), String> {
     match req {
-        Request::Update { params, .. } | Request::Contribute { params, .. }
-            if params.iter().any(|x| !x.is_finite()) =>
-        {
-            Some("a non-finite value in the parameters".into())
-        }
+        Request::Update { params, .. } => crate::protocol::check_model(params, None, num_params),
         Request::Contribute {
-            subspace: Some(rows),
-            ..
-        } if rows.iter().flatten().any(|v| !v.is_finite()) => {
-            Some("a non-finite value in the subspace".into())
-        }
-        _ => None,
+            params, subspace, ..
+        } => crate::protocol::check_model(params, subspace.as_deref(), num_params),
+        _ => Ok(()),
     }
 }
