@@ -295,6 +295,8 @@ fn a_bad_schedule_fails_at_load_naming_the_event() {
 /// defaults) the honest silos end within the attack tolerance of the clean run; with no defence
 /// they do not, and the damage outlasts the attack by 35 rounds. (`drop_opposed` alone also
 /// takes most of this one: it drops the scaled gradients that point against an owner's own.)
+/// With the defaults the attacker, distrusted during the attack, has its weight back once its
+/// gradients are clean again.
 #[test]
 fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
     let events = "faults.events=[{round=5, attack={silos=[3], kind=\"scale\", factor=1e6}}, \
@@ -316,7 +318,14 @@ fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
     assert!(w > 0.01, "{w}");
     assert_eq!(traces[3].len(), 60);
     let (bound, _) = run(
-        &scenario("poisoning.toml", &[events, "defences.drop_opposed=false"]),
+        &scenario(
+            "poisoning.toml",
+            &[
+                events,
+                "defences.drop_opposed=false",
+                "defences.distrust=false",
+            ],
+        ),
         &dir.path().join("bound"),
     );
     assert!(verdict(&bound, "poisoning"), "{bound:#}");
@@ -327,6 +336,7 @@ fn a_member_scaling_its_gradients_is_bounded_and_leaves_no_lasting_damage() {
                 events,
                 "defences.norm_bound=0",
                 "defences.drop_opposed=false",
+                "defences.distrust=false",
             ],
         ),
         &dir.path().join("off"),
@@ -414,7 +424,14 @@ fn gradients_opposed_to_the_owners_own_are_left_out_with_drop_opposed() {
                 - figure(r, "poisoning", "honest_accuracy").as_f64().unwrap()
         };
         let (off, _) = run_seed(
-            &scenario("poisoning.toml", &[&ev, "defences.drop_opposed=false"]),
+            &scenario(
+                "poisoning.toml",
+                &[
+                    &ev,
+                    "defences.drop_opposed=false",
+                    "defences.distrust=false",
+                ],
+            ),
             &dir.path().join(format!("{kind}-off")),
             seed,
         );
@@ -429,6 +446,36 @@ fn gradients_opposed_to_the_owners_own_are_left_out_with_drop_opposed() {
         assert!(verdict(&on, "poisoning"), "{kind}: {on:#}");
         assert!(lost(&on) < 0.5, "{kind}: {on:#}");
     }
+}
+
+/// Insiders' review, the attackers' weight: two members train honest models and send ×10⁶
+/// gradients. FedeRiCo weighs *models*, so without `distrust` they keep an honest peer's share
+/// of the honest rows; with it (the default), an owner whose members' gradients keep pointing
+/// against its own or keep being over the norm bound (each ×10⁶ gradient counts as fully
+/// opposed) takes their weight away: at most 0.05 of the honest rows on average, and the honest
+/// silos lose nothing.
+#[test]
+fn a_gradient_poisoner_loses_its_weight_in_honest_rows_with_distrust() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = "faults.events=[{round=5, attack={silos=[3, 7], kind=\"scale\", factor=1e6}}]";
+    let weight = |r: &Value, f: &str| figure(r, "poisoning", f).as_f64().unwrap();
+    let (off, _) = run_seed(
+        &scenario("poisoning.toml", &[ev, "defences.distrust=false"]),
+        &dir.path().join("off"),
+        1,
+    );
+    assert!(weight(&off, "attacker_weight_mean") > 0.1, "{off:#}");
+    // The default of variant "federico".
+    let (on, _) = run_seed(
+        &scenario("poisoning.toml", &[ev]),
+        &dir.path().join("on"),
+        1,
+    );
+    assert!(verdict(&on, "poisoning"), "{on:#}");
+    assert!(weight(&on, "attacker_weight_mean") <= 0.05, "{on:#}");
+    assert!(weight(&on, "attacker_weight_max") <= 0.06, "{on:#}");
+    let lost = weight(&on, "clean_accuracy") - weight(&on, "honest_accuracy");
+    assert!(lost < 0.5, "{on:#}");
 }
 
 /// Runs seed 1 of a coordinated scenario; each algorithm's fault report.

@@ -1663,16 +1663,18 @@ async fn a_member_cannot_re_arm_its_stall_with_late_skips() {
 }
 
 /// Attack P3 of the insiders' review: a member pulls silo-0's model and answers with the
-/// largest finite f32 in every coordinate, three times. It passes every check a gradient is
+/// largest finite f32 in every coordinate, five times. It passes every check a gradient is
 /// given (finite, right length, right fingerprint). Before the fix the owner's Adam state
 /// overflowed to +inf and its model never changed again (0 of 328 parameters, across
 /// restarts). Now the gradient enters the step scaled to the owner's norm bound, the model goes
-/// on learning, and the node says so once.
+/// on learning, and the node says so once; after four such gradients the owner distrusts the
+/// member (`[defences] distrust`: its weight in the owner's row is 0 and its gradients are left
+/// out) and says so too.
 #[tokio::test]
 async fn a_members_extreme_gradients_do_not_freeze_an_owners_model() {
     let mut f = Three::start().await;
     let mut attacked = Vec::new();
-    while attacked.len() < 3 {
+    while attacked.len() < 5 {
         let m = params(f.h.model(ModelRequest::Pull { round: 1 }).await);
         if attacked.contains(&m.version) {
             // Our gradient for this version is in: wait for the owner's next.
@@ -1705,7 +1707,7 @@ async fn a_members_extreme_gradients_do_not_freeze_an_owners_model() {
                 .filter(|(x, y)| x != y)
                 .count();
             eprintln!(
-                "after 3 gradients of f32::MAX: versions {} → {}, {changed} of {} parameters \
+                "after 5 gradients of f32::MAX: versions {} → {}, {changed} of {} parameters \
                  changed",
                 a.version,
                 b.version,
@@ -1735,5 +1737,16 @@ async fn a_members_extreme_gradients_do_not_freeze_an_owners_model() {
             .count(),
         1,
         "one warning naming the bound: {log}"
+    );
+    // One line for the attacker. (silo-1, honest, can be named too, later: two silos of a
+    // few dozen rows each, sampling each other every round, overfit their own rows until each
+    // one's gradient points against the other's; docs/insiders.md, "Distrust".)
+    let distrusted = log
+        .lines()
+        .filter(|l| l.contains("[defences] distrust") && l.contains("peer=silo-2"))
+        .count();
+    assert_eq!(
+        distrusted, 1,
+        "one warning naming the distrusted member: {log}"
     );
 }

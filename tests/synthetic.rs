@@ -264,7 +264,8 @@ fn three_silos_with_one_alone_in_its_group_are_not_worse_than_alone() {
     eprintln!("defaults: federico {fed:.4} local {local:.4} mass {mass:.3}");
     assert!(fed >= local - 0.005, "FedeRiCo {fed} below Local {local}");
     assert!(mass >= 0.9, "same-group mass {mass}");
-    let (fed, local, mass) = outcome("foreign_cap = 0\n[defences]\ndrop_opposed = false\n");
+    let (fed, local, mass) =
+        outcome("foreign_cap = 0\n[defences]\ndrop_opposed = false\ndistrust = false\n");
     eprintln!("no cap, no drop_opposed: federico {fed:.4} local {local:.4} mass {mass:.3}");
     assert!(
         fed < local - 0.2 && mass < 0.6,

@@ -120,19 +120,54 @@ impl GradientInbox {
     /// Without the owner's own gradient (not in yet at a deadline), nothing is left out. Call
     /// once, before the step (the owner does when `drop_opposed` is on).
     pub fn leave_out_opposed(&mut self, me: NodeId) -> Vec<NodeId> {
-        let Some(Some(own)) = self.received.get(&me) else {
-            return Vec::new();
-        };
-        let opposed: Vec<NodeId> = self
-            .received
-            .iter()
-            .filter(|(k, _)| **k != me)
-            .filter_map(|(&k, g)| g.as_ref().map(|g| (k, g)))
-            .filter(|(_, g)| dot(g, own) < 0.0)
-            .map(|(k, _)| k)
-            .collect();
-        self.left_out.extend(opposed.iter().copied());
+        let opposed = self.opposed(me).unwrap_or_default();
+        self.leave_out(&opposed);
         opposed
+    }
+
+    /// The other senders whose gradient points against the owner `me`'s own (a negative dot
+    /// product), in node-id order; `None` without the owner's own gradient (nothing to judge
+    /// by).
+    pub fn opposed(&self, me: NodeId) -> Option<Vec<NodeId>> {
+        let Some(Some(own)) = self.received.get(&me) else {
+            return None;
+        };
+        Some(
+            self.others(me)
+                .filter(|(_, g)| dot(g, own) < 0.0)
+                .map(|(k, _)| k)
+                .collect(),
+        )
+    }
+
+    /// The cosine of each other sender's gradient with the owner `me`'s own, in node-id order
+    /// (0 for a zero gradient); `None` without the owner's own gradient.
+    pub fn cosines(&self, me: NodeId) -> Option<Vec<(NodeId, f64)>> {
+        let Some(Some(own)) = self.received.get(&me) else {
+            return None;
+        };
+        let own_norm = l2(own);
+        Some(
+            self.others(me)
+                .map(|(k, g)| {
+                    let n = own_norm * l2(g);
+                    (k, if n > 0.0 { dot(g, own) / n } else { 0.0 })
+                })
+                .collect(),
+        )
+    }
+
+    fn others(&self, me: NodeId) -> impl Iterator<Item = (NodeId, &Vec<f32>)> + '_ {
+        self.received
+            .iter()
+            .filter(move |(k, _)| **k != me)
+            .filter_map(|(&k, g)| g.as_ref().map(|g| (k, g)))
+    }
+
+    /// Leaves the gradients of `senders` out of [`Self::sum`] (the owner's own is never left
+    /// out: callers pass other senders only).
+    pub fn leave_out(&mut self, senders: &[NodeId]) {
+        self.left_out.extend(senders.iter().copied());
     }
 
     /// The version this inbox collects for.
@@ -573,6 +608,26 @@ mod tests {
         assert_eq!(no_own.sum(), vec![1.0, -3.5]);
         // With the foreign cap, the same gradients are left out.
         assert_eq!(fill(true, true, Some(100.0)).0.sum(), vec![3.0, 0.5]);
+    }
+
+    #[test]
+    fn cosines_compare_each_sender_with_the_owners_own_gradient() {
+        let (me, a, b, z) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+        let mut inbox = GradientInbox::new(0, 2);
+        for k in [me, a, b, z] {
+            inbox.expect(k);
+        }
+        inbox.handle_gradient(a, 0, vec![3.0, 0.0]).unwrap();
+        assert_eq!(inbox.cosines(me), None);
+        inbox.handle_gradient(me, 0, vec![1.0, 0.0]).unwrap();
+        inbox.handle_gradient(b, 0, vec![-1.0, 1.0]).unwrap();
+        inbox.handle_gradient(z, 0, vec![0.0, 0.0]).unwrap();
+        let c = inbox.cosines(me).unwrap();
+        assert_eq!(c[0], (a, 1.0));
+        assert_eq!(c[1].0, b);
+        assert!((c[1].1 + 0.5f64.sqrt()).abs() < 1e-12);
+        assert_eq!(c[2], (z, 0.0));
+        assert_eq!(inbox.opposed(me), Some(vec![b]));
     }
 
     #[test]

@@ -302,6 +302,15 @@ pub struct Defences {
     /// Absent: on for `variant = "federico"`, off for `"paper"` (Algorithm 1's plain sum).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_opposed: Option<bool>,
+    /// Whether an owner distrusts a member whose gradients keep pointing against its own, or
+    /// keep being scaled down by the norm bound, over many steps ([`Peer::handle_verdicts`]):
+    /// the member then gets 0 in the owner's row, the push weights and the push cut, and its
+    /// gradients are left out of the owner's steps, until its gradients agree again. Against
+    /// gradient poisoners, whose own model is honest and would otherwise keep an honest peer's
+    /// weight (insiders' review; `docs/insiders.md`).
+    /// Absent: on for `variant = "federico"`, off for `"paper"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distrust: Option<bool>,
 }
 
 impl Defences {
@@ -318,6 +327,12 @@ impl Defences {
     /// `variant`.
     pub fn drop_opposed(&self, variant: Variant) -> bool {
         self.drop_opposed.unwrap_or(variant == Variant::Federico)
+    }
+
+    /// Whether owners distrust members whose gradients keep pointing against their own, in a
+    /// federation running `variant`.
+    pub fn distrust(&self, variant: Variant) -> bool {
+        self.distrust.unwrap_or(variant == Variant::Federico)
     }
 
     /// Whether absent members keep weight, for a federation running `variant`.
@@ -603,7 +618,26 @@ pub struct Peer {
     /// not state, so not kept in checkpoints: the driver sets it ([`Peer::set_weigh_absent`]).
     #[serde(skip)]
     drop_absent: bool,
+    /// How well each other member's recent gradients agreed with this silo's own, as an owner:
+    /// a moving average of their alignments ([`Self::handle_verdicts`]). Kept in checkpoints,
+    /// so a restart does not forgive a poisoner.
+    alignment: BTreeMap<NodeId, f64>,
+    /// Members flagged in most of their recent gradients get no weight
+    /// ([`Defences::distrust`]); a setting of this run, set by the driver.
+    #[serde(skip)]
+    distrust: bool,
 }
+
+/// The weight of each new gradient in a member's alignment average ([`Peer::handle_verdicts`]).
+/// Slow on purpose: an honest member's single gradients scatter widely around the owner's
+/// (cosines from −0.97 to +0.97 within one label group on Fashion-MNIST), so only a sustained
+/// run of opposed or oversized gradients moves the average far below 0.
+pub const ALIGNMENT_RATE: f64 = 0.05;
+/// The alignment average below which a member is distrusted ([`Peer::is_distrusted`]).
+/// Chosen on the recorded cosines of the quick federation and Fashion-MNIST G=2
+/// (`docs/insiders.md`, "Distrust"): no honest member of the quick federation ever fell below
+/// it; a sign-flipping one did in 60–73 % of its gradients.
+pub const DISTRUST_BELOW: f64 = -0.15;
 
 impl Clone for Peer {
     /// A copy at the same RNG position (checkpoints are written from a copy).
@@ -617,6 +651,8 @@ impl Clone for Peer {
             rounds: self.rounds,
             data_ratio: self.data_ratio,
             drop_absent: self.drop_absent,
+            alignment: self.alignment.clone(),
+            distrust: self.distrust,
         }
     }
 }
@@ -641,6 +677,8 @@ impl Peer {
             rounds: 0,
             data_ratio: 0.0,
             drop_absent: false,
+            alignment: BTreeMap::new(),
+            distrust: false,
         }
     }
 
@@ -655,6 +693,45 @@ impl Peer {
     /// A member never measured whose pulls keep failing: absent, or refusing its model.
     fn is_absent(&self, peer: NodeId, e: &Entry) -> bool {
         !e.seen && self.is_suspect(peer)
+    }
+
+    /// Whether members whose gradients keep pointing against this silo's own lose their weight
+    /// ([`Defences::distrust`]).
+    pub fn set_distrust(&mut self, on: bool) {
+        self.distrust = on;
+    }
+
+    /// This silo, as an owner, judged the gradients other members sent for one step:
+    /// `(member, alignment)`, the cosine of the member's gradient with the owner's own, or −1
+    /// when the norm bound scaled it down (oversized, whatever its direction). Each moves the
+    /// member's alignment average by [`ALIGNMENT_RATE`] (from 0, for a member not judged yet);
+    /// the owner's own gradient is never judged, and a value outside [−1, 1] counts as its
+    /// bound.
+    pub fn handle_verdicts(&mut self, verdicts: &[(NodeId, f64)]) {
+        for &(j, a) in verdicts.iter().filter(|(j, _)| *j != self.me) {
+            let a = if a.is_nan() { -1.0 } else { a.clamp(-1.0, 1.0) };
+            let x = self.alignment.entry(j).or_insert(0.0);
+            *x = (1.0 - ALIGNMENT_RATE) * *x + ALIGNMENT_RATE * a;
+        }
+    }
+
+    /// Whether `peer`'s recent gradients pointed against this silo's own, or were oversized,
+    /// so persistently that their alignment average fell below [`DISTRUST_BELOW`], and
+    /// distrust is on: it then has no weight in this silo's row, and its gradients are left out
+    /// of this silo's steps. It is still sampled and judged, so a member whose gradients agree
+    /// again is trusted again.
+    pub fn is_distrusted(&self, peer: NodeId) -> bool {
+        self.distrust
+            && self
+                .alignment
+                .get(&peer)
+                .is_some_and(|&x| x < DISTRUST_BELOW)
+    }
+
+    /// Whether `peer` has no weight in the row: absent (unless absent members keep weight) or
+    /// distrusted.
+    fn is_excluded(&self, peer: NodeId, e: &Entry) -> bool {
+        (self.drop_absent && self.is_absent(peer, e)) || self.is_distrusted(peer)
     }
 
     /// The silo's `n_train` training samples and its model's `num_params` parameters, which
@@ -744,10 +821,12 @@ impl Peer {
     }
 
     /// w_ij: the current weight of `peer` (the fresh one after `handle_losses`); 0 for an
-    /// absent member unless absent members keep weight ([`Self::set_weigh_absent`]).
+    /// absent member unless absent members keep weight ([`Self::set_weigh_absent`]), and for a
+    /// distrusted one ([`Self::is_distrusted`]).
     pub fn weight(&self, peer: NodeId) -> f64 {
-        if self.drop_absent {
-            self.table.weight_without(peer, |j, e| self.is_absent(j, e))
+        if self.drop_absent || self.distrust {
+            self.table
+                .weight_without(peer, |j, e| self.is_excluded(j, e))
         } else {
             self.table.weight(peer)
         }
@@ -776,8 +855,8 @@ impl Peer {
 
     /// The whole row `(peer, weight)`, by id, self included (as [`Self::weight`] gives them).
     pub fn weights(&self) -> Vec<(NodeId, f64)> {
-        if self.drop_absent {
-            self.table.row_without(|j, e| self.is_absent(j, e))
+        if self.drop_absent || self.distrust {
+            self.table.row_without(|j, e| self.is_excluded(j, e))
         } else {
             self.table.iter().map(|(id, _, w)| (id, w)).collect()
         }

@@ -587,3 +587,64 @@ fn an_incomplete_mixture_is_renormalised_over_what_arrived_and_a_complete_one_is
         vec![(NodeId(0), 1.0)]
     );
 }
+
+#[test]
+fn a_member_whose_gradients_keep_opposing_the_owners_loses_its_weight_until_they_agree() {
+    let mut p = peer(0, 4, FedericoConfig::default());
+    p.set_distrust(true);
+    let fair = p.weight(NodeId(2));
+    assert!(fair > 0.2, "{fair}");
+    // Scattered opposed gradients are not enough: an honest member's single gradients scatter
+    // around the owner's, and half of them opposed leave the average above the line.
+    for i in 0..200 {
+        let c = if i % 2 == 0 { -0.6 } else { 0.6 };
+        p.handle_verdicts(&[(NodeId(1), c), (NodeId(2), 0.3)]);
+    }
+    assert!(!p.is_distrusted(NodeId(1)));
+    // A sustained run of sign-flipped gradients is: within a few dozen steps.
+    let mut steps = 0;
+    while !p.is_distrusted(NodeId(2)) {
+        p.handle_verdicts(&[(NodeId(2), -0.5)]);
+        steps += 1;
+        assert!(steps < 40, "still trusted after {steps} opposed gradients");
+    }
+    assert_eq!(p.weight(NodeId(2)), 0.0);
+    assert!((p.weights().iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    assert_eq!(p.push_weight(NodeId(2)), None);
+    assert!(p.weight(NodeId(1)) > fair);
+    // Oversized gradients (−1 each, whatever their direction) are caught faster.
+    let mut big = 0;
+    while !p.is_distrusted(NodeId(3)) {
+        p.handle_verdicts(&[(NodeId(3), -1.0)]);
+        big += 1;
+    }
+    assert!(big < steps, "{big} oversized against {steps} opposed");
+    // The owner never judges itself, whatever a caller passes.
+    for _ in 0..100 {
+        p.handle_verdicts(&[(NodeId(0), -1.0)]);
+    }
+    assert!(!p.is_distrusted(NodeId(0)));
+    // Nothing is permanent: a member whose gradients agree again gets its weight back.
+    for _ in 0..100 {
+        p.handle_verdicts(&[(NodeId(2), f64::NAN)]);
+    }
+    assert!(p.is_distrusted(NodeId(2)));
+    let mut agree = 0;
+    while p.is_distrusted(NodeId(2)) {
+        p.handle_verdicts(&[(NodeId(2), 0.2)]);
+        agree += 1;
+        assert!(
+            agree < 60,
+            "still distrusted after {agree} agreeing gradients"
+        );
+    }
+    // A checkpoint keeps the record; with distrust off, the row is the paper's.
+    let bytes = bincode::serde::encode_to_vec(&p, bincode::config::standard()).unwrap();
+    let (mut q, _): (Peer, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+    q.set_distrust(true);
+    assert!(q.is_distrusted(NodeId(3)));
+    q.set_distrust(false);
+    assert!(!q.is_distrusted(NodeId(3)));
+    assert_eq!(q.weight(NodeId(3)), q.table().weight(NodeId(3)));
+}

@@ -385,7 +385,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 7: `FedericoConfig::loss_scale` became optional (absent: the variant's) and gained `auto`.
 /// 8: `FedericoConfig` gained `own_floor`.
 /// 9: `FedericoConfig` gained `score_share`.
-const VERSION: u32 = 9;
+/// 10: the core gained each member's flag average (`[defences] distrust`).
+const VERSION: u32 = 10;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals

@@ -73,6 +73,7 @@ impl Engines {
                     foreign_cap: cfg.foreign_cap(k),
                     norm_bound: ctx.scenario.defences.norm_bound(cfg.variant),
                     drop_opposed: ctx.scenario.defences.drop_opposed(cfg.variant),
+                    distrust: ctx.scenario.defences.distrust(cfg.variant),
                     weigh_absent: ctx.scenario.defences.weigh_absent(cfg.variant),
                 };
                 Round::new(rc, peer, 0, 0, Arc::new(params.clone()), now)

@@ -178,6 +178,7 @@ impl FaultNet {
             foreign_cap: cfg.foreign_cap(k),
             norm_bound: ctx.scenario.defences.norm_bound(cfg.variant),
             drop_opposed: ctx.scenario.defences.drop_opposed(cfg.variant),
+            distrust: ctx.scenario.defences.distrust(cfg.variant),
             weigh_absent: ctx.scenario.defences.weigh_absent(cfg.variant),
         };
         let lr = ctx.lr();

@@ -218,6 +218,17 @@ pub enum Event {
         /// The round.
         round: u64,
     },
+    /// A member's recent gradients kept pointing against the owner's own or kept being over the
+    /// norm bound, or agree again: it lost its weight in the row and its gradients are left out
+    /// (`distrusted`), or it has them back ([`crate::core::Defences::distrust`]).
+    Distrusted {
+        /// The member.
+        peer: NodeId,
+        /// The round.
+        round: u64,
+        /// Distrusted now (`false`: trusted again).
+        distrusted: bool,
+    },
     /// A sampler keeps missing the step: its gradients are taken but no longer waited for.
     Straggler {
         /// The sampler.

@@ -98,6 +98,9 @@ pub struct RoundConfig {
     /// Whether the owner leaves out gradients opposed to its own
     /// ([`crate::core::Defences::drop_opposed`]).
     pub drop_opposed: bool,
+    /// Whether the owner distrusts members whose gradients it keeps flagging
+    /// ([`crate::core::Defences::distrust`]).
+    pub distrust: bool,
 }
 
 /// A round could not go on.
@@ -194,6 +197,8 @@ pub struct Round<H> {
     bound: NormBound,
     /// Senders whose gradient was left out as opposed to the owner's (each reported once).
     opposed: BTreeSet<NodeId>,
+    /// Members distrusted at the last step ([`Peer::is_distrusted`]; each change is reported).
+    distrusted: BTreeSet<NodeId>,
     held: Vec<Held<H>>,
     phase: Phase,
     round_started: Instant,
@@ -227,6 +232,7 @@ impl<H> Round<H> {
     ) -> Self {
         peer.set_data_ratio(cfg.n_train, cfg.num_params);
         peer.set_weigh_absent(cfg.weigh_absent);
+        peer.set_distrust(cfg.distrust);
         let mut inbox = GradientInbox::new(version, cfg.num_params)
             .with_clip_norm(cfg.clip_norm)
             .with_foreign_cap(cfg.me, cfg.foreign_cap);
@@ -248,6 +254,7 @@ impl<H> Round<H> {
             normal: None,
             bound: NormBound::new(cfg.norm_bound),
             opposed: BTreeSet::new(),
+            distrusted: BTreeSet::new(),
             held: Vec::new(),
             // Restarted after its last round: nothing to wait for, due at once.
             phase: Phase::Starting {

@@ -33,6 +33,7 @@
 use super::{Action, Event, Job, Phase, Round};
 use crate::core::GradientInbox;
 use crate::ids::NodeId;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// The shortest grace an owner gives a sampler on probation.
@@ -124,26 +125,7 @@ impl<H> Round<H> {
             .map(|i| self.stragglers.awaits(NodeId(i)))
             .collect();
         self.stragglers.handle_step(&inbox, r, now);
-        for b in self.bound.apply(&mut inbox, self.cfg.me) {
-            if b.first {
-                self.log(Event::GradientBounded {
-                    peer: b.from,
-                    round: r,
-                    norm: b.norm,
-                    bound: b.bound,
-                });
-            }
-        }
-        let opposed = if self.cfg.drop_opposed {
-            inbox.leave_out_opposed(self.cfg.me)
-        } else {
-            Vec::new()
-        };
-        for peer in opposed {
-            if self.opposed.insert(peer) {
-                self.log(Event::GradientOpposed { peer, round: r });
-            }
-        }
+        self.judge(&mut inbox, r);
         for (i, was) in before.into_iter().enumerate() {
             let id = NodeId(i as u32);
             if was && !self.stragglers.awaits(id) {
@@ -156,6 +138,62 @@ impl<H> Round<H> {
         self.inbox.expect(self.cfg.me);
         self.phase = Phase::Stepping;
         self.actions.push_back(Action::Run(Job::Step { inbox }));
+    }
+
+    /// Applies the owner's defences to the inbox of its step in round `r`: the norm bound, the
+    /// opposed gradients left out, and each sender's alignment with the owner's own gradient,
+    /// which makes a member whose gradients keep pointing against it, or keep being oversized,
+    /// distrusted (its gradients left out too).
+    fn judge(&mut self, inbox: &mut GradientInbox, r: u64) {
+        let me = self.cfg.me;
+        let mut bounded = BTreeSet::new();
+        for b in self.bound.apply(inbox, me) {
+            bounded.insert(b.from);
+            if b.first {
+                self.log(Event::GradientBounded {
+                    peer: b.from,
+                    round: r,
+                    norm: b.norm,
+                    bound: b.bound,
+                });
+            }
+        }
+        // Without its own gradient (a step at the deadline) the owner has nothing to judge
+        // directions by, and records no verdict.
+        let (Some(opposed), Some(cosines)) = (inbox.opposed(me), inbox.cosines(me)) else {
+            return;
+        };
+        let verdicts: Vec<(NodeId, f64)> = cosines
+            .into_iter()
+            .map(|(j, c)| (j, if bounded.contains(&j) { -1.0 } else { c }))
+            .collect();
+        self.peer.handle_verdicts(&verdicts);
+        if self.cfg.drop_opposed {
+            inbox.leave_out(&opposed);
+            for &peer in &opposed {
+                if self.opposed.insert(peer) {
+                    self.log(Event::GradientOpposed { peer, round: r });
+                }
+            }
+        }
+        for (j, _) in verdicts {
+            let now = self.peer.is_distrusted(j);
+            if now {
+                inbox.leave_out(&[j]);
+            }
+            if now != self.distrusted.contains(&j) {
+                if now {
+                    self.distrusted.insert(j);
+                } else {
+                    self.distrusted.remove(&j);
+                }
+                self.log(Event::Distrusted {
+                    peer: j,
+                    round: r,
+                    distrusted: now,
+                });
+            }
+        }
     }
 
     /// Serves held requests that can be answered now. Lingering, the model is final: every

@@ -194,6 +194,7 @@ fn config(me: usize, k: usize, rounds: u64) -> RoundConfig {
         foreign_cap: None,
         norm_bound: None,
         drop_opposed: false,
+        distrust: false,
         weigh_absent: true,
     }
 }

@@ -112,6 +112,26 @@ pub(super) fn event(e: &Event) {
              ([defences] drop_opposed; logged once per member, later ones are left out \
              silently; docs/insiders.md)"
         ),
+        Event::Distrusted {
+            peer,
+            round,
+            distrusted: true,
+        } => warn!(
+            peer = %peer,
+            round,
+            "a member's gradients kept pointing against this silo's own, or kept being far \
+             above the norm bound: it gets no weight in this silo's row and its gradients are \
+             left out until they agree again ([defences] distrust; docs/insiders.md)"
+        ),
+        Event::Distrusted {
+            peer,
+            round,
+            distrusted: false,
+        } => info!(
+            peer = %peer,
+            round,
+            "a distrusted member's gradients agree with this silo's own again: it has its weight back"
+        ),
         Event::Straggler { peer, round } => info!(
             peer = %peer,
             round,

@@ -368,6 +368,7 @@ fn round_config(
         foreign_cap: cfg.federico.foreign_cap(manifest.members.len()),
         norm_bound: cfg.defences.norm_bound(cfg.federico.variant),
         drop_opposed: cfg.defences.drop_opposed(cfg.federico.variant),
+        distrust: cfg.defences.distrust(cfg.federico.variant),
         weigh_absent: cfg.defences.weigh_absent(cfg.federico.variant),
     }
 }
