@@ -9,8 +9,9 @@
 #   simulations/attacks/table.sh simulations/poisoning.toml runs/attacks-off --set defences.norm_bound=0
 #
 # Coordinator algorithms: name one (`--set 'algorithms=["hcct"]'`); a run of several averages
-# them into one row. Their attackers poison the model they send (its update); the coordinator's
-# weight on them is not measured.
+# them into one row. Their attackers poison the model they send (its update); the weight is the
+# coordinator's on them in its last round (FedDisco: of the global; FedSaC: in honest silos'
+# graph rows; HCCT: of the members of honest silos' groups).
 #
 # Needs `federico` on PATH or FEDERICO=path/to/federico. ATTACKS, one kind per line (as below),
 # runs only those. A row whose run is already in OUT is not run again.

@@ -29,12 +29,14 @@ pub struct SiloRun {
 }
 
 /// One closed coordinator round.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ClosedRound {
     /// The coordinator's round.
     pub round: u64,
     /// It closed at its deadline, without every awaited member.
     pub timed_out: bool,
+    /// The algorithm's record of the round, as in its round log (`Null` when none).
+    pub record: serde_json::Value,
 }
 
 /// What the checks of a coordinated run read.
@@ -134,8 +136,8 @@ pub(super) fn accuracy_check(
 
 /// Members that poison the models they send (issue 38): the honest silos that finished score
 /// within `attack_tolerance` points of the same silos in the run without faults; the
-/// attackers' own scores are left out of both. The weight the coordinator gave the attackers
-/// is not measured here.
+/// attackers' own scores are left out of both. The weight the coordinator gave the attackers in
+/// its last round is reported, not judged ([`attackers_share`]).
 pub(super) fn poisoning(i: &CoordInputs<'_>) -> super::Check {
     let (attacker, kinds) = super::rules::attackers(i.schedule);
     let honest: Vec<usize> = (0..i.silos.len())
@@ -153,11 +155,24 @@ pub(super) fn poisoning(i: &CoordInputs<'_>) -> super::Check {
         ("honest_silos_compared", json!(honest.len())),
         ("tolerance", json!(tol)),
     ];
+    let share = i
+        .closed
+        .last()
+        .and_then(|c| attackers_share(&c.record, &attacker));
+    if let Some((mean, max)) = share {
+        figures.push(("attacker_weight_mean", json!(super::rules::round3(mean))));
+        figures.push(("attacker_weight_max", json!(super::rules::round3(max))));
+    }
     let (pass, detail) = match (acc, base) {
         (Some(a), Some(b)) => {
             figures.push(("honest_accuracy", json!(a)));
             figures.push(("clean_accuracy", json!(b)));
-            let verdict = format!("honest silos {a:.2} % vs {b:.2} % without the attack");
+            let mut verdict = format!("honest silos {a:.2} % vs {b:.2} % without the attack");
+            if let Some((mean, max)) = share {
+                verdict += &format!(
+                    "; attackers hold {mean:.3} of honest rows on average (at most {max:.3})"
+                );
+            }
             match b - a > tol {
                 true => (
                     false,
@@ -173,6 +188,77 @@ pub(super) fn poisoning(i: &CoordInputs<'_>) -> super::Check {
         ),
     };
     check("poisoning", pass, detail, figures)
+}
+
+/// The weight the coordinator gave the attackers in a closed round's `record` (its round log
+/// line): `(mean, max)` over the honest silos' rows, or `None` for a record that says nothing
+/// of weights.
+/// - FedDisco (`peers`, `weights`): the attackers' share of the global, the same for every
+///   silo.
+/// - FedSaC (`senders`, `graph`): each honest sender's graph row, its entries on attackers.
+/// - HCCT (`groups`): each honest silo's group, the attackers' share of its members (HCCT
+///   weighs them by their sizes; this counts heads).
+pub(super) fn attackers_share(record: &serde_json::Value, attacker: &[bool]) -> Option<(f64, f64)> {
+    let is_attacker = |s: usize| attacker.get(s) == Some(&true);
+    // A member's index from its name (`silo-000003`) or index.
+    let index = |v: &serde_json::Value| -> Option<usize> {
+        v.as_u64().map(|x| x as usize).or_else(|| {
+            v.as_str()
+                .and_then(|n| n.rsplit('-').next())
+                .and_then(|d| d.parse().ok())
+        })
+    };
+    let rows: Vec<f64> = if let (Some(peers), Some(weights)) =
+        (record["peers"].as_array(), record["weights"].as_array())
+    {
+        let w: f64 = peers
+            .iter()
+            .zip(weights)
+            .filter(|(p, _)| index(p).is_some_and(is_attacker))
+            .filter_map(|(_, w)| w.as_f64())
+            .sum();
+        vec![w]
+    } else if let (Some(senders), Some(graph)) =
+        (record["senders"].as_array(), record["graph"].as_array())
+    {
+        // Columns: the senders, then the stale members.
+        let cols: Vec<Option<usize>> = senders
+            .iter()
+            .chain(record["stale"].as_array().into_iter().flatten())
+            .map(index)
+            .collect();
+        senders
+            .iter()
+            .zip(graph)
+            .filter(|(s, _)| index(s).is_some_and(|s| !is_attacker(s)))
+            .filter_map(|(_, row)| row.as_array())
+            .map(|row| {
+                row.iter()
+                    .zip(&cols)
+                    .filter(|(_, c)| c.is_some_and(is_attacker))
+                    .filter_map(|(w, _)| w.as_f64())
+                    .sum()
+            })
+            .collect()
+    } else if let Some(groups) = record["groups"].as_array() {
+        groups
+            .iter()
+            .filter_map(|g| g.as_array())
+            .map(|g| g.iter().filter_map(index).collect::<Vec<usize>>())
+            .flat_map(|g| {
+                let bad = g.iter().filter(|&&s| is_attacker(s)).count() as f64 / g.len() as f64;
+                let honest = g.iter().filter(|&&s| !is_attacker(s)).count();
+                std::iter::repeat_n(bad, honest)
+            })
+            .collect()
+    } else {
+        return None;
+    };
+    if rows.is_empty() {
+        return None;
+    }
+    let max = rows.iter().copied().fold(0.0f64, f64::max);
+    Some((rows.iter().sum::<f64>() / rows.len() as f64, max))
 }
 
 /// Every silo that did not leave finished every round.

@@ -83,7 +83,7 @@ pub(super) fn liveness(inputs: &Inputs<'_>, windows: &[Window], down: &[Vec<(f64
     check("liveness", pass, detail, figures)
 }
 
-fn round3(x: f64) -> f64 {
+pub(super) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 

@@ -166,3 +166,33 @@ fn a_panic_fails_clean_exit() {
     }];
     assert!(clean_exit(&exits).pass);
 }
+
+#[test]
+fn the_coordinators_weight_on_attackers_is_read_from_each_algorithms_round_record() {
+    use super::coordinated::attackers_share;
+    use serde_json::json;
+    // Silos 1 and 3 attack.
+    let attacker = [false, true, false, true];
+    // FedDisco: the attackers' p of the global, for every silo alike.
+    let disco = json!({"peers": ["silo-000000", "silo-000001", "silo-000003"],
+                       "weights": [0.5, 0.3, 0.2]});
+    let (mean, max) = attackers_share(&disco, &attacker).unwrap();
+    assert!((mean - 0.5).abs() < 1e-12 && (max - 0.5).abs() < 1e-12);
+    // FedSaC: honest senders' rows (0 and 2), columns senders then stale (silo 3).
+    let sac = json!({"senders": [0, 1, 2], "stale": [3],
+                     "graph": [[0.6, 0.1, 0.2, 0.1], [0.0, 1.0, 0.0, 0.0], [0.3, 0.0, 0.7, 0.0]]});
+    let (mean, max) = attackers_share(&sac, &attacker).unwrap();
+    assert!(
+        (mean - 0.1).abs() < 1e-12 && (max - 0.2).abs() < 1e-12,
+        "{mean} {max}"
+    );
+    // HCCT: silo 0 shares its group with attacker 1; silo 2 is alone with attacker 3 too.
+    let hcct = json!({"groups": [[0, 1], [2, 3]]});
+    let (mean, max) = attackers_share(&hcct, &attacker).unwrap();
+    assert!((mean - 0.5).abs() < 1e-12 && (max - 0.5).abs() < 1e-12);
+    let hcct = json!({"groups": [[0, 2], [1, 3]]});
+    assert_eq!(attackers_share(&hcct, &attacker), Some((0.0, 0.0)));
+    // A record with no weights says nothing.
+    assert_eq!(attackers_share(&json!({"round": 3}), &attacker), None);
+    assert_eq!(attackers_share(&serde_json::Value::Null, &attacker), None);
+}

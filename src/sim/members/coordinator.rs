@@ -120,6 +120,8 @@ impl SimCoordinator {
     /// The engine's actions: answers and closed rounds out, checkpoints kept.
     fn drain(&mut self) -> Vec<Out> {
         let mut outs = Vec::new();
+        // The round's log line comes before its close.
+        let mut record = serde_json::Value::Null;
         while let Some(action) = self.engine.as_mut().and_then(Engine::poll_action) {
             match action {
                 engine::Action::Respond {
@@ -127,9 +129,14 @@ impl SimCoordinator {
                     answer,
                 } => outs.push(Out::Respond { to, id, answer }),
                 engine::Action::Save { bytes: Ok(b), .. } => self.saved = Some(b),
+                engine::Action::LogRound(line) => record = line.record,
                 engine::Action::Event(engine::Event::RoundClosed {
                     round, timed_out, ..
-                }) => outs.push(Out::Closed(ClosedRound { round, timed_out })),
+                }) => outs.push(Out::Closed(ClosedRound {
+                    round,
+                    timed_out,
+                    record: std::mem::take(&mut record),
+                })),
                 _ => {}
             }
         }
