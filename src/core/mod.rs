@@ -33,7 +33,7 @@ use crate::ids::NodeId;
 use chacha20::ChaCha12Rng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The E-step temperature κ (spec §5.1): ℓ_ib = κ · mean per-sample loss of φ_b on D_i.
 /// Written `"mean"`, `"sum"`, `"auto"` or a positive number in files.
@@ -622,6 +622,10 @@ pub struct Peer {
     /// a moving average of their alignments ([`Self::handle_verdicts`]). Kept in checkpoints,
     /// so a restart does not forgive a poisoner.
     alignment: BTreeMap<NodeId, f64>,
+    /// The members whose alignment average was below [`DISTRUST_BELOW`] at the last E-step: the
+    /// row changes only there, so every driver, whatever the order in which its owner steps and
+    /// its E-steps interleave, weighs alike.
+    below: BTreeSet<NodeId>,
     /// Members flagged in most of their recent gradients get no weight
     /// ([`Defences::distrust`]); a setting of this run, set by the driver.
     #[serde(skip)]
@@ -652,6 +656,7 @@ impl Clone for Peer {
             data_ratio: self.data_ratio,
             drop_absent: self.drop_absent,
             alignment: self.alignment.clone(),
+            below: self.below.clone(),
             distrust: self.distrust,
         }
     }
@@ -678,6 +683,7 @@ impl Peer {
             data_ratio: 0.0,
             drop_absent: false,
             alignment: BTreeMap::new(),
+            below: BTreeSet::new(),
             distrust: false,
         }
     }
@@ -716,16 +722,12 @@ impl Peer {
     }
 
     /// Whether `peer`'s recent gradients pointed against this silo's own, or were oversized,
-    /// so persistently that their alignment average fell below [`DISTRUST_BELOW`], and
-    /// distrust is on: it then has no weight in this silo's row, and its gradients are left out
-    /// of this silo's steps. It is still sampled and judged, so a member whose gradients agree
-    /// again is trusted again.
+    /// so persistently that their alignment average was below [`DISTRUST_BELOW`] at the last
+    /// E-step, and distrust is on: it then has no weight in this silo's row, and its gradients
+    /// are left out of this silo's steps. It is still sampled and judged, so a member whose
+    /// gradients agree again is trusted again (from the next E-step).
     pub fn is_distrusted(&self, peer: NodeId) -> bool {
-        self.distrust
-            && self
-                .alignment
-                .get(&peer)
-                .is_some_and(|&x| x < DISTRUST_BELOW)
+        self.distrust && self.below.contains(&peer)
     }
 
     /// Whether `peer` has no weight in the row: absent (unless absent members keep weight) or
@@ -817,6 +819,12 @@ impl Peer {
         let a = self.sharpness(self.rounds + 1);
         self.table
             .record_round(&scaled, self.cfg.beta, self.cfg.loss_tracking, a);
+        self.below = self
+            .alignment
+            .iter()
+            .filter(|&(_, &x)| x < DISTRUST_BELOW)
+            .map(|(&j, _)| j)
+            .collect();
         self.rounds += 1;
     }
 

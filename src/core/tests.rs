@@ -594,17 +594,27 @@ fn a_member_whose_gradients_keep_opposing_the_owners_loses_its_weight_until_they
     p.set_distrust(true);
     let fair = p.weight(NodeId(2));
     assert!(fair > 0.2, "{fair}");
+    // The row changes at E-steps only: a verdict alone does not move it.
+    let mut q = p.clone();
+    for _ in 0..50 {
+        q.handle_verdicts(&[(NodeId(3), -1.0)]);
+    }
+    assert!(!q.is_distrusted(NodeId(3)));
+    q.handle_losses(50, &[]);
+    assert!(q.is_distrusted(NodeId(3)));
     // Scattered opposed gradients are not enough: an honest member's single gradients scatter
     // around the owner's, and half of them opposed leave the average above the line.
     for i in 0..200 {
         let c = if i % 2 == 0 { -0.6 } else { 0.6 };
         p.handle_verdicts(&[(NodeId(1), c), (NodeId(2), 0.3)]);
+        p.handle_losses(50, &[]);
     }
     assert!(!p.is_distrusted(NodeId(1)));
     // A sustained run of sign-flipped gradients is: within a few dozen steps.
     let mut steps = 0;
     while !p.is_distrusted(NodeId(2)) {
         p.handle_verdicts(&[(NodeId(2), -0.5)]);
+        p.handle_losses(50, &[]);
         steps += 1;
         assert!(steps < 40, "still trusted after {steps} opposed gradients");
     }
@@ -616,22 +626,26 @@ fn a_member_whose_gradients_keep_opposing_the_owners_loses_its_weight_until_they
     let mut big = 0;
     while !p.is_distrusted(NodeId(3)) {
         p.handle_verdicts(&[(NodeId(3), -1.0)]);
+        p.handle_losses(50, &[]);
         big += 1;
     }
     assert!(big < steps, "{big} oversized against {steps} opposed");
     // The owner never judges itself, whatever a caller passes.
     for _ in 0..100 {
         p.handle_verdicts(&[(NodeId(0), -1.0)]);
+        p.handle_losses(50, &[]);
     }
     assert!(!p.is_distrusted(NodeId(0)));
     // Nothing is permanent: a member whose gradients agree again gets its weight back.
     for _ in 0..100 {
         p.handle_verdicts(&[(NodeId(2), f64::NAN)]);
+        p.handle_losses(50, &[]);
     }
     assert!(p.is_distrusted(NodeId(2)));
     let mut agree = 0;
     while p.is_distrusted(NodeId(2)) {
         p.handle_verdicts(&[(NodeId(2), 0.2)]);
+        p.handle_losses(50, &[]);
         agree += 1;
         assert!(
             agree < 60,
