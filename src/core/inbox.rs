@@ -129,39 +129,29 @@ impl GradientInbox {
     /// product), in node-id order; `None` without the owner's own gradient (nothing to judge
     /// by).
     pub fn opposed(&self, me: NodeId) -> Option<Vec<NodeId>> {
-        let Some(Some(own)) = self.received.get(&me) else {
-            return None;
-        };
-        Some(
-            self.others(me)
-                .filter(|(_, g)| dot(g, own) < 0.0)
-                .map(|(k, _)| k)
-                .collect(),
-        )
+        self.cosines(me).map(|c| opposed_of(&c))
     }
 
     /// The cosine of each other sender's gradient with the owner `me`'s own, in node-id order
-    /// (0 for a zero gradient); `None` without the owner's own gradient.
+    /// (0 for a zero gradient); `None` without the owner's own gradient. One dot product per
+    /// sender; the norms are the ones kept at arrival.
     pub fn cosines(&self, me: NodeId) -> Option<Vec<(NodeId, f64)>> {
         let Some(Some(own)) = self.received.get(&me) else {
             return None;
         };
-        let own_norm = l2(own);
+        let norm = |k: &NodeId| self.norms.get(k).copied().unwrap_or(0.0);
+        let own_norm = norm(&me);
         Some(
-            self.others(me)
+            self.received
+                .iter()
+                .filter(|(k, _)| **k != me)
+                .filter_map(|(&k, g)| g.as_ref().map(|g| (k, g)))
                 .map(|(k, g)| {
-                    let n = own_norm * l2(g);
+                    let n = own_norm * norm(&k);
                     (k, if n > 0.0 { dot(g, own) / n } else { 0.0 })
                 })
                 .collect(),
         )
-    }
-
-    fn others(&self, me: NodeId) -> impl Iterator<Item = (NodeId, &Vec<f32>)> + '_ {
-        self.received
-            .iter()
-            .filter(move |(k, _)| **k != me)
-            .filter_map(|(&k, g)| g.as_ref().map(|g| (k, g)))
     }
 
     /// Leaves the gradients of `senders` out of [`Self::sum`] (the owner's own is never left
@@ -337,6 +327,16 @@ impl GradientInbox {
         clip_to_norm(&mut foreign, cap * l2(own));
         own.iter().zip(&foreign).map(|(a, b)| a + b).collect()
     }
+}
+
+/// The senders of `cosines` whose gradient points against the owner's (a negative cosine, so a
+/// negative dot product; a zero gradient is not opposed).
+pub(crate) fn opposed_of(cosines: &[(NodeId, f64)]) -> Vec<NodeId> {
+    cosines
+        .iter()
+        .filter(|(_, c)| *c < 0.0)
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 /// The dot product of `a` and `b`, computed in f64.

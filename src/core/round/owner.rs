@@ -160,9 +160,10 @@ impl<H> Round<H> {
         }
         // Without its own gradient (a step at the deadline) the owner has nothing to judge
         // directions by, and records no verdict.
-        let (Some(opposed), Some(cosines)) = (inbox.opposed(me), inbox.cosines(me)) else {
+        let Some(cosines) = inbox.cosines(me) else {
             return;
         };
+        let opposed = crate::core::inbox::opposed_of(&cosines);
         let verdicts: Vec<(NodeId, f64)> = cosines
             .into_iter()
             .map(|(j, c)| (j, if bounded.contains(&j) { -1.0 } else { c }))
