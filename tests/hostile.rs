@@ -844,7 +844,7 @@ async fn a_hostile_member_cannot_break_the_coordinator() {
 /// global.
 #[tokio::test]
 async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
-    let (weight, biggest) = feddisco_liar(&[]).await;
+    let (weight, biggest, _) = feddisco_liar(&[]).await;
     // Three senders: at most 1.5 fair shares, 0.5 (its capped size and a claimed discrepancy
     // of 0 would give it 0.75).
     assert!(weight <= 0.5 + 1e-9, "defended: the liar's weight {weight}");
@@ -852,7 +852,7 @@ async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
         biggest < 100.0,
         "defended: the global's largest parameter {biggest}"
     );
-    let (weight_off, biggest_off) = feddisco_liar(&[
+    let (weight_off, biggest_off, _) = feddisco_liar(&[
         "feddisco.size_cap=0",
         "feddisco.update_clip=0",
         "feddisco.weight_cap=0",
@@ -872,9 +872,43 @@ async fn a_feddisco_member_lying_about_its_size_cannot_take_the_global() {
     );
 }
 
-/// Two honest FedDisco silos and a liar with silo-2's key, 3 rounds: the liar's largest weight
-/// in `coordinator.jsonl` and the largest parameter of the last global it fetched.
-async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
+/// Issue 38, Multi-Krum as the attacker meets it: five FedDisco silos, one of them the liar
+/// above with every other bound off (`size_cap`, `update_clip`, `weight_cap` = 0) and
+/// `aggregator = "krum"`. Its ±10^6 model is far from the four honest ones, so Krum leaves it
+/// out whole: weight 0 in every round the coordinator logs with five senders, and the global
+/// stays the honest silos'. The control is the undefended run of the test above (the liar
+/// takes over 0.7 of the weight and the global).
+#[tokio::test]
+async fn krum_leaves_a_feddisco_members_poisoned_model_out_whole() {
+    let (weight, biggest, rounds) = feddisco_liar(&[
+        "split.clients=5",
+        "feddisco.size_cap=0",
+        "feddisco.update_clip=0",
+        "feddisco.weight_cap=0",
+        "feddisco.aggregator=\"krum\"",
+    ])
+    .await;
+    let full: Vec<f64> = rounds
+        .iter()
+        .filter(|(senders, _)| *senders == 5)
+        .map(|&(_, w)| w)
+        .collect();
+    assert!(full.len() >= 2, "rounds with every sender: {rounds:?}");
+    assert!(
+        full.iter().all(|&w| w == 0.0),
+        "the liar's weights: {rounds:?}"
+    );
+    assert!(biggest < 100.0, "the global's largest parameter {biggest}");
+    eprintln!(
+        "feddisco liar under krum: weights {rounds:?} (senders, weight), largest global \
+         parameter {biggest:.3}; largest weight {weight:.3}"
+    );
+}
+
+/// Honest FedDisco silos (every silo of the scenario but 2) and a liar with silo-2's key, 3
+/// rounds: the liar's largest weight in `coordinator.jsonl`, the largest parameter of the last
+/// global it fetched, and each logged round's (senders, the liar's weight).
+async fn feddisco_liar(extra: &[&str]) -> (f64, f64, Vec<(usize, f64)>) {
     let over: Vec<String> = ["split.clients=3", "rounds=3", "eval_every=1"]
         .iter()
         .chain(extra)
@@ -919,19 +953,20 @@ async fn feddisco_liar(extra: &[&str]) -> (f64, f64) {
         assert!(matches!(answer, CoordResponse::Ack), "{answer:?}");
     }
     let lines = std::fs::read_to_string(setup.state_dir.join("coordinator.jsonl")).unwrap();
-    let weight = lines
+    let rounds: Vec<(usize, f64)> = lines
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter_map(|l| {
             let peers = l["peers"].as_array()?.clone();
             let at = peers.iter().position(|p| p == &liar_id)?;
-            l["weights"][at].as_f64()
+            Some((peers.len(), l["weights"][at].as_f64()?))
         })
-        .fold(0.0f64, f64::max);
+        .collect();
+    let weight = rounds.iter().map(|r| r.1).fold(0.0f64, f64::max);
     let biggest = last.iter().map(|x| f64::from(x.abs())).fold(0.0, f64::max);
     // The honest silos and the coordinator may have finished: stop them either way.
     f.stop(nodes);
-    (weight, biggest)
+    (weight, biggest, rounds)
 }
 
 /// Insiders' review D5, played with a member key: silo-2's key registers with a live FedDisco
@@ -1029,7 +1064,7 @@ async fn silent_registrant(rounds: usize, excuse_rounds: Option<u64>) -> (usize,
 /// A three-silo FedDisco federation on the quick start (`over` added) with its coordinator
 /// running (τ = `tau_s`, the silos' `fetch_s`; `excuse_rounds` written into its config when
 /// given) and a client
-/// holding silo-2's key connected to it: the member the FedDisco attack tests play. The two
+/// holding silo-2's key connected to it: the member the FedDisco attack tests play. The
 /// honest silos start when the test says ([`DiscoMember::start_honest`]).
 struct DiscoMember {
     _dir: tempfile::TempDir,
@@ -1068,9 +1103,10 @@ impl DiscoMember {
         }
     }
 
-    /// Starts the two honest silos of `p` (the federation's).
+    /// Starts the honest silos of `p` (every silo of the federation but silo-2).
     fn start_honest(p: &launch::Prepared) -> Vec<KillOnDrop> {
-        (0..2)
+        (0..p.configs.len())
+            .filter(|&i| i != 2)
             .map(|i| {
                 let log = p.nodes_dir.join(format!("silo-{i}.log"));
                 KillOnDrop(launch::start_node(Path::new(EXE), &p.configs[i], &log).unwrap())

@@ -5,7 +5,8 @@
 //! `cap` times the lower median of the counts it is weighed with; [`clip_moves`], the bound on
 //! how far a member's model may move from where it started (a multiple of the median move);
 //! and [`Aggregator`] with [`combine`], the robust ways to combine weighted models
-//! (coordinate-wise weighted median, weighted trimmed mean) beside the plain weighted mean.
+//! (coordinate-wise weighted median, weighted trimmed mean, Multi-Krum's choice of models,
+//! [`krum_keep`]) beside the plain weighted mean.
 //! Must not: know any algorithm's messages or weights (each algorithm applies the bounds to
 //! the counts and models it weighs, with its own weights).
 
@@ -88,6 +89,9 @@ pub enum Aggregator {
     /// In every coordinate, the weighted mean of the values left once `trim` of the weight is
     /// cut from each end.
     TrimmedMean,
+    /// Multi-Krum: the weighted mean of the models left once the ⌈`trim`·n⌉ farthest from
+    /// the others are dropped whole, with their weight ([`krum_keep`]).
+    Krum,
 }
 
 impl Aggregator {
@@ -97,11 +101,13 @@ impl Aggregator {
             Aggregator::Mean => "mean",
             Aggregator::Median => "median",
             Aggregator::TrimmedMean => "trimmed_mean",
+            Aggregator::Krum => "krum",
         }
     }
 }
 
-/// `trim`'s default: a fifth of the weight off each end (one of five equal members).
+/// `trim`'s default: a fifth of the weight off each end (one of five equal members); for
+/// `Krum`, a fifth of the models taken to be hostile (2 of 8).
 pub const DEFAULT_TRIM: f64 = 0.2;
 
 /// Checks a `trim` fraction: in [0, 0.5).
@@ -123,8 +129,11 @@ pub fn combine(models: &[&[f32]], weights: &[f64], rule: Aggregator, trim: f64) 
     if models.is_empty() || total <= 0.0 {
         return vec![0.0; len];
     }
-    let w: Vec<f64> = weights.iter().map(|x| x / total).collect();
-    if rule == Aggregator::Mean {
+    let mut w: Vec<f64> = weights.iter().map(|x| x / total).collect();
+    if rule == Aggregator::Krum {
+        w = krum_weights(models, &w, trim).0;
+    }
+    if matches!(rule, Aggregator::Mean | Aggregator::Krum) {
         let mut acc = vec![0f64; len];
         for (m, &wk) in models.iter().zip(&w) {
             acc.iter_mut()
@@ -146,6 +155,76 @@ pub fn combine(models: &[&[f32]], weights: &[f64], rule: Aggregator, trim: f64) 
             trimmed(&col, trim) as f32
         })
         .collect()
+}
+
+/// Multi-Krum's choice (Blanchard et al., NeurIPS 2017; El Mhamdi et al., ICML 2018): of the n
+/// models, f = ⌈`share`·n⌉ (at most n − 3) are taken to be hostile; each model scores the sum
+/// of its squared distances to its n − f − 2 nearest others, and the n − f with the lowest
+/// scores are kept (`true`; ties to the lower index). A model far from every other (scaled,
+/// extreme, a lone sign flip) scores high and is dropped whole. Every model is judged, whatever
+/// weight an algorithm gives it: a member that lies its way to all the weight (FedDisco's size
+/// and discrepancy) is still judged by the model it sent. With f = 0 every model is kept.
+pub fn krum_keep(models: &[&[f32]], share: f64) -> Vec<bool> {
+    let n = models.len();
+    let mut keep = vec![true; n];
+    let f = ((share * n as f64 - 1e-9).ceil().max(0.0) as usize).min(n.saturating_sub(3));
+    if f == 0 {
+        return keep;
+    }
+    let mut d = vec![vec![0f64; n]; n];
+    for i in 0..n {
+        for j in i + 1..n {
+            let v: f64 = models[i]
+                .iter()
+                .zip(models[j])
+                .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+                .sum();
+            d[i][j] = v;
+            d[j][i] = v;
+        }
+    }
+    let mut scores: Vec<(f64, usize)> = (0..n)
+        .map(|i| {
+            let mut row: Vec<f64> = (0..n).filter(|&j| j != i).map(|j| d[i][j]).collect();
+            row.sort_by(f64::total_cmp);
+            (row[..n - f - 2].iter().sum(), i)
+        })
+        .collect();
+    scores.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in &scores[n - f..] {
+        keep[i] = false;
+    }
+    keep
+}
+
+/// `weights` (≥ 0) with the models [`krum_keep`] drops at 0, normalised over the kept (equal
+/// shares of the kept when the algorithm gave them no weight at all: the weight went to the
+/// dropped), and how many models were dropped.
+pub fn krum_weights(models: &[&[f32]], weights: &[f64], share: f64) -> (Vec<f64>, usize) {
+    let keep = krum_keep(models, share);
+    let dropped = keep.iter().filter(|&&k| !k).count();
+    (kept_weights(weights, &keep), dropped)
+}
+
+/// `weights` (≥ 0) with the models not kept at 0, normalised over the kept (equal shares of
+/// the kept when none of them had weight).
+pub fn kept_weights(weights: &[f64], keep: &[bool]) -> Vec<f64> {
+    let mut w: Vec<f64> = weights
+        .iter()
+        .zip(keep)
+        .map(|(&x, &k)| if k { x } else { 0.0 })
+        .collect();
+    let kept: f64 = w.iter().sum();
+    if kept > 0.0 {
+        w.iter_mut().for_each(|x| *x /= kept);
+    } else {
+        let n = keep.iter().filter(|&&k| k).count().max(1) as f64;
+        w = keep
+            .iter()
+            .map(|&k| if k { 1.0 / n } else { 0.0 })
+            .collect();
+    }
+    w
 }
 
 /// The weighted mean of the sorted `(value, weight)` pairs (weights summing to 1) between the
@@ -221,6 +300,51 @@ mod tests {
             combine(&honest, &[1.0; 4], Aggregator::TrimmedMean, 0.3),
             vec![2.5, -2.5]
         );
+    }
+
+    #[test]
+    fn krum_drops_the_models_far_from_the_others_whole() {
+        // Six honest models near (1, −1) and two attackers: one scaled, one sign-flipped.
+        let honest: Vec<Vec<f32>> = (0..6)
+            .map(|i| {
+                let x = 1.0 + 0.1 * i as f32;
+                vec![x, -x]
+            })
+            .collect();
+        let scaled = vec![1e6f32, -1e6];
+        let flipped = vec![-1.2f32, 1.2];
+        let mut all: Vec<&[f32]> = honest.iter().map(Vec::as_slice).collect();
+        all.push(&scaled);
+        all.push(&flipped);
+        let w = [1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+        // ⌈0.2 · 8⌉ = 2 taken to be hostile: exactly the two attackers go.
+        assert_eq!(
+            krum_keep(&all, 0.2),
+            [true, true, true, true, true, true, false, false]
+        );
+        let got = combine(&all, &w, Aggregator::Krum, 0.2);
+        let want = combine(&all[..6], &w[..6], Aggregator::Mean, 0.0);
+        assert_eq!(got, want, "the weighted mean of the six honest models");
+        // The plain mean is the attacker's; the median keeps the honest range.
+        assert!(combine(&all, &w, Aggregator::Mean, 0.2)[0] > 1e5);
+        // f = ⌈0.1 · 8⌉ = 1: the scaled model goes first; the flipped one stays.
+        let one = krum_keep(&all, 0.1);
+        assert_eq!(one.iter().filter(|&&k| !k).count(), 1);
+        assert!(!one[6]);
+        // Nothing is taken to be hostile at share 0, or among fewer than 4 models.
+        assert!(krum_keep(&all, 0.0).iter().all(|&k| k));
+        assert!(krum_keep(&all[5..], 0.4).iter().all(|&k| k));
+        // Weights do not shield a model: an attacker that holds all the weight is dropped all
+        // the same, and the kept share equally.
+        let liar = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        let (lw, dropped) = krum_weights(&all, &liar, 0.2);
+        assert_eq!(dropped, 2);
+        assert_eq!(lw[..6], [1.0 / 6.0; 6]);
+        assert_eq!(lw[6..], [0.0; 2]);
+        // An extreme but finite model (±f32::MAX) scores worst too.
+        let ext = vec![f32::MAX, f32::MIN];
+        all[6] = &ext;
+        assert!(!krum_keep(&all, 0.2)[6]);
     }
 
     #[test]

@@ -37,10 +37,11 @@ pub struct FeddiscoConfig {
     pub update_clip: f64,
     /// No sender's weight exceeds this many fair shares, 1/K each (0: no cap).
     pub weight_cap: f64,
-    /// How the weighted models are combined: `"mean"` (the paper's, default), `"median"` or
-    /// `"trimmed_mean"` (`coord::robust`).
+    /// How the weighted models are combined: `"mean"` (the paper's, default), `"median"`,
+    /// `"trimmed_mean"` or `"krum"` (`coord::robust`).
     pub aggregator: Aggregator,
-    /// `"trimmed_mean"`: the share of the weight cut from each end, in [0, 0.5).
+    /// `"trimmed_mean"`: the share of the weight cut from each end; `"krum"`: the share of the
+    /// senders taken to be hostile. In [0, 0.5).
     pub trim: f64,
 }
 
@@ -174,9 +175,10 @@ pub struct FedsacConfig {
     /// +0.2 points, 11 columns by at most 0.1); 0: no bound, the paper's.
     pub update_clip: f64,
     /// How each silo's row of the graph combines the models: `"mean"` (the paper's weighted
-    /// sum, default), `"median"` or `"trimmed_mean"` (`coord::robust`).
+    /// sum, default), `"median"`, `"trimmed_mean"` or `"krum"` (`coord::robust`).
     pub aggregator: Aggregator,
-    /// `"trimmed_mean"`: the share of a row's weight cut from each end, in [0, 0.5).
+    /// `"trimmed_mean"`: the share of a row's weight cut from each end; `"krum"`: the share
+    /// of a row's senders taken to be hostile. In [0, 0.5).
     pub trim: f64,
 }
 

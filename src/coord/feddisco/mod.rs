@@ -273,7 +273,8 @@ pub struct Robust {
     pub weight_cap: Option<f64>,
     /// How the weighted models are combined (the paper's weighted mean by default).
     pub aggregator: Aggregator,
-    /// `TrimmedMean`: the weight cut from each end.
+    /// `TrimmedMean`: the weight cut from each end; `Krum`: the share of senders taken to be
+    /// hostile.
     pub trim: f64,
 }
 
@@ -337,8 +338,9 @@ impl Robust {
         crate::coord::robust::clip_moves(models, &vec![global; models.len()], self.update_clip)
     }
 
-    /// One round under the defences: the weights over the capped reports and the aggregate of
-    /// the clipped models, with how many sizes were capped and updates clipped.
+    /// One round under the defences: the weights over the capped reports (with `Krum`, those
+    /// of the models it kept, the dropped at 0: `robust::krum_weights`) and the aggregate of the clipped models, with
+    /// how many sizes were capped, updates clipped and models dropped.
     pub fn aggregate(
         &self,
         reports: &[DiscoReport],
@@ -356,8 +358,15 @@ impl Robust {
             .zip(&clipped)
             .map(|(m, c)| c.as_deref().unwrap_or(m))
             .collect();
+        let mut models_dropped = 0;
         let g = match self.aggregator {
             Aggregator::Mean => aggregate(&taken, &w.p)?,
+            // Krum drops models whole: the weights become those the global is made with (the
+            // dropped at 0), and the mean over the rest is the paper's.
+            Aggregator::Krum => {
+                (w.p, models_dropped) = crate::coord::robust::krum_weights(&taken, &w.p, self.trim);
+                aggregate(&taken, &w.p)?
+            }
             rule => crate::coord::robust::combine(&taken, &w.p, rule, self.trim),
         };
         Ok((
@@ -367,6 +376,7 @@ impl Robust {
                 sizes_capped,
                 updates_clipped,
                 weights_capped,
+                models_dropped,
             },
         ))
     }
@@ -381,6 +391,8 @@ pub struct Defended {
     pub updates_clipped: usize,
     /// Weights cut to the cap.
     pub weights_capped: usize,
+    /// Models `Krum` left out (their weight set to 0).
+    pub models_dropped: usize,
 }
 
 /// One round's weights and what produced them (spec §4.1: log `n`, `d`, `p` and the clip
@@ -544,9 +556,9 @@ mod tests {
 
     /// Issue 38: one of five senders sends a sign-flipped ×10⁶ model. FedAvg's weights (a = b
     /// = 0, no bounds) hand the global to it; with `aggregator = Median` the global stays
-    /// within the honest models' values.
+    /// within the honest models' values, and `Krum` leaves the attacker out.
     #[test]
-    fn the_median_keeps_the_global_within_the_honest_models() {
+    fn the_median_and_krum_keep_the_global_within_the_honest_models() {
         let reports: Vec<DiscoReport> = (0..5)
             .map(|_| DiscoReport {
                 num_samples: 40,
@@ -576,6 +588,16 @@ mod tests {
             ..Robust::NONE
         });
         assert_eq!(median, vec![1.1, -1.1]);
+        // Krum (⌈0.2 · 5⌉ = 1 taken to be hostile) drops it whole: the honest models' mean,
+        // and the weights logged are those used, the attacker's 0.
+        let krum = Robust {
+            aggregator: Aggregator::Krum,
+            ..Robust::NONE
+        };
+        let (w, g, defended) = krum.aggregate(&reports, &models, &global, &fedavg).unwrap();
+        assert!((g[0] - 1.15).abs() < 1e-6, "{g:?}");
+        assert_eq!(w.p, [0.25, 0.25, 0.25, 0.25, 0.0]);
+        assert_eq!(defended.models_dropped, 1);
     }
 
     fn close(got: &[f64], want: &[f64], tol: f64) {

@@ -71,6 +71,9 @@ pub struct RoundLog {
     /// Weights cut to the cap ([`Robust`]; absent when none).
     #[serde(skip_serializing_if = "is_zero")]
     pub weights_capped: usize,
+    /// Models `Krum` left out, each at weight 0 in `weights` ([`Robust`]; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub models_dropped: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -158,6 +161,7 @@ impl ServerState {
             sizes_capped: 0,
             updates_clipped: 0,
             weights_capped: 0,
+            models_dropped: 0,
         };
         if !senders.is_empty() {
             let reports: Vec<DiscoReport> = senders.iter().map(|p| self.reports[*p]).collect();
@@ -169,6 +173,7 @@ impl ServerState {
             log.sizes_capped = defended.sizes_capped;
             log.updates_clipped = defended.updates_clipped;
             log.weights_capped = defended.weights_capped;
+            log.models_dropped = defended.models_dropped;
             log.weights = w.p;
             log.n = w.n;
             log.d = w.d;

@@ -49,7 +49,8 @@ pub struct Settings {
     pub update_clip: Option<f64>,
     /// How a row of the graph combines the senders' models.
     pub aggregator: crate::coord::robust::Aggregator,
-    /// `TrimmedMean`: the share of a row's weight cut from each end.
+    /// `TrimmedMean`: the share of a row's weight cut from each end; `Krum`: the share of a
+    /// row's senders taken to be hostile.
     pub trim: f64,
 }
 
@@ -399,12 +400,19 @@ impl FedsacServer {
             self.rounds as usize,
         )
         .map_err(err)?;
+        // Krum judges the round's models once; each row then mixes the kept (its own weights,
+        // renormalised), the direction too.
+        let krum = (s.aggregator == Aggregator::Krum)
+            .then(|| crate::coord::robust::krum_keep(&views, s.trim));
         let mixed = graph
             .iter()
             .take(senders.len())
-            .map(|row| match s.aggregator {
-                Aggregator::Mean => fedsac::personalise(&views, row),
-                rule => Ok((
+            .map(|row| match (s.aggregator, &krum) {
+                (Aggregator::Mean, _) => fedsac::personalise(&views, row),
+                (_, Some(keep)) => {
+                    fedsac::personalise(&views, &crate::coord::robust::kept_weights(row, keep))
+                }
+                (rule, None) => Ok((
                     crate::coord::robust::combine(&views, row, rule, s.trim),
                     fedsac::direction(&views, row)?,
                 )),

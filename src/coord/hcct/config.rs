@@ -155,9 +155,11 @@ pub struct HcctConfig {
     /// pseudo-gradients and the group averages); 0 (the default): no bound.
     pub update_clip: f64,
     /// How a group combines its members' models: `"mean"` (the paper's size-weighted average,
-    /// default), `"median"` or `"trimmed_mean"` (`coord::robust`), each weighted by size.
+    /// default), `"median"`, `"trimmed_mean"` or `"krum"` (`coord::robust`), each weighted by
+    /// size.
     pub aggregator: Aggregator,
-    /// `"trimmed_mean"`: the share of a group's weight cut from each end, in [0, 0.5).
+    /// `"trimmed_mean"`: the share of a group's weight cut from each end; `"krum"`: the share
+    /// of a group's members taken to be hostile. In [0, 0.5).
     pub trim: f64,
 }
 

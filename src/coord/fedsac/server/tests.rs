@@ -398,7 +398,11 @@ fn a_poisoned_model_is_outvoted_by_the_median_and_bounded_by_the_clip() {
         mean[0] > 1e3,
         "the attacker takes a share of silo 0's mix: {mean:?}"
     );
-    for rule in [Aggregator::Median, Aggregator::TrimmedMean] {
+    for rule in [
+        Aggregator::Median,
+        Aggregator::TrimmedMean,
+        Aggregator::Krum,
+    ] {
         let m = run(rule, None);
         assert!(
             (1.0..=1.3).contains(&m[0]) && (-1.3..=-1.0).contains(&m[2]),

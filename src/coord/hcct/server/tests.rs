@@ -394,6 +394,13 @@ fn a_poisoned_model_is_outvoted_by_the_median_and_bounded_by_the_clip() {
     assert_eq!(median, vec![1.1, 1.1, -1.1]);
     let trimmed = run(Aggregator::TrimmedMean, 0.0);
     assert!((trimmed[0] - 1.1).abs() < 1e-6, "{trimmed:?}");
+    // Krum (⌈0.2 · 5⌉ = 1 taken to be hostile) drops the attacker whole: the mean of the four
+    // honest models.
+    let krum = run(Aggregator::Krum, 0.0);
+    assert!(
+        (krum[0] - 1.15).abs() < 1e-6 && (krum[2] + 1.15).abs() < 1e-6,
+        "{krum:?}"
+    );
     // The clip: the attacker's move is cut to 3 × the median move (|(1.2, 1.2, −1.2)| ≈ 2.08)
     // and the mean of the five moves is small.
     let clipped = run(Aggregator::Mean, 3.0);
