@@ -99,6 +99,10 @@ pub struct RoundLog {
     pub stale: Vec<usize>,
     /// Closed at the deadline rather than with every cohort member.
     pub timed_out: bool,
+    /// Members whose model `Krum` left out of every row (their entries in `graph` were not
+    /// mixed; absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<usize>,
 }
 
 /// What the coordinator knows.
@@ -404,6 +408,14 @@ impl FedsacServer {
         // renormalised), the direction too.
         let krum = (s.aggregator == Aggregator::Krum)
             .then(|| crate::coord::robust::krum_keep(&views, s.trim));
+        // The members behind `views`' columns (a stale member without a trained model has none).
+        let dropped: Vec<usize> = senders
+            .iter()
+            .chain(stale.iter().filter(|&&i| self.trained[i].is_some()))
+            .zip(krum.iter().flatten())
+            .filter(|(_, k)| !**k)
+            .map(|(&i, _)| i)
+            .collect();
         let mixed = graph
             .iter()
             .take(senders.len())
@@ -438,6 +450,7 @@ impl FedsacServer {
             graph,
             stale,
             timed_out,
+            dropped,
         };
         self.pending.clear();
         self.round += 1;

@@ -195,7 +195,8 @@ pub(super) fn poisoning(i: &CoordInputs<'_>) -> super::Check {
 /// of weights.
 /// - FedDisco (`peers`, `weights`): the attackers' share of the global, the same for every
 ///   silo.
-/// - FedSaC (`senders`, `graph`): each honest sender's graph row, its entries on attackers.
+/// - FedSaC (`senders`, `graph`): each honest sender's graph row, its entries on attackers
+///   (with `Krum`, over the row's kept entries: the `dropped` count 0).
 /// - HCCT (`groups`): each honest silo's group, the attackers' share of its members (HCCT
 ///   weighs them by their sizes; this counts heads).
 pub(super) fn attackers_share(record: &serde_json::Value, attacker: &[bool]) -> Option<(f64, f64)> {
@@ -227,17 +228,31 @@ pub(super) fn attackers_share(record: &serde_json::Value, attacker: &[bool]) -> 
             .chain(record["stale"].as_array().into_iter().flatten())
             .map(index)
             .collect();
+        let dropped: Vec<usize> = record["dropped"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(index)
+            .collect();
+        let mixed = |c: &Option<usize>| c.is_none_or(|c| !dropped.contains(&c));
         senders
             .iter()
             .zip(graph)
             .filter(|(s, _)| index(s).is_some_and(|s| !is_attacker(s)))
             .filter_map(|(_, row)| row.as_array())
             .map(|row| {
-                row.iter()
-                    .zip(&cols)
+                let entries = || {
+                    row.iter()
+                        .zip(&cols)
+                        .filter(|(_, c)| mixed(c))
+                        .filter_map(|(w, c)| Some((w.as_f64()?, c)))
+                };
+                let kept: f64 = entries().map(|(w, _)| w).sum();
+                let bad: f64 = entries()
                     .filter(|(_, c)| c.is_some_and(is_attacker))
-                    .filter_map(|(w, _)| w.as_f64())
-                    .sum()
+                    .map(|(w, _)| w)
+                    .sum();
+                if kept > 0.0 { bad / kept } else { 0.0 }
             })
             .collect()
     } else if let Some(groups) = record["groups"].as_array() {

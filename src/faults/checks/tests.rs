@@ -186,6 +186,14 @@ fn the_coordinators_weight_on_attackers_is_read_from_each_algorithms_round_recor
         (mean - 0.1).abs() < 1e-12 && (max - 0.2).abs() < 1e-12,
         "{mean} {max}"
     );
+    // With Krum, a dropped member's entries were not mixed: silo 1 dropped, rows over the rest.
+    let mut krum = sac.clone();
+    krum["dropped"] = json!([1]);
+    let (mean, max) = attackers_share(&krum, &attacker).unwrap();
+    assert!(
+        (mean - 0.1 / 0.9 / 2.0).abs() < 1e-12 && (max - 0.1 / 0.9).abs() < 1e-12,
+        "{mean} {max}"
+    );
     // HCCT: silo 0 shares its group with attacker 1; silo 2 is alone with attacker 3 too.
     let hcct = json!({"groups": [[0, 1], [2, 3]]});
     let (mean, max) = attackers_share(&hcct, &attacker).unwrap();
