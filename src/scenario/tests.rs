@@ -117,8 +117,8 @@ fn out_of_range_values_name_the_field() {
         ("[fedsac]\ntrim = 0.5\n", "fedsac.trim"),
         ("[feddisco]\ntrim = -0.1\n", "feddisco.trim"),
         (
-            "[feddisco]\naggregator = \"krum\"\n",
-            "unknown variant `krum`",
+            "[feddisco]\naggregator = \"bulyan\"\n",
+            "unknown variant `bulyan`",
         ),
         (
             "[hcct]\nupdate_clip = 0.5\n",
