@@ -339,8 +339,8 @@ impl Robust {
     }
 
     /// One round under the defences: the weights over the capped reports (with `Krum`, those
-    /// of the models it kept, the dropped at 0: `robust::krum_weights`) and the aggregate of the clipped models, with
-    /// how many sizes were capped, updates clipped and models dropped.
+    /// of the models it kept, the dropped at 0: `robust::krum_weights`) and the aggregate of
+    /// the clipped models, with how many sizes were capped, updates clipped and models dropped.
     pub fn aggregate(
         &self,
         reports: &[DiscoReport],

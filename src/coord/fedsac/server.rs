@@ -408,10 +408,10 @@ impl FedsacServer {
         // renormalised), the direction too.
         let krum = (s.aggregator == Aggregator::Krum)
             .then(|| crate::coord::robust::krum_keep(&views, s.trim));
-        // The members behind `views`' columns (a stale member without a trained model has none).
+        // `views`' columns are the senders, then the stale members (each has a trained model).
         let dropped: Vec<usize> = senders
             .iter()
-            .chain(stale.iter().filter(|&&i| self.trained[i].is_some()))
+            .chain(&stale)
             .zip(krum.iter().flatten())
             .filter(|(_, k)| !**k)
             .map(|(&i, _)| i)
