@@ -14,6 +14,7 @@
 //! | [`ids`] | node identifiers | — |
 //! | [`core`] | the FedeRiCo state machine: sampling, loss tracking, weights, gradient inbox, and the round protocol ([`core::round`], time passed in) | touch tensors, sockets, clocks or threads (std, rand and serde only) |
 //! | [`coord`] | the coordinator algorithms (FedDisco, FedCollab, HCCT, FedSaC): weights, coalitions, merges | touch tensors, sockets, clocks or threads (std, rand and serde only) |
+//! | [`privacy`] | differential privacy's accountant (RDP of the subsampled Gaussian, (ε, δ)) and each silo's ledger, against everyone and against each peer | touch tensors, sockets, clocks or threads (std, serde and libm only) |
 //! | [`learn`] | candle models, flat parameters, optimizers, data sets, loaders, partitioners | know about rounds, peers or algorithms |
 //! | [`trace`] | the per-round record of one silo (a node's run log, the simulator's fault traces) | compute anything |
 //! | [`faults`] | fault schedules (schema, validation, round timeline) and the pass/fail checks over traces | apply anything |
@@ -40,6 +41,7 @@ pub mod ids;
 pub mod launch;
 pub mod learn;
 pub mod net;
+pub mod privacy;
 pub mod protocol;
 pub mod report;
 pub mod scenario;
