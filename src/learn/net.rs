@@ -18,8 +18,9 @@ struct Dense {
 }
 
 impl Dense {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight)?.broadcast_add(&self.bias)
+    fn forward(&self, x: &Tensor, tap: Tapping<'_>) -> candle_core::Result<Tensor> {
+        let z = x.matmul(&self.weight)?.broadcast_add(&self.bias)?;
+        tap.record(x, z, 1)
     }
 }
 
@@ -37,7 +38,12 @@ struct Conv {
 
 impl Conv {
     /// `x` is `[n, c, h, w]` (`layout` [`ops::Layout4::Nchw`], the data) or `[n, h, w, c]`.
-    fn forward(&self, x: &Tensor, layout: ops::Layout4) -> candle_core::Result<Tensor> {
+    fn forward(
+        &self,
+        x: &Tensor,
+        layout: ops::Layout4,
+        tap: Tapping<'_>,
+    ) -> candle_core::Result<Tensor> {
         let (n, h, w, c) = layout.dims(x.dims4()?);
         let (oh, ow) = (h + 1 - KERNEL, w + 1 - KERNEL);
         let cout = self.bias.dim(0)?;
@@ -51,7 +57,54 @@ impl Conv {
             ],
             0,
         )?;
-        cols.matmul(&w)?.reshape((n, oh, ow, cout))
+        let z = cols.matmul(&w)?;
+        tap.record(&cols, z, oh * ow)?.reshape((n, oh, ow, cout))
+    }
+}
+
+/// Which layer a [`Tap`] belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layer {
+    /// `conv{i}`.
+    Conv(usize),
+    /// `fc{i}`.
+    Dense(usize),
+}
+
+/// What a tapped forward pass keeps of one layer, for per-example gradients: the layer's output
+/// is `input · [weight; bias]`, so example `i`'s weight gradient is its rows of `input`,
+/// transposed, times its rows of the probe's gradient.
+pub(super) struct Tap {
+    /// The layer.
+    pub(super) layer: Layer,
+    /// The layer's input as its matrix product takes it: `[n, in]` for a dense layer,
+    /// im2col's `[n·positions, 9·c + 1]` (a column of ones last) for a convolution.
+    pub(super) input: Tensor,
+    /// A zero variable added to the layer's output (`[n·positions, out]`): its gradient is the
+    /// loss's gradient with respect to that output.
+    pub(super) probe: candle_core::Var,
+    /// Output positions per example (1 for a dense layer).
+    pub(super) positions: usize,
+}
+
+/// Where a layer's forward pass records its [`Tap`], if anywhere.
+struct Tapping<'a>(Option<(&'a mut Vec<Tap>, Layer)>);
+
+impl Tapping<'_> {
+    /// `z`, plus a zero probe recorded with `input` when tapping.
+    fn record(self, input: &Tensor, z: Tensor, positions: usize) -> candle_core::Result<Tensor> {
+        let Some((taps, layer)) = self.0 else {
+            return Ok(z);
+        };
+        let probe = candle_core::Var::zeros(z.shape(), z.dtype(), z.device())?;
+        let z = (z + probe.as_tensor())?;
+        taps.push(Tap {
+            layer,
+            input: input.clone(),
+            probe,
+            positions,
+        });
+        Ok(z)
     }
 }
 
@@ -85,29 +138,60 @@ impl Net {
 
     /// Raw outputs (logits) for a batch: `[n, features]` or `[n, c, h, w]` in, `[n, outputs]` out.
     pub(super) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = self.penultimate(x)?;
+        self.run(x, None)
+    }
+
+    /// [`Self::forward`] with a zero probe added to every layer's output, and what per-example
+    /// gradients need of each layer ([`Tap`]), in layer order. Built on detached tensors, the
+    /// probes are the graph's only variables.
+    pub(super) fn forward_tapped(&self, x: &Tensor) -> candle_core::Result<(Tensor, Vec<Tap>)> {
+        let mut taps = Vec::with_capacity(self.convs.len() + self.dense.len());
+        let out = self.run(x, Some(&mut taps))?;
+        Ok((out, taps))
+    }
+
+    /// The forward pass, recording taps when given somewhere to put them.
+    fn run(&self, x: &Tensor, mut taps: Option<&mut Vec<Tap>>) -> candle_core::Result<Tensor> {
+        let x = self.hidden(x, taps.as_deref_mut())?;
         match self.dense.last() {
-            Some(last) => last.forward(&x),
+            Some(last) => last.forward(&x, tap(taps, Layer::Dense(self.dense.len() - 1))),
             None => Ok(x),
         }
     }
 
     /// The input of the last dense layer, `[n, width]`: every layer but the last (post-ReLU).
     pub(super) fn penultimate(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.hidden(x, None)
+    }
+
+    fn hidden(&self, x: &Tensor, mut taps: Option<&mut Vec<Tap>>) -> candle_core::Result<Tensor> {
         let mut x = x.clone();
         let mut layout = ops::Layout4::Nchw;
-        for conv in &self.convs {
-            x = conv.forward(&x, layout)?.apply_op1(ops::MaxPoolRelu)?;
+        for (i, conv) in self.convs.iter().enumerate() {
+            x = conv
+                .forward(&x, layout, tap(taps.as_deref_mut(), Layer::Conv(i)))?
+                .apply_op1(ops::MaxPoolRelu)?;
             layout = ops::Layout4::Nhwc;
         }
         if !self.convs.is_empty() {
             x = x.flatten_from(1)?;
         }
-        for layer in self.dense.iter().take(self.dense.len().saturating_sub(1)) {
-            x = layer.forward(&x)?.relu()?;
+        for (i, layer) in self
+            .dense
+            .iter()
+            .enumerate()
+            .take(self.dense.len().saturating_sub(1))
+        {
+            x = layer
+                .forward(&x, tap(taps.as_deref_mut(), Layer::Dense(i)))?
+                .relu()?;
         }
         Ok(x)
     }
+}
+
+fn tap(taps: Option<&mut Vec<Tap>>, layer: Layer) -> Tapping<'_> {
+    Tapping(taps.map(|t| (t, layer)))
 }
 
 #[cfg(test)]
@@ -130,12 +214,15 @@ mod tests {
             bias: Tensor::zeros(co, DType::F32, &dev).unwrap(),
         };
         let xt = Tensor::from_slice(&x, (1, c, h, w), &dev).unwrap();
-        let out = conv.forward(&xt, ops::Layout4::Nchw).unwrap();
+        let out = conv
+            .forward(&xt, ops::Layout4::Nchw, Tapping(None))
+            .unwrap();
         assert_eq!(out.dims(), [1, 2, 3, co]);
         let from_nhwc = conv
             .forward(
                 &xt.permute((0, 2, 3, 1)).unwrap().contiguous().unwrap(),
                 ops::Layout4::Nhwc,
+                Tapping(None),
             )
             .unwrap();
         let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();

@@ -5,6 +5,10 @@
 //! gradients, inference, training epochs, [`Evaluation`].
 //! Must not: keep parameters between calls (callers pass them in) or know about peers.
 
+mod private;
+
+pub use private::PrivateGrads;
+
 use super::data::{Dataset, Labels};
 use super::error::LearnError;
 use super::net::Net;
@@ -434,17 +438,7 @@ impl Learner {
 
     /// `scale ×` the summed loss of a chunk, on the training network (records a graph).
     fn loss(&self, x: &Tensor, y: &Target, scale: f64) -> Result<Tensor, LearnError> {
-        let out = self.train_net.forward(x)?;
-        let loss = match y {
-            Target::Class(ids) => {
-                let logp = candle_nn::ops::log_softmax(&out, D::Minus1)?;
-                logp.gather(&ids.unsqueeze(1)?, 1)?
-                    .sum_all()?
-                    .affine(-scale, 0.0)?
-            }
-            Target::Real(ys) => (out - ys)?.sqr()?.sum_all()?.affine(scale, 0.0)?,
-        };
-        Ok(loss)
+        loss_of(&self.train_net.forward(x)?, y, scale)
     }
 
     /// Features of rows `start..end`, straight from the data set's slice.
@@ -582,6 +576,20 @@ fn log_loss_and_argmax(logits: &[f32], y: usize) -> (f64, usize) {
         .ln()
         + max;
     (lse - f64::from(logits[y]), arg)
+}
+
+/// `scale ×` the summed loss of raw outputs `out` against `y`.
+fn loss_of(out: &Tensor, y: &Target, scale: f64) -> Result<Tensor, LearnError> {
+    let loss = match y {
+        Target::Class(ids) => {
+            let logp = candle_nn::ops::log_softmax(out, D::Minus1)?;
+            logp.gather(&ids.unsqueeze(1)?, 1)?
+                .sum_all()?
+                .affine(-scale, 0.0)?
+        }
+        Target::Real(ys) => (out - ys)?.sqr()?.sum_all()?.affine(scale, 0.0)?,
+    };
+    Ok(loss)
 }
 
 #[cfg(test)]
