@@ -688,6 +688,10 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
 
 fn partition(args: PartitionArgs) -> anyhow::Result<()> {
     let scenario = read_scenario(&args.scenario, &args.set)?;
+    anyhow::ensure!(
+        scenario.privacy.is_none(),
+        "[privacy] runs in `federico simulate` only so far: nodes started on these shards would not privatise their releases"
+    );
     let seed = args.seed.unwrap_or(scenario.seeds[0]);
     let (written, epoch_steps) =
         crate::launch::write_shards(&scenario, seed, args.data_dir.as_deref(), &args.out)?;
@@ -886,6 +890,19 @@ fn same_group_line(outcome: &sim::Outcome) -> String {
             text += &format!("; of the weight on others, on the own group: {p:.3}");
         }
         text += "\n";
+    }
+    if let Some(p) = algorithms.iter().find_map(|a| a.privacy.as_ref()) {
+        let max = p.per_client_epsilon.iter().copied().fold(0.0, f64::max);
+        let delta = p.per_client_delta.iter().copied().fold(0.0, f64::max);
+        let sigma = p
+            .per_client_noise
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        text += &format!(
+            "{name} privacy: epsilon spent {:.2} mean, {max:.2} highest, of a budget of {} (delta at most {delta:.1e}, noise multiplier at least {sigma:.2}); silos out of budget: {}\n",
+            p.epsilon, p.budget, p.exhausted
+        );
     }
     text
 }

@@ -39,6 +39,8 @@ pub enum Stream {
     Faults = 5,
     /// The noise of a poisoning member (`crate::silo::attack`).
     Attack = 6,
+    /// Differential privacy's Poisson samples and noise (`crate::silo::private`).
+    Privacy = 7,
 }
 
 /// Derives the seed of one random stream from the run seed, a node and a purpose

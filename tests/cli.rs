@@ -1011,3 +1011,60 @@ fn federico_in_namespace(dir: &std::path::Path, script: &str) -> Option<std::pro
         .spawn()
         .ok()
 }
+
+/// `[privacy]`: `simulate` spends at most the budget and says so; the commands that would start
+/// nodes refuse it (a node does not yet privatise its releases).
+#[test]
+fn a_private_run_reports_its_budget_and_nodes_refuse_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/quickstart.toml");
+    let private = [
+        "--set",
+        "algorithms=[\"federico\"]",
+        "--set",
+        "privacy.epsilon=4",
+    ];
+    let out = federico()
+        .args(["simulate", scenario, "--quiet", "--rounds", "10"])
+        .args(private)
+        .arg("--out")
+        .arg(dir.path().join("sim"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("privacy: epsilon spent"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("sim/summary.json")).unwrap())
+            .unwrap();
+    let p = &summary["algorithms"][0]["privacy"];
+    let spent: Vec<f64> = p["per_client_epsilon"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(spent.len(), 8, "{p}");
+    // The noise is calibrated so the run's releases spend the budget, and no more.
+    assert!(spent.iter().all(|&e| e <= 4.0 && e > 3.8), "{spent:?}");
+    assert_eq!(p["exhausted"], 0.0);
+    for cmd in ["swarm", "partition"] {
+        let out = federico()
+            .args([cmd, scenario])
+            .args(private)
+            .arg("--out")
+            .arg(dir.path().join(cmd))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd} ran a private scenario");
+        assert!(
+            stderr.contains("[privacy] runs in `federico simulate` only"),
+            "{cmd}: {stderr}"
+        );
+    }
+}

@@ -19,7 +19,7 @@ import sys
 # Top-level modules by layer, top (0) to bottom; docs/architecture.md draws the same picture.
 LAYERS = [
     {"ids", "store", "datasets", "testkit"},
-    {"core", "coord"},
+    {"core", "coord", "privacy"},
     {"learn"},
     {"trace"},
     {"faults"},

@@ -337,6 +337,7 @@ fn report_seed(
             same_group_mass: None,
             trained_group_mass: None,
             reliance: Default::default(),
+            privacy: None,
         }],
         faults: None,
         coordinated_faults: Default::default(),

@@ -5,7 +5,9 @@
 //! Must not: touch tensors, sockets, clocks or threads (std, serde and libm only): the noisy
 //! gradients themselves are computed in `learn`, on a silo's rows.
 
+pub mod config;
 pub mod ledger;
 pub mod rdp;
 
+pub use config::PrivacyConfig;
 pub use ledger::{Audience, Budget, Ledger, Release, Spent};

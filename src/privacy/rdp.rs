@@ -62,6 +62,38 @@ pub fn epsilon(orders: &[f64], rdp: &[f64], delta: f64) -> (f64, f64) {
     best
 }
 
+/// The smallest noise multiplier σ (to 0.1 %) under which `steps` invocations at sampling rate
+/// `q` cost at most `epsilon` at `delta` over `orders`; `None` when even σ = 10⁴ does not fit.
+pub fn calibrate(orders: &[f64], epsilon: f64, delta: f64, q: f64, steps: u64) -> Option<f64> {
+    let spent = |sigma: f64| {
+        let rdp: Vec<f64> = orders
+            .iter()
+            .map(|&a| steps as f64 * sampled_gaussian(q, sigma, a))
+            .collect();
+        epsilon_of(orders, &rdp, delta)
+    };
+    let (mut lo, mut hi) = (0.05_f64, 1e4_f64);
+    if spent(hi) > epsilon {
+        return None;
+    }
+    if spent(lo) <= epsilon {
+        return Some(lo);
+    }
+    while hi / lo > 1.001 {
+        let mid = (lo * hi).sqrt();
+        if spent(mid) <= epsilon {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
+fn epsilon_of(orders: &[f64], rdp: &[f64], delta: f64) -> f64 {
+    epsilon(orders, rdp, delta).0
+}
+
 /// log(e^x + e^y), exact at −∞.
 fn log_add(x: f64, y: f64) -> f64 {
     let (lo, hi) = if x < y { (x, y) } else { (y, x) };
@@ -217,6 +249,24 @@ mod tests {
             );
         }
         eprintln!("worst relative gap to Opacus: {worst:.2e}");
+    }
+
+    #[test]
+    fn calibration_finds_the_noise_that_spends_the_budget() {
+        let orders = default_orders();
+        for (eps, q, steps) in [(8.0, 0.33, 400_u32), (1.0, 0.01, 1000), (3.0, 1.0, 50)] {
+            let sigma = calibrate(&orders, eps, 1e-5, q, u64::from(steps)).unwrap();
+            let at = spent(&orders, q, sigma, steps, 1e-5).0;
+            assert!(
+                at <= eps && at > 0.99 * eps,
+                "sigma {sigma}: {at} for {eps}"
+            );
+            assert!(spent(&orders, q, sigma * 0.99, steps, 1e-5).0 > eps);
+        }
+        // The golden case: Opacus's sigma = 1.0 for q = 0.01, 1000 steps, delta 1e-5 gives
+        // epsilon 2.101; calibrating to that epsilon finds sigma 1.0 back.
+        let sigma = calibrate(&orders, 2.101365, 1e-5, 0.01, 1000).unwrap();
+        assert!((sigma - 1.0).abs() < 0.002, "{sigma}");
     }
 
     #[test]

@@ -197,6 +197,7 @@ pub fn seed_summary(
                 .and_then(|r| r.federico.as_ref())
                 .map(|f| reliance(&f.weights, groups))
                 .unwrap_or_default(),
+            privacy: None,
         }],
         faults: None,
         coordinated_faults: Default::default(),

@@ -102,6 +102,29 @@ pub struct AlgorithmResult {
     /// FedeRiCo only: final peer mass and self-weight, per silo and their means.
     #[serde(flatten, default)]
     pub reliance: Reliance,
+    /// FedeRiCo under `[privacy]`: what each silo spent of its budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacySpent>,
+}
+
+/// What FedeRiCo's silos spent of their privacy budget by the end of a run (`[privacy]`,
+/// `docs/privacy.md`): ε against everyone together, each at the silo's δ. Under the default
+/// recipe every release reaches every member, so the view against any one peer is the same.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrivacySpent {
+    /// The budget ε, per silo.
+    pub budget: f64,
+    /// Mean over silos of the ε spent.
+    pub epsilon: f64,
+    /// Each silo's ε spent (over seeds: the mean).
+    pub per_client_epsilon: Vec<f64>,
+    /// Each silo's δ.
+    pub per_client_delta: Vec<f64>,
+    /// Each silo's noise multiplier σ (configured, or calibrated to the budget).
+    #[serde(default)]
+    pub per_client_noise: Vec<f64>,
+    /// Silos whose budget ran out before the last round (over seeds: the mean).
+    pub exhausted: f64,
 }
 
 /// `seed-N/summary.json`.
@@ -152,6 +175,9 @@ pub struct AlgorithmSummary {
     /// every seed's split).
     #[serde(flatten, default)]
     pub reliance: Reliance,
+    /// FedeRiCo under `[privacy]`: the budget spent, averaged over seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacySpent>,
 }
 
 /// The scenario's `summary.json`.

@@ -10,7 +10,8 @@
 use super::bands;
 pub(crate) use super::bands::Curves;
 use super::records::{
-    AlgorithmResult, AlgorithmRound, AlgorithmSummary, Reliance, RoundRecord, RunSummary, Summary,
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, PrivacySpent, Reliance, RoundRecord,
+    RunSummary, Summary,
 };
 use super::{plots, table};
 use crate::learn::{Evaluation, ModelSpec};
@@ -142,6 +143,31 @@ pub fn reliance(weights: &[Vec<f64>], groups: Option<&[usize]>) -> Reliance {
         per_client_peer_mass,
         per_client_self_weight,
     }
+}
+
+/// Means over seeds of each seed's [`PrivacySpent`] (per silo: silo i of every seed's split).
+pub fn mean_privacy(seeds: &[&PrivacySpent]) -> Option<PrivacySpent> {
+    let first = seeds.first()?;
+    let n = seeds.len() as f64;
+    let per = |f: fn(&PrivacySpent) -> &Vec<f64>| -> Vec<f64> {
+        (0..f(first).len())
+            .map(|i| {
+                seeds
+                    .iter()
+                    .map(|s| f(s).get(i).copied().unwrap_or(f64::NAN))
+                    .sum::<f64>()
+                    / n
+            })
+            .collect()
+    };
+    Some(PrivacySpent {
+        budget: first.budget,
+        epsilon: seeds.iter().map(|s| s.epsilon).sum::<f64>() / n,
+        per_client_epsilon: per(|s| &s.per_client_epsilon),
+        per_client_delta: per(|s| &s.per_client_delta),
+        per_client_noise: per(|s| &s.per_client_noise),
+        exhausted: seeds.iter().map(|s| s.exhausted).sum::<f64>() / n,
+    })
 }
 
 /// Means over seeds of each seed's [`Reliance`] (per silo: silo i of every seed's split; a
@@ -344,6 +370,12 @@ pub(crate) fn write_summary(
                 trained_group_mass: (!trained.is_empty())
                     .then(|| trained.iter().sum::<f64>() / trained.len() as f64),
                 reliance,
+                privacy: mean_privacy(
+                    &results
+                        .iter()
+                        .filter_map(|a| a.privacy.as_ref())
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .collect();

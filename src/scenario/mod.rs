@@ -161,6 +161,9 @@ pub struct Scenario {
     /// `[faults]`: what goes wrong and when (FedeRiCo runs only; the other algorithms run
     /// fault-free beside it).
     pub faults: FaultsConfig,
+    /// `[privacy]`: differential privacy at the source (FedeRiCo only so far). Absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<crate::privacy::PrivacyConfig>,
 }
 
 impl Default for Scenario {
@@ -189,6 +192,7 @@ impl Default for Scenario {
             feddisco: FeddiscoConfig::default(),
             fedsac: FedsacConfig::default(),
             faults: FaultsConfig::default(),
+            privacy: None,
         }
     }
 }

@@ -109,6 +109,22 @@ fn out_of_range_values_name_the_field() {
             "[feddisco]\nclients_per_round = 9\n",
             "feddisco.clients_per_round",
         ),
+        ("[privacy]\nepsilon = 0\n", "privacy.epsilon"),
+        ("[privacy]\ndelta = 1.5\n", "privacy.delta"),
+        ("[privacy]\nclip = -1\n", "privacy.clip"),
+        (
+            "[privacy]\nnoise_multiplier = 0\n",
+            "privacy.noise_multiplier",
+        ),
+        ("[privacy]\nloss_clip = inf\n", "privacy.loss_clip"),
+        (
+            "[privacy]\nepsilon = 8\n",
+            "[privacy] is built for federico only",
+        ),
+        (
+            "algorithms = [\"federico\"]\n[privacy]\n[[faults.events]]\nround = 3\ncrash = { silo = 1, restart_after_rounds = 2 }\n",
+            "[privacy] cannot run under [faults]",
+        ),
         ("[fedsac]\nalpha = -1\n", "fedsac.alpha"),
         ("[fedsac]\nk = 0\n", "fedsac.k"),
         ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),

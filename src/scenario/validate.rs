@@ -31,6 +31,18 @@ impl Scenario {
         check(algs.len() == self.algorithms.len(), || {
             "algorithms lists an algorithm twice".into()
         })?;
+        if let Some(p) = &self.privacy {
+            p.validate().map_err(ScenarioError::Invalid)?;
+            check(self.algorithms == [Algorithm::Federico], || {
+                format!(
+                    "[privacy] is built for federico only so far: set algorithms = [\"federico\"] (a private silo alone is federico with federico.neighbours = 0), got {:?}",
+                    self.algorithms.iter().map(|a| a.name()).collect::<Vec<_>>()
+                )
+            })?;
+            check(self.faults.is_empty(), || {
+                "[privacy] cannot run under [faults] yet: a restarted silo's ledger is not in its checkpoint, so it would spend its budget again".into()
+            })?;
+        }
         let d = &self.data;
         let sp = &self.split;
         check(sp.clients >= 1, || {

@@ -15,8 +15,10 @@ use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Dataset, Evaluation, LearnError, Learner};
+use crate::privacy::{Ledger, PrivacyConfig};
 use crate::silo::attack::{Attack, Poisoner};
 use crate::silo::batches::{BatchCursor, skip_steps};
+use crate::silo::private::{DpSilo, unmeasured_loss};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -44,6 +46,8 @@ pub struct FedericoSilo {
     /// The training rows split into those that train and those that only score
     /// ([`FedericoSilo::with_score_rows`]); `None`: every row does both.
     split: Option<Split>,
+    /// Differential privacy (`[privacy]`): every gradient and loss from the rows a DP release.
+    dp: Option<Box<DpSilo>>,
 }
 
 /// A silo's training rows as two sets: `fit` (every gradient) and `score` (every loss).
@@ -68,7 +72,45 @@ impl FedericoSilo {
             batches: None,
             poison: None,
             split: None,
+            dp: None,
         }
+    }
+
+    /// Under `privacy` (`None`: none), every gradient and E-step loss this silo (node `me` of a
+    /// run seeded `seed`, `n_train` training rows) computes is a DP release recorded in its
+    /// ledger ([`crate::silo::private`]): Poisson samples of the batch size of
+    /// [`Self::with_batches`] (call it first), or of every row for a full-batch M-step. A run
+    /// of `rounds` rounds of `sub_steps` M-step sub-steps (`None`: one full step) plans one
+    /// loss release and `sub_steps` gradient releases a round (σ's calibration).
+    pub fn with_privacy(
+        mut self,
+        privacy: Option<&PrivacyConfig>,
+        seed: u64,
+        me: NodeId,
+        n_train: usize,
+        (rounds, sub_steps): (u64, Option<u64>),
+    ) -> Self {
+        self.dp = privacy.map(|cfg| {
+            let batch = self.batches.as_ref().map(|(_, b)| *b);
+            let planned = rounds * (sub_steps.unwrap_or(1) + 1);
+            Box::new(DpSilo::new(
+                cfg,
+                seed,
+                me,
+                self.rows(n_train),
+                batch,
+                planned,
+            ))
+        });
+        self
+    }
+
+    /// The privacy ledger, the noise multiplier in force and whether the budget is spent
+    /// (`None`: no `[privacy]`).
+    pub fn privacy(&self) -> Option<(&Ledger, f64, bool)> {
+        self.dp
+            .as_deref()
+            .map(|d| (d.ledger(), d.sigma(), d.exhausted()))
     }
 
     /// Holds `share` of the training rows `train` of node `me` (a run seeded `seed`) out of
@@ -205,6 +247,22 @@ impl FedericoSilo {
         job: Job,
     ) -> Result<Done, LearnError> {
         let (train, held, split) = (rows.fit, rows.score, rows.held_out);
+        if let Some(dp) = self.dp.as_deref_mut() {
+            match job {
+                Job::Measure { models, .. } => {
+                    let (losses, grads) = private_measure(dp, learner, &models, train, held)?;
+                    self.pending = grads;
+                    self.rescale = 1.0;
+                    return Ok(Done::Measured { losses });
+                }
+                Job::Descend { models } => {
+                    return Ok(Done::Scaled {
+                        grads: private_descend(dp, learner, &models, train)?,
+                    });
+                }
+                _ => {}
+            }
+        }
         Ok(match job {
             Job::Measure {
                 models,
@@ -278,6 +336,53 @@ impl FedericoSilo {
             }
         })
     }
+}
+
+/// A `Measure` under differential privacy: the E-step's noisy losses on the rows that score,
+/// and each model's DP-SGD gradient on the rows that train (zeros, and the worst loss, once the
+/// budget is spent).
+type Measured = (Vec<(NodeId, f64)>, Vec<(NodeId, Vec<f32>)>);
+
+fn private_measure(
+    dp: &mut DpSilo,
+    learner: &mut Learner,
+    models: &[(NodeId, Arc<Vec<f32>>)],
+    train: &Dataset,
+    held: &Dataset,
+) -> Result<Measured, LearnError> {
+    let refs: Vec<&[f32]> = models.iter().map(|(_, p)| p.as_slice()).collect();
+    let losses = match dp.losses(learner, &refs, held)? {
+        Some(l) => l,
+        None => vec![unmeasured_loss(dp.config()); models.len()],
+    };
+    let grads = match dp.gradients(learner, &refs, train)? {
+        Some(g) => g,
+        None => vec![vec![0.0; learner.num_params()]; models.len()],
+    };
+    let ids = || models.iter().map(|(b, _)| *b);
+    Ok((ids().zip(losses).collect(), ids().zip(grads).collect()))
+}
+
+/// A `Descend` under differential privacy: each model's DP-SGD gradient times its weight (zeros
+/// once the budget is spent).
+fn private_descend(
+    dp: &mut DpSilo,
+    learner: &mut Learner,
+    models: &[(NodeId, Arc<Vec<f32>>, f64)],
+    train: &Dataset,
+) -> Result<Vec<(NodeId, Vec<f32>)>, LearnError> {
+    let refs: Vec<&[f32]> = models.iter().map(|(_, p, _)| p.as_slice()).collect();
+    let grads = dp
+        .gradients(learner, &refs, train)?
+        .unwrap_or_else(|| vec![vec![0.0; learner.num_params()]; models.len()]);
+    Ok(models
+        .iter()
+        .zip(grads)
+        .map(|((b, _, w), mut g)| {
+            scale(&mut g, f64::from(*w as f32));
+            (*b, g)
+        })
+        .collect())
 }
 
 /// The rows a job uses: those that train (every gradient) and those that score (every loss);
@@ -672,5 +777,118 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(prev.round, 3);
+    }
+
+    /// Under `[privacy]` every measured loss and gradient is a recorded release, and once the
+    /// next would exceed the budget the silo releases nothing from its rows: the worst loss and
+    /// zero gradients, its ledger at most ε.
+    #[test]
+    fn a_private_silo_records_every_release_and_stops_at_its_budget() {
+        use crate::core::round::{Done, Job};
+        use crate::learn::{Labels, ModelSpec};
+        use crate::privacy::PrivacyConfig;
+        let n = 40;
+        let train = Dataset::new(
+            (0..n * 3).map(|i| ((i * 13) % 7) as f32 / 7.0).collect(),
+            vec![3],
+            Labels::Class {
+                ids: (0..n).map(|i| (i % 2) as u32).collect(),
+                num_classes: 2,
+            },
+        )
+        .unwrap();
+        let data = ClientData {
+            train: train.clone(),
+            test: train.clone(),
+            group: None,
+        };
+        let spec = ModelSpec::Mlp {
+            inputs: 3,
+            hidden: vec![4],
+            classes: 2,
+        };
+        let mut learner = Learner::new(&spec, 8).unwrap();
+        let params = learner.init_params(&mut StdRng::seed_from_u64(3));
+        let cfg = PrivacyConfig {
+            epsilon: 4.0,
+            noise_multiplier: Some(1.0),
+            ..PrivacyConfig::default()
+        };
+        let (me, peer) = (NodeId(1), NodeId(2));
+        let silo = |cfg: &PrivacyConfig| {
+            FedericoSilo::new(params.clone(), Adam::new(params.len(), 0.01), 0)
+                .with_batches(Some(2), 9, me, n, 10, 0)
+                .with_privacy(Some(cfg), 9, me, n, (100, Some(2)))
+        };
+        let models = vec![
+            (peer, Arc::new(params.clone())),
+            (me, Arc::new(params.clone())),
+        ];
+        let mut private = silo(&cfg);
+        let (mut releases, mut before) = (0, 0.0);
+        loop {
+            let measure = Job::Measure {
+                models: models.clone(),
+                batched: true,
+            };
+            let Done::Measured { losses } = private.run(&mut learner, &data, measure).unwrap()
+            else {
+                panic!("not a measure");
+            };
+            let scale = Job::Scale {
+                weights: vec![(peer, 0.5), (me, 0.5)],
+            };
+            let Done::Scaled { grads } = private.run(&mut learner, &data, scale).unwrap() else {
+                panic!("not a scale");
+            };
+            let (ledger, sigma, out) = private.privacy().unwrap();
+            assert_eq!(sigma, 1.0);
+            assert!(ledger.epsilon() <= 4.0, "spent {}", ledger.epsilon());
+            if out {
+                // Nothing from the rows: the worst loss, and zeros.
+                assert!(
+                    losses.iter().all(|&(_, l)| l == cfg.loss_clip),
+                    "{losses:?}"
+                );
+                assert!(grads.iter().all(|(_, g)| g.iter().all(|&x| x == 0.0)));
+                assert!(ledger.epsilon() >= before, "the ledger never shrinks");
+                break;
+            }
+            assert!(
+                ledger.epsilon() > before,
+                "release {releases} was not recorded"
+            );
+            assert!(grads.iter().all(|(_, g)| g.iter().any(|&x| x != 0.0)));
+            before = ledger.epsilon();
+            releases += 1;
+            assert!(releases < 10_000, "the budget never ran out");
+        }
+        assert!(releases > 3, "only {releases} rounds fit epsilon = 4");
+        // Once out, a later Descend releases nothing either.
+        let descend = Job::Descend {
+            models: vec![(me, Arc::new(params.clone()), 1.0)],
+        };
+        let Done::Scaled { grads } = private.run(&mut learner, &data, descend).unwrap() else {
+            panic!("not scaled");
+        };
+        assert!(grads[0].1.iter().all(|&x| x == 0.0));
+        // The same seed makes the same releases; without a σ, one is calibrated to the plan.
+        let mut again = silo(&cfg);
+        let mut first = silo(&cfg);
+        let m = || Job::Measure {
+            models: models.clone(),
+            batched: true,
+        };
+        let (a, b) = (
+            first.run(&mut learner, &data, m()).unwrap(),
+            again.run(&mut learner, &data, m()).unwrap(),
+        );
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let calibrated = silo(&PrivacyConfig {
+            noise_multiplier: None,
+            ..cfg.clone()
+        });
+        let sigma = calibrated.privacy().unwrap().1;
+        assert!(sigma > 1.0 && sigma < 100.0, "calibrated sigma {sigma}");
     }
 }

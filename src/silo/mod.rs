@@ -16,6 +16,7 @@ pub(crate) mod feddisco;
 pub mod federico;
 pub(crate) mod fedsac;
 pub(crate) mod hcct;
+pub(crate) mod private;
 pub(crate) mod recipe;
 
 pub(crate) use batches::{BatchCursor, sgd_steps, skip_steps};

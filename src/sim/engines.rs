@@ -101,6 +101,13 @@ impl Engines {
                         ctx.batch_size(),
                         0,
                     )
+                    .with_privacy(
+                        ctx.scenario.privacy.as_ref(),
+                        ctx.seed,
+                        NodeId(i as u32),
+                        n,
+                        (ctx.scenario.rounds as u64, sub_steps),
+                    )
             })
             .collect();
         Self {
@@ -116,6 +123,11 @@ impl Engines {
     /// Each silo's core.
     pub(crate) fn peers(&self) -> impl Iterator<Item = &Peer> {
         self.rounds.iter().map(Round::peer)
+    }
+
+    /// Each silo.
+    pub(crate) fn silos(&self) -> impl Iterator<Item = &FedericoSilo> {
+        self.silos.iter()
     }
 
     /// Each silo's current parameters.

@@ -12,6 +12,7 @@ use super::{ClientEval, Ctx, SimError};
 use crate::core::Peer;
 use crate::faults::Schedule;
 use crate::ids::{NodeId, Stream, stream_seed};
+use crate::report::records::PrivacySpent;
 
 /// Per-silo state of a FedeRiCo run.
 pub(crate) struct FedericoRun {
@@ -89,6 +90,24 @@ impl FedericoRun {
                 .iter()
                 .map(|&(j, w)| (Owner::Silo(j.index()), e.params(j.index()), w))
                 .collect()
+        })
+    }
+
+    /// What each silo spent of its privacy budget (`None`: no `[privacy]`).
+    pub(crate) fn privacy(&self) -> Option<PrivacySpent> {
+        let Driver::Engines(e) = &self.driver else {
+            return None;
+        };
+        let spent: Vec<_> = e.silos().filter_map(|s| s.privacy()).collect();
+        let first = spent.first()?;
+        let per_client_epsilon: Vec<f64> = spent.iter().map(|(l, _, _)| l.epsilon()).collect();
+        Some(PrivacySpent {
+            budget: first.0.budget().epsilon,
+            epsilon: per_client_epsilon.iter().sum::<f64>() / spent.len() as f64,
+            per_client_epsilon,
+            per_client_delta: spent.iter().map(|(l, _, _)| l.budget().delta).collect(),
+            per_client_noise: spent.iter().map(|(_, sigma, _)| *sigma).collect(),
+            exhausted: spent.iter().filter(|(_, _, out)| *out).count() as f64,
         })
     }
 

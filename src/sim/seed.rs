@@ -303,6 +303,10 @@ pub(super) fn run_seed(
                     Algorithm::Federico => last_reliance.clone(),
                     _ => Default::default(),
                 },
+                privacy: match a {
+                    Algorithm::Federico => fedrc.as_ref().and_then(FedericoRun::privacy),
+                    _ => None,
+                },
             })
             .collect(),
         faults: None,

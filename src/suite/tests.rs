@@ -159,6 +159,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                     same_group_mass: None,
                     trained_group_mass: None,
                     reliance: Default::default(),
+                    privacy: None,
                 })
                 .collect(),
             faults: None,
@@ -186,6 +187,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                 same_group_mass: (*name == "federico").then_some(0.95),
                 trained_group_mass: (*name == "federico").then_some(0.5),
                 reliance: Default::default(),
+                privacy: None,
             })
             .collect(),
         runs,

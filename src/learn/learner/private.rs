@@ -120,6 +120,63 @@ impl Learner {
     }
 }
 
+impl Learner {
+    /// The E-step's private losses: per model, the sum over `rows` of every example's loss
+    /// clipped to [0, `loss_clip`], plus N(0, (`sigma`·`loss_clip`·√models)²) noise (an example's
+    /// losses on all the models have L2 norm at most `loss_clip`·√models: one Gaussian
+    /// mechanism).
+    pub fn private_losses(
+        &mut self,
+        models: &[&[f32]],
+        data: &Dataset,
+        rows: &[usize],
+        loss_clip: f64,
+        sigma: f64,
+        rng: &mut StdRng,
+    ) -> Result<Vec<f64>, LearnError> {
+        if !(loss_clip.is_finite() && loss_clip > 0.0 && sigma.is_finite() && sigma >= 0.0) {
+            return Err(LearnError::Shape(format!(
+                "private losses need a positive loss clip and a non-negative noise multiplier, got {loss_clip} and {sigma}"
+            )));
+        }
+        self.check_data(data)?;
+        super::check_rows(rows, data.len())?;
+        let k = self.outputs();
+        let mut sums = vec![0.0; models.len()];
+        for (params, sum) in models.iter().zip(&mut sums) {
+            self.vars.set(params)?;
+            for chunk in rows.chunks(self.eval_chunk) {
+                let (x, _) = self.xy_gathered(data, chunk)?;
+                let out = self.eval_net.forward(&x)?;
+                with_f32_slice(&out, |out| {
+                    for (r, &row) in chunk.iter().enumerate() {
+                        let loss = match &data.labels {
+                            crate::learn::Labels::Class { ids, .. } => {
+                                super::log_loss_and_argmax(
+                                    &out[r * k..(r + 1) * k],
+                                    ids[row] as usize,
+                                )
+                                .0
+                            }
+                            crate::learn::Labels::Real(ys) => {
+                                (f64::from(out[r]) - f64::from(ys[row])).powi(2)
+                            }
+                        };
+                        *sum += loss.clamp(0.0, loss_clip);
+                    }
+                })?;
+            }
+        }
+        if sigma > 0.0 {
+            let sd = sigma * loss_clip * (models.len() as f64).sqrt();
+            let noise = Normal::new(0.0, sd)
+                .map_err(|e| LearnError::Shape(format!("noise of standard deviation {sd}: {e}")))?;
+            sums.iter_mut().for_each(|s| *s += noise.sample(&mut *rng));
+        }
+        Ok(sums)
+    }
+}
+
 /// A layer's per-example gradients from its tap; adds each example's squared norm to `sq`.
 fn per_example(
     tap: &Tap,
