@@ -324,6 +324,11 @@ pub struct SimulateArgs {
     /// (`<out>/seed-<s>/models/<algorithm>/silo-<i>/model.json`, as a node writes).
     #[arg(long)]
     pub export: bool,
+    /// Play a curious member at the end: membership inference (a loss threshold) on every silo's
+    /// own FedeRiCo model, its training rows against its held-out rows, as an AUC and the ε it
+    /// proves (`docs/privacy.md`).
+    #[arg(long)]
+    pub audit: bool,
 }
 
 /// Runs a parsed command line.
@@ -688,10 +693,6 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
 
 fn partition(args: PartitionArgs) -> anyhow::Result<()> {
     let scenario = read_scenario(&args.scenario, &args.set)?;
-    anyhow::ensure!(
-        scenario.privacy.is_none(),
-        "[privacy] runs in `federico simulate` only so far: nodes started on these shards would not privatise their releases"
-    );
     let seed = args.seed.unwrap_or(scenario.seeds[0]);
     let (written, epoch_steps) =
         crate::launch::write_shards(&scenario, seed, args.data_dir.as_deref(), &args.out)?;
@@ -715,6 +716,13 @@ fn partition(args: PartitionArgs) -> anyhow::Result<()> {
          sub-steps per round of FedeRiCo's default M-step)",
         scenario.train.batch_size
     );
+    if scenario.privacy.is_some() {
+        // Shards are rows, not settings: a node privatises what its own config says.
+        println!(
+            "the scenario's [privacy] is not in the shards: put it in each node's config \
+             (a node draws its noise from a secret source; docs/privacy.md)"
+        );
+    }
     Ok(())
 }
 
@@ -904,6 +912,23 @@ fn same_group_line(outcome: &sim::Outcome) -> String {
             p.epsilon, p.budget, p.exhausted
         );
     }
+    if let Some(a) = algorithms.iter().find_map(|a| a.audit.as_ref()) {
+        let (lo, hi) = a
+            .per_client_auc
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        text += &format!(
+            "{name} membership audit (a member's loss-threshold attack on each silo's own model, {} training rows against {} held-out; mean loss {:.3} against {:.3}): AUC {:.3} mean ({lo:.3} to {hi:.3}; 0.5 is a coin), epsilon proven at least {:.2} (95 %)\n",
+            a.members,
+            a.non_members,
+            a.member_loss,
+            a.non_member_loss,
+            a.auc,
+            a.epsilon_lower_bound
+        );
+    }
     text
 }
 
@@ -925,6 +950,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             data_dir: args.data_dir,
             progress: !args.quiet,
             export: args.export,
+            audit: args.audit,
         },
     )
     .with_context(|| format!("simulating {}", scenario.name))?;

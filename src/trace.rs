@@ -54,6 +54,25 @@ pub struct NodeRound {
     /// The first round after the node resumed from a checkpoint.
     #[serde(default)]
     pub resumed: bool,
+    /// Under `[privacy]`: the silo's ledger after the round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacyRecord>,
+}
+
+/// A silo's privacy ledger after a round, as its run log says it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrivacyRecord {
+    /// ε spent so far against everyone (under this recipe also against each peer:
+    /// `docs/privacy.md`).
+    pub epsilon: f64,
+    /// The budget ε.
+    pub budget: f64,
+    /// The δ of both.
+    pub delta: f64,
+    /// The noise multiplier σ of its releases.
+    pub noise_multiplier: f64,
+    /// The budget is spent: the silo releases nothing new from its rows.
+    pub exhausted: bool,
 }
 
 impl NodeRound {
@@ -88,6 +107,7 @@ impl NodeRound {
             last: pairs(rep.last),
             suspects: ids(rep.suspects),
             resumed: rep.resumed,
+            privacy: None,
         }
     }
 }
@@ -230,6 +250,7 @@ mod tests {
             last: vec![],
             suspects: vec![],
             resumed: false,
+            privacy: None,
         };
         serde_json::to_string(&r).unwrap()
     }

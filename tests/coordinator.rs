@@ -729,6 +729,7 @@ fn swarm_and_simulate(
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -929,6 +930,7 @@ fn killing_the_fedcollab_coordinator_while_pairs_run_changes_nothing() {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -1037,6 +1039,7 @@ fn fedcollab_silos_killed_while_their_pairs_run_end_with_the_undisturbed_distanc
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -1173,6 +1176,7 @@ fn a_fedcollab_silo_that_never_came_is_left_out_after_join_s_and_trains_alone_wh
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -1495,6 +1499,7 @@ fn a_fedcollab_silo_killed_in_its_coalition_resumes_from_its_checkpoint() {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -1665,6 +1670,7 @@ fn kill_a_silo_mid_run(algorithm: Algorithm, extra: &[&str]) {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();

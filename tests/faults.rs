@@ -32,6 +32,7 @@ fn simulate_seed(s: &Scenario, out: &Path, seed: u64) -> (sim::Outcome, Scenario
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .expect("simulation runs");
@@ -280,6 +281,7 @@ fn a_bad_schedule_fails_at_load_naming_the_event() {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap_err()

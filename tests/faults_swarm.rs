@@ -528,6 +528,7 @@ fn a_node_told_to_poison_sends_extreme_gradients_as_the_simulators_silo_does() {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();
@@ -579,6 +580,7 @@ fn a_nodes_sign_flipped_gradients_are_left_out_by_the_owners() {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .unwrap();

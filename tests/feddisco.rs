@@ -26,6 +26,7 @@ fn run(dir: &Path, overrides: &[&str], out: &Path) -> Vec<f64> {
         data_dir: Some(dir.to_owned()),
         progress: false,
         export: false,
+        audit: false,
     };
     sim::run(&s, &opts).expect("simulation runs");
     let log = std::fs::read_to_string(out.join("seed-1/rounds.jsonl")).unwrap();

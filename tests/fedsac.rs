@@ -27,6 +27,7 @@ fn run(dir: &Path, overrides: &[&str], out: &Path) -> sim::Outcome {
         data_dir: Some(dir.to_owned()),
         progress: false,
         export: false,
+        audit: false,
     };
     sim::run(&s, &opts).expect("simulation runs")
 }

@@ -62,6 +62,7 @@ fn fashion_mnist_label_groups_reproduce_the_papers_ordering() {
         data_dir: Some(dir),
         progress: false,
         export: false,
+        audit: false,
     };
     assert_eq!(s.seeds, [1, 2, 3], "the shipped scenario's seeds");
     let o = sim::run(&s, &opts).expect("simulation runs");

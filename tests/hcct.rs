@@ -28,6 +28,7 @@ fn hcct(s: &Scenario, data_dir: Option<&Path>) -> (f64, Vec<u8>) {
             data_dir: data_dir.map(Path::to_owned),
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .expect("simulation runs");

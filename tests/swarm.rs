@@ -123,6 +123,72 @@ fn a_swarm_on_own_csv_with_the_data_set_temperature_makes_the_simulators_decisio
     assert!(top > 0.4, "{rows:?}");
 }
 
+/// `[privacy]` on every node (noise seeded from the run seed, as a swarm sets it): the
+/// simulator's noise, Poisson samples and decisions bit for bit, and the same ε per silo in
+/// both summaries, calibrated to spend the budget.
+#[test]
+fn a_private_swarm_makes_the_simulators_decisions_and_spends_its_budget() {
+    swarm_makes_the_simulators_decisions(&[
+        "--set",
+        "algorithms=[\"federico\"]",
+        "--set",
+        "privacy.epsilon=4",
+    ]);
+}
+
+/// A budget that runs out: σ set by hand spends ε = 2 in a few rounds, then every silo
+/// releases nothing new; nodes and simulator stop at the same round with the same ε.
+#[test]
+fn a_private_swarm_whose_budget_runs_out_stops_as_the_simulator_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = [
+        "--set",
+        "algorithms=[\"federico\"]",
+        "--set",
+        "privacy.epsilon=2",
+        "--set",
+        "privacy.noise_multiplier=3",
+        "--set",
+        "rounds=30",
+        "--set",
+        "eval_every=10",
+    ];
+    let mut spent = Vec::new();
+    for cmd in ["swarm", "simulate"] {
+        let out = Command::new(EXE)
+            .args([cmd, "simulations/quickstart.toml", "--seed", "1", "-q"])
+            .args(set)
+            .arg("--out")
+            .arg(dir.path().join(cmd))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = json(dir.path().join(cmd).join("seed-1/summary.json"));
+        spent.push(summary["algorithms"][0]["privacy"].clone());
+    }
+    assert_eq!(spent[0], spent[1]);
+    assert_eq!(spent[0]["exhausted"], 8.0, "{}", spent[0]);
+    for e in spent[0]["per_client_epsilon"].as_array().unwrap() {
+        let e = e.as_f64().unwrap();
+        assert!(e <= 2.0 && e > 1.0, "{e}");
+    }
+    // Each node said so in its log, once.
+    let logs = std::fs::read_dir(dir.path().join("swarm/seed-1/nodes"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(logs.len(), 8);
+    for l in &logs {
+        assert_eq!(l.matches("privacy budget spent").count(), 1, "{l}");
+    }
+}
+
 /// `swarm` and `simulate` of the quick start with `set` on both: same accuracy, every round's
 /// decisions the same.
 fn swarm_makes_the_simulators_decisions(set: &[&str]) {
@@ -172,7 +238,13 @@ fn scenario_swarm_makes_the_simulators_decisions(
         (acc_a - acc_b).abs() <= 0.02,
         "swarm {acc_a} vs simulate {acc_b}"
     );
-    if let Some(mass) = fa["same_group_mass"].as_f64() {
+    // Under `[privacy]`: the same ε spent, silo by silo (both `null` without it).
+    assert_eq!(fa["privacy"], fb["privacy"]);
+    // (DP's noisy losses blur the quick start's weights: the mass is checked without it.)
+    if let Some(mass) = fa["same_group_mass"]
+        .as_f64()
+        .filter(|_| fa["privacy"].is_null())
+    {
         assert!(mass >= 0.9, "same-group mass {mass}");
     }
     // Stronger than the 2-point tolerance: with no faults, every decision is the simulator's.

@@ -19,6 +19,7 @@ fn run(s: &Scenario, out: &Path) -> Outcome {
             data_dir: None,
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .expect("simulation runs")

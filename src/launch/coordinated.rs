@@ -338,6 +338,7 @@ fn report_seed(
             trained_group_mass: None,
             reliance: Default::default(),
             privacy: None,
+            audit: None,
         }],
         faults: None,
         coordinated_faults: Default::default(),

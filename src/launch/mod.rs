@@ -154,11 +154,6 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 
 /// Runs every seed of `scenario` as a swarm of node processes; writes what `simulate` writes.
 pub fn swarm(scenario: &Scenario, opts: &SwarmOptions) -> anyhow::Result<Outcome> {
-    if scenario.privacy.is_some() {
-        bail!(
-            "[privacy] runs in `federico simulate` only so far: a node does not yet privatise its releases, so a swarm would run without the privacy the scenario asks for"
-        );
-    }
     // Every path a node is given is absolute: a node resolves relative paths against its own
     // config's folder, not against the directory the swarm was started from.
     let absolute;
@@ -431,6 +426,14 @@ fn silo_config(
         deadlines: deadlines.clone(),
         control: None,
         coordinated: None,
+        // A swarm is a simulation of nodes: the noise follows the run seed, as in `simulate`.
+        privacy: scenario
+            .privacy
+            .clone()
+            .map(|p| crate::privacy::PrivacyConfig {
+                noise: Some(p.noise.unwrap_or(crate::privacy::NoiseSource::Seeded)),
+                ..p
+            }),
     };
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("node config for {}: {e}", at.name))?;

@@ -164,6 +164,11 @@ pub(crate) struct Metrics {
     pub(crate) blocked_peers: Counter,
     /// Bytes of frames being received right now, all peers and streams (the receive budget's use).
     pub(crate) receiving_bytes: Gauge,
+    /// Under `[privacy]`: ε spent so far against everyone (and against each peer: under this
+    /// recipe every release reaches every member, `docs/privacy.md`).
+    pub(crate) privacy_epsilon: Gauge<f64, AtomicU64>,
+    /// Under `[privacy]`: 1 once the budget is spent and the silo releases nothing new.
+    pub(crate) privacy_exhausted: Gauge,
 }
 
 impl Metrics {
@@ -223,6 +228,22 @@ impl Metrics {
             m.checkpoint_failures.clone(),
         );
         m
+    }
+
+    /// Registers the privacy metrics (a node under `[privacy]` only: without it nothing is
+    /// private, and a 0 would read as nothing spent).
+    pub(crate) fn register_privacy(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("federico");
+        r.register(
+            "privacy_epsilon",
+            "Epsilon spent so far against everyone (equal to that against each peer)",
+            self.privacy_epsilon.clone(),
+        );
+        r.register(
+            "privacy_exhausted",
+            "1 once the privacy budget is spent: nothing new is released",
+            self.privacy_exhausted.clone(),
+        );
     }
 
     pub(crate) fn count_bytes(&self, protocol: &str, direction: &str, n: usize) {

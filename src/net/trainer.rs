@@ -47,8 +47,8 @@ pub(crate) enum Work {
 
 /// What the thread produced.
 pub(crate) enum Output {
-    /// A learner job is done.
-    Done(Done),
+    /// A learner job is done; the silo's privacy ledger after it (under `[privacy]`).
+    Done(Done, Option<crate::trace::PrivacyRecord>),
     /// The checkpoint of `round` is on disk.
     Saved { round: u64 },
     /// The predictor of `round` was written (the path of its `model.json`), or why not (not
@@ -135,7 +135,7 @@ impl Trainer {
             Work::Learn(job) => self
                 .silo
                 .run(&mut self.learner, &self.data, job)
-                .map(Output::Done)
+                .map(|done| Output::Done(done, self.silo.privacy_record()))
                 .map_err(|e| e.to_string()),
             Work::Checkpoint { round, peer } => {
                 let c = Checkpoint {
@@ -145,6 +145,7 @@ impl Trainer {
                     params: self.silo.params.clone(),
                     adam: self.silo.adam.clone(),
                     peer: *peer,
+                    privacy: self.silo.privacy().map(|(l, _, _)| l.clone()),
                 };
                 Ok(match c.save(&self.checkpoint) {
                     Ok(()) => Output::Saved { round },
@@ -368,6 +369,7 @@ mod tests {
             params: vec![0.5; 8],
             adam: crate::learn::Adam::new(8, 0.01),
             peer: Peer::new(NodeId(0), (0..2).map(NodeId), FedericoConfig::default(), 1),
+            privacy: None,
         };
         let counter = prometheus_client::metrics::counter::Counter::default();
         let mut health = SaveHealth::new(counter.clone());

@@ -27,6 +27,21 @@ pub struct PrivacyConfig {
     pub noise_multiplier: Option<f64>,
     /// Each example's loss is clipped to [0, `loss_clip`] before the E-step's noisy mean.
     pub loss_clip: f64,
+    /// Where the noise and the Poisson samples come from. Absent: `"secret"` on a node,
+    /// `"seeded"` in `simulate` (and `swarm`, a simulation of nodes).
+    pub noise: Option<NoiseSource>,
+}
+
+/// Where a silo's DP noise and Poisson samples come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoiseSource {
+    /// The operating system's randomness: secret, and not reproducible. What a real
+    /// federation needs: noise a member could regenerate protects nothing.
+    Secret,
+    /// A stream seeded by the run seed and the silo: reproducible (the simulator and a swarm's
+    /// nodes draw the same), and so known to anyone who knows the seed.
+    Seeded,
 }
 
 impl Default for PrivacyConfig {
@@ -37,6 +52,7 @@ impl Default for PrivacyConfig {
             clip: 1.0,
             noise_multiplier: None,
             loss_clip: 5.0,
+            noise: None,
         }
     }
 }

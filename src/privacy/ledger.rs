@@ -103,6 +103,23 @@ impl Ledger {
         self.budget
     }
 
+    /// This ledger's releases under another budget (a silo restarted with a changed config:
+    /// what it released stays spent). `None` when the ledger's orders are not the default ones
+    /// (a file that is not a ledger of this version).
+    pub fn rebudgeted(self, budget: Budget) -> Option<Self> {
+        let n = self.orders.len();
+        let sound = self.orders == rdp::default_orders()
+            && self.everyone.len() == n
+            && self.public.len() == n
+            && self.private_to.values().all(|v| v.len() == n)
+            && self
+                .everyone
+                .iter()
+                .chain(&self.public)
+                .all(|v| v.is_finite() && *v >= 0.0);
+        sound.then_some(Self { budget, ..self })
+    }
+
     /// RDP of a release, per order.
     fn cost(&self, r: Release) -> Vec<f64> {
         self.orders

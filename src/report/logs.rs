@@ -7,7 +7,7 @@
 //! Must not: start or watch nodes, or judge faults (`launch` adds its fault report and figures).
 
 use super::bands::Curves;
-use super::records::{AlgorithmResult, FedericoRound, RoundRecord, RunSummary};
+use super::records::{AlgorithmResult, FedericoRound, PrivacySpent, RoundRecord, RunSummary};
 use super::summary::{ReportError, algorithm_round, reliance, same_group_mass, write_seed_plots};
 use crate::learn::Evaluation;
 use crate::scenario::Algorithm;
@@ -198,9 +198,29 @@ pub fn seed_summary(
                 .map(|f| reliance(&f.weights, groups))
                 .unwrap_or_default(),
             privacy: None,
+            audit: None,
         }],
         faults: None,
         coordinated_faults: Default::default(),
+    })
+}
+
+/// What each silo's last logged round says it spent of its privacy budget, over the silos that
+/// ran under `[privacy]` (`None`: none did).
+pub fn privacy_spent(logs: &[Vec<NodeRound>]) -> Option<PrivacySpent> {
+    let last: Vec<crate::trace::PrivacyRecord> = logs
+        .iter()
+        .filter_map(|l| l.iter().rev().find_map(|r| r.privacy))
+        .collect();
+    let first = last.first()?;
+    let per_client_epsilon: Vec<f64> = last.iter().map(|p| p.epsilon).collect();
+    Some(PrivacySpent {
+        budget: first.budget,
+        epsilon: per_client_epsilon.iter().sum::<f64>() / last.len() as f64,
+        per_client_epsilon,
+        per_client_delta: last.iter().map(|p| p.delta).collect(),
+        per_client_noise: last.iter().map(|p| p.noise_multiplier).collect(),
+        exhausted: last.iter().filter(|p| p.exhausted).count() as f64,
     })
 }
 
@@ -238,7 +258,8 @@ pub fn write_node_seed(
     }
     f.flush().map_err(io)?;
     drop(f);
-    let summary = seed_summary(seed, rounds, &records, groups)?;
+    let mut summary = seed_summary(seed, rounds, &records, groups)?;
+    summary.algorithms[0].privacy = privacy_spent(logs);
     let curves: Curves = vec![(
         Algorithm::Federico.name().to_string(),
         records

@@ -105,6 +105,34 @@ pub struct AlgorithmResult {
     /// FedeRiCo under `[privacy]`: what each silo spent of its budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy: Option<PrivacySpent>,
+    /// FedeRiCo under `simulate --audit`: a curious member's membership-inference attack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<MembershipAudit>,
+}
+
+/// A curious member's membership-inference attack on every silo's own model at the end of a run
+/// (`simulate --audit`, [`crate::privacy::audit`]): a loss threshold separating the silo's
+/// training rows from its held-out rows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MembershipAudit {
+    /// Mean over silos of the attack's AUC on the silo's own rows (0.5: a coin).
+    pub auc: f64,
+    /// Each silo's AUC (over seeds: the mean).
+    pub per_client_auc: Vec<f64>,
+    /// The ε that one loss threshold over every silo's rows together proves at 95 %
+    /// confidence (over seeds: the mean).
+    pub epsilon_lower_bound: f64,
+    /// Rows scored, members (training rows) and non-members (held-out rows), over all silos.
+    pub members: usize,
+    /// See [`Self::members`].
+    pub non_members: usize,
+    /// Mean loss of the members and of the non-members (nats; squared error in regression):
+    /// the gap a loss threshold feeds on.
+    #[serde(default)]
+    pub member_loss: f64,
+    /// See [`Self::member_loss`].
+    #[serde(default)]
+    pub non_member_loss: f64,
 }
 
 /// What FedeRiCo's silos spent of their privacy budget by the end of a run (`[privacy]`,
@@ -178,6 +206,9 @@ pub struct AlgorithmSummary {
     /// FedeRiCo under `[privacy]`: the budget spent, averaged over seeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy: Option<PrivacySpent>,
+    /// FedeRiCo under `simulate --audit`: the attack's figures, averaged over seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<MembershipAudit>,
 }
 
 /// The scenario's `summary.json`.

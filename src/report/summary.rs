@@ -10,8 +10,8 @@
 use super::bands;
 pub(crate) use super::bands::Curves;
 use super::records::{
-    AlgorithmResult, AlgorithmRound, AlgorithmSummary, PrivacySpent, Reliance, RoundRecord,
-    RunSummary, Summary,
+    AlgorithmResult, AlgorithmRound, AlgorithmSummary, MembershipAudit, PrivacySpent, Reliance,
+    RoundRecord, RunSummary, Summary,
 };
 use super::{plots, table};
 use crate::learn::{Evaluation, ModelSpec};
@@ -167,6 +167,30 @@ pub fn mean_privacy(seeds: &[&PrivacySpent]) -> Option<PrivacySpent> {
         per_client_delta: per(|s| &s.per_client_delta),
         per_client_noise: per(|s| &s.per_client_noise),
         exhausted: seeds.iter().map(|s| s.exhausted).sum::<f64>() / n,
+    })
+}
+
+/// Means over seeds of each seed's [`MembershipAudit`] (per silo: silo i of every seed's split).
+pub fn mean_audit(seeds: &[&MembershipAudit]) -> Option<MembershipAudit> {
+    let first = seeds.first()?;
+    let n = seeds.len() as f64;
+    let mean = |f: fn(&MembershipAudit) -> f64| seeds.iter().map(|s| f(s)).sum::<f64>() / n;
+    Some(MembershipAudit {
+        auc: mean(|s| s.auc),
+        per_client_auc: (0..first.per_client_auc.len())
+            .map(|i| {
+                seeds
+                    .iter()
+                    .map(|s| s.per_client_auc.get(i).copied().unwrap_or(f64::NAN))
+                    .sum::<f64>()
+                    / n
+            })
+            .collect(),
+        epsilon_lower_bound: mean(|s| s.epsilon_lower_bound),
+        members: first.members,
+        non_members: first.non_members,
+        member_loss: mean(|s| s.member_loss),
+        non_member_loss: mean(|s| s.non_member_loss),
     })
 }
 
@@ -374,6 +398,12 @@ pub(crate) fn write_summary(
                     &results
                         .iter()
                         .filter_map(|a| a.privacy.as_ref())
+                        .collect::<Vec<_>>(),
+                ),
+                audit: mean_audit(
+                    &results
+                        .iter()
+                        .filter_map(|a| a.audit.as_ref())
                         .collect::<Vec<_>>(),
                 ),
             }

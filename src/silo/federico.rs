@@ -105,12 +105,34 @@ impl FedericoSilo {
         self
     }
 
+    /// Carries on from a restarted silo's ledger (its checkpoint's) after `round` rounds
+    /// ([`DpSilo::resume`]); call after [`Self::with_privacy`]. A ledger without `[privacy]`
+    /// now, or `[privacy]` now without a ledger, is the caller's to report.
+    pub fn resume_privacy(&mut self, ledger: Ledger, round: u64) -> Result<(), String> {
+        match self.dp.as_deref_mut() {
+            Some(dp) => dp.resume(ledger, round),
+            None => Ok(()),
+        }
+    }
+
     /// The privacy ledger, the noise multiplier in force and whether the budget is spent
     /// (`None`: no `[privacy]`).
     pub fn privacy(&self) -> Option<(&Ledger, f64, bool)> {
         self.dp
             .as_deref()
             .map(|d| (d.ledger(), d.sigma(), d.exhausted()))
+    }
+
+    /// [`Self::privacy`] as a run log records it after a round.
+    pub fn privacy_record(&self) -> Option<crate::trace::PrivacyRecord> {
+        self.privacy()
+            .map(|(l, sigma, exhausted)| crate::trace::PrivacyRecord {
+                epsilon: l.epsilon(),
+                budget: l.budget().epsilon,
+                delta: l.budget().delta,
+                noise_multiplier: sigma,
+                exhausted,
+            })
     }
 
     /// Holds `share` of the training rows `train` of node `me` (a run seeded `seed`) out of
@@ -478,6 +500,9 @@ pub struct Checkpoint {
     pub adam: Adam,
     /// The FedeRiCo core: table, sampling RNG position, liveness.
     pub peer: Peer,
+    /// Under `[privacy]`: the ledger of everything released so far (a restart must not forget
+    /// what was spent).
+    pub privacy: Option<Ledger>,
 }
 
 const MAGIC: &[u8; 8] = b"FEDCKPT1";
@@ -491,7 +516,8 @@ const MAGIC: &[u8; 8] = b"FEDCKPT1";
 /// 8: `FedericoConfig` gained `own_floor`.
 /// 9: `FedericoConfig` gained `score_share`.
 /// 10: the core gained each member's flag average (`[defences] distrust`).
-const VERSION: u32 = 10;
+/// 11: the privacy ledger (`[privacy]`).
+const VERSION: u32 = 11;
 
 impl Checkpoint {
     /// The file's bytes inside the store's seal (header and body; [`Checkpoint::save`] seals
@@ -575,6 +601,20 @@ mod tests {
             params,
             adam: Adam::new(200, 0.01),
             peer,
+            privacy: Some({
+                use crate::privacy::{Audience, Budget, Release};
+                let mut l = Ledger::new(Budget {
+                    epsilon: 4.0,
+                    delta: 1e-5,
+                });
+                let r = Release {
+                    q: 0.1,
+                    sigma: 1.0,
+                    count: round as u32 + 1,
+                };
+                l.record(r, &Audience::Everyone);
+                l
+            }),
         }
     }
 
@@ -890,5 +930,40 @@ mod tests {
         });
         let sigma = calibrated.privacy().unwrap().1;
         assert!(sigma > 1.0 && sigma < 100.0, "calibrated sigma {sigma}");
+        // A restart carries on from the checkpoint's ledger: what was spent stays spent.
+        let scale = || Job::Scale {
+            weights: vec![(peer, 0.5), (me, 0.5)],
+        };
+        let mut early = silo(&cfg);
+        early.run(&mut learner, &data, m()).unwrap();
+        let partly = early.privacy().unwrap().0.clone();
+        let mut restarted = silo(&cfg);
+        restarted.resume_privacy(partly.clone(), 1).unwrap();
+        restarted.run(&mut learner, &data, m()).unwrap();
+        let now = restarted.privacy().unwrap().0.epsilon();
+        assert!(now > partly.epsilon(), "{now} after {}", partly.epsilon());
+        let spent = private.privacy().unwrap().0.clone();
+        let mut restarted = silo(&cfg);
+        restarted.resume_privacy(spent.clone(), 7).unwrap();
+        restarted.run(&mut learner, &data, m()).unwrap();
+        let Done::Scaled { grads } = restarted.run(&mut learner, &data, scale()).unwrap() else {
+            panic!("not scaled");
+        };
+        assert!(grads.iter().all(|(_, g)| g.iter().all(|&x| x == 0.0)));
+        assert!(
+            restarted.privacy().unwrap().2,
+            "a spent budget is spent after a restart"
+        );
+        assert_eq!(restarted.privacy().unwrap().0.epsilon(), spent.epsilon());
+        // Secret noise: two silos alike in everything draw different releases.
+        let secret = PrivacyConfig {
+            noise: Some(crate::privacy::NoiseSource::Secret),
+            ..cfg.clone()
+        };
+        let (a, b) = (
+            silo(&secret).run(&mut learner, &data, m()).unwrap(),
+            silo(&secret).run(&mut learner, &data, m()).unwrap(),
+        );
+        assert_ne!(format!("{a:?}"), format!("{b:?}"));
     }
 }

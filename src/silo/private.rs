@@ -10,12 +10,14 @@
 //! decide whom the silo samples, which those it samples see. So the ledger's view against one
 //! peer equals the view against everyone under this recipe.
 //!
-//! The noise and the samples follow the run seed and the silo (the simulator and a node make
-//! the same draws): reproducible, and so **not secret** from a member who knows the run seed.
+//! The noise and the samples are secret (the operating system's randomness: a node's default)
+//! or follow the run seed and the silo (`privacy.noise = "seeded"`, the simulator's default, so
+//! that it and a swarm's nodes make the same draws): reproducible, and so **not secret** from a
+//! member who knows the run seed.
 
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Dataset, LearnError, Learner};
-use crate::privacy::{Audience, Budget, Ledger, PrivacyConfig, Release};
+use crate::privacy::{Audience, Budget, Ledger, NoiseSource, PrivacyConfig, Release};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -34,8 +36,32 @@ pub(crate) struct DpSilo {
     batch: Option<usize>,
     samples: StdRng,
     noise: StdRng,
+    /// The run seed and the silo, to re-seed the streams on a restart (seeded noise).
+    seeded: Option<(u64, NodeId)>,
     /// A release was refused: nothing more comes from the rows.
     exhausted: bool,
+}
+
+/// The sample and noise streams: secret (`None`), or seeded by the run seed, the silo and the
+/// round they start at (0 for a fresh silo, as the simulator).
+fn streams(seeded: Option<(u64, NodeId)>, round: u64) -> (StdRng, StdRng) {
+    match seeded {
+        None => (rand::make_rng(), rand::make_rng()),
+        Some((seed, me)) => {
+            let at = |tag: u64| {
+                let s = stream_seed(seed ^ tag, me, Stream::Privacy);
+                StdRng::seed_from_u64(match round {
+                    0 => s,
+                    r => stream_seed(
+                        s ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                        me,
+                        Stream::Privacy,
+                    ),
+                })
+            };
+            (at(TAG_SAMPLES), at(TAG_NOISE))
+        }
+    }
 }
 
 /// What a silo whose budget is spent reports as the loss of a model it cannot measure.
@@ -60,15 +86,33 @@ impl DpSilo {
             delta: cfg.delta_for(fit.max(score)),
         };
         let q = |n: usize| batch.map_or(1.0, |b| (b as f64 / n.max(1) as f64).min(1.0));
+        let seeded = (cfg.noise != Some(NoiseSource::Secret)).then_some((seed, me));
+        let (samples, noise) = streams(seeded, 0);
         Self {
             cfg: cfg.clone(),
             sigma: cfg.noise_for(budget, q(fit).max(q(score)), planned),
             ledger: Ledger::new(budget),
             batch,
-            samples: StdRng::seed_from_u64(stream_seed(seed ^ TAG_SAMPLES, me, Stream::Privacy)),
-            noise: StdRng::seed_from_u64(stream_seed(seed ^ TAG_NOISE, me, Stream::Privacy)),
+            samples,
+            noise,
+            seeded,
             exhausted: false,
         }
+    }
+
+    /// Carries on from `ledger` (a restarted silo's, from its checkpoint) after `round`
+    /// rounds: what it released stays spent, under the budget configured now. Seeded streams
+    /// restart from a seed of their own for the round, so a restart never repeats the noise of
+    /// an earlier release. An error names a ledger that cannot be read as one.
+    pub(crate) fn resume(&mut self, ledger: Ledger, round: u64) -> Result<(), String> {
+        self.ledger = ledger
+            .rebudgeted(self.ledger.budget())
+            .ok_or("the checkpoint's privacy ledger is not a ledger of this version")?;
+        self.exhausted = false;
+        if round > 0 {
+            (self.samples, self.noise) = streams(self.seeded, round);
+        }
+        Ok(())
     }
 
     /// The ledger.

@@ -7,12 +7,13 @@
 
 use super::engines::Engines;
 use super::network::FaultNet;
-use super::pool::{Owner, score_each};
+use super::pool::{Owner, par_silos, score_each};
 use super::{ClientEval, Ctx, SimError};
 use crate::core::Peer;
 use crate::faults::Schedule;
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::report::records::PrivacySpent;
+use crate::privacy::audit;
+use crate::report::records::{MembershipAudit, PrivacySpent};
 
 /// Per-silo state of a FedeRiCo run.
 pub(crate) struct FedericoRun {
@@ -111,6 +112,51 @@ impl FedericoRun {
         })
     }
 
+    /// A curious member's membership-inference attack on every silo's own model as it is now
+    /// (what a pull returns): per-row losses on the silo's training rows against its held-out
+    /// rows, one AUC per silo and one ε lower bound over every silo's rows together, at the
+    /// largest δ of the silos' budgets (0 without `[privacy]`).
+    pub(crate) fn audit(&self, ctx: &mut Ctx<'_>) -> Result<MembershipAudit, SimError> {
+        let fed = ctx.fed;
+        let losses = par_silos(ctx, |i, learner| {
+            let params = self.params(i);
+            let c = &fed.clients[i];
+            Ok::<_, SimError>((
+                learner.row_losses(params, &c.train)?,
+                learner.row_losses(params, &c.test)?,
+            ))
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+        let delta = self.privacy().map_or(0.0, |p| {
+            p.per_client_delta.iter().copied().fold(0.0, f64::max)
+        });
+        let per_client_auc: Vec<f64> = losses
+            .iter()
+            .map(|(m, n)| audit::audit(m, n, delta).auc)
+            .collect();
+        let members: Vec<f64> = losses.iter().flat_map(|(m, _)| m.iter().copied()).collect();
+        let non: Vec<f64> = losses.iter().flat_map(|(_, n)| n.iter().copied()).collect();
+        let pooled = audit::audit(&members, &non, delta);
+        Ok(MembershipAudit {
+            auc: per_client_auc.iter().sum::<f64>() / per_client_auc.len().max(1) as f64,
+            per_client_auc,
+            epsilon_lower_bound: pooled.epsilon_lower_bound,
+            members: pooled.members,
+            non_members: pooled.non_members,
+            member_loss: finite_mean(&members),
+            non_member_loss: finite_mean(&non),
+        })
+    }
+
+    /// Silo `i`'s own model now.
+    fn params(&self, i: usize) -> &[f32] {
+        match &self.driver {
+            Driver::Faults(f) => f.params(i),
+            Driver::Engines(e) => e.params(i),
+        }
+    }
+
     /// The K×K weight matrix w_ij (row i: silo, column j: model), self included.
     pub(crate) fn weight_matrix(&self) -> Vec<Vec<f64>> {
         let row = |p: &Peer| p.weights().into_iter().map(|(_, w)| w).collect();
@@ -121,6 +167,15 @@ impl FedericoRun {
             Driver::Engines(e) => e.peers().map(row).collect(),
         }
     }
+}
+
+/// The mean of the finite values of `xs` (a diverged model's infinite loss is left out).
+fn finite_mean(xs: &[f64]) -> f64 {
+    let (sum, n) = xs
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    sum / n.max(1) as f64
 }
 
 /// Each silo's core, its sampling stream seeded from the run seed and its id.

@@ -107,6 +107,9 @@ pub struct Options {
     /// Write every silo's final predictor of every algorithm to take home
     /// (`seed-<s>/models/<algorithm>/silo-<i>/model.json`, as a node's `model.json`).
     pub export: bool,
+    /// Play a curious member at the end of each seed: membership inference on every silo's own
+    /// FedeRiCo model ([`crate::privacy::audit`]).
+    pub audit: bool,
 }
 
 /// A client's test score: summed loss and correct predictions over its test samples.
@@ -238,15 +241,7 @@ pub fn run(scenario: &Scenario, opts: &Options) -> Result<Outcome, SimError> {
     for &seed in &scenario.seeds {
         let dir = opts.out.join(format!("seed-{seed}"));
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        let r = run_seed(
-            scenario,
-            seed,
-            real.as_ref(),
-            &pool,
-            &dir,
-            &bar,
-            opts.export,
-        )?;
+        let r = run_seed(scenario, seed, real.as_ref(), &pool, &dir, &bar, opts)?;
         meta.get_or_insert((r.spec.clone(), r.num_params, r.clients, r.regression));
         curves.push(r.curves);
         runs.push(r.summary);

@@ -509,6 +509,7 @@ impl FaultNet {
                     // On the round clock: the round's faults at `g − 0.5`, its start after them.
                     let mut rec = NodeRound::from_report(i as u32, rep, label as f64, 0, 0);
                     rec.start = label as f64 - 0.4;
+                    rec.privacy = slot.silo.privacy_record();
                     self.traces[i].push(rec);
                     if label >= self.rounds {
                         // The federation's last round: the silo stops, what it sent still
@@ -526,6 +527,7 @@ impl FaultNet {
                         params: slot.silo.params.clone(),
                         adam: slot.silo.adam.clone(),
                         peer: *peer,
+                        privacy: slot.silo.privacy().map(|(l, _, _)| l.clone()),
                     });
                 }
                 Err(_) => {}

@@ -73,7 +73,7 @@ pub(super) fn run_seed(
     pool: &rayon::ThreadPool,
     dir: &Path,
     bar: &ProgressBar,
-    export: bool,
+    opts: &super::Options,
 ) -> Result<SeedRun, SimError> {
     let Setup {
         fed,
@@ -196,7 +196,7 @@ pub(super) fn run_seed(
         ) {
             for &a in &algorithms {
                 // `--export`: the last round's predictors are written as they are scored.
-                ctx.export = (export && round == scenario.rounds).then(|| ExportTo {
+                ctx.export = (opts.export && round == scenario.rounds).then(|| ExportTo {
                     dir: dir.join("models").join(a.name()),
                     round: round as u64,
                     data: crate::learn::export::CardData {
@@ -286,6 +286,10 @@ pub(super) fn run_seed(
         bar.inc(1);
     }
 
+    let audit = match (&fedrc, opts.audit) {
+        (Some(run), true) => Some(run.audit(&mut ctx)?),
+        _ => None,
+    };
     let summary = RunSummary {
         seed,
         rounds: scenario.rounds,
@@ -305,6 +309,10 @@ pub(super) fn run_seed(
                 },
                 privacy: match a {
                     Algorithm::Federico => fedrc.as_ref().and_then(FedericoRun::privacy),
+                    _ => None,
+                },
+                audit: match (a, &audit) {
+                    (Algorithm::Federico, Some(audit)) => Some(audit.clone()),
                     _ => None,
                 },
             })

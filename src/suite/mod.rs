@@ -414,6 +414,7 @@ pub fn run_one(
             data_dir: opts.data_dir.clone(),
             progress: false,
             export: false,
+            audit: false,
         },
     )
     .map_err(|cause| SuiteError::Run {

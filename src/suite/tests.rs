@@ -160,6 +160,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                     trained_group_mass: None,
                     reliance: Default::default(),
                     privacy: None,
+                    audit: None,
                 })
                 .collect(),
             faults: None,
@@ -188,6 +189,7 @@ fn summary(accs: &[Alg<'_>]) -> Summary {
                 trained_group_mass: (*name == "federico").then_some(0.5),
                 reliance: Default::default(),
                 privacy: None,
+                audit: None,
             })
             .collect(),
         runs,

@@ -38,6 +38,7 @@ fn rec(node: u32, round: u64, sampled: &[u32], answered: &[u32], other_loss: f64
         last: vec![(node, 0.5), (other, other_loss)],
         suspects: Vec::new(),
         resumed: false,
+        privacy: None,
     }
 }
 

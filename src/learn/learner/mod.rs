@@ -209,12 +209,35 @@ impl Learner {
 
     /// Summed loss and accuracy of `params` on `data`, in inference mode, without a graph.
     pub fn evaluate(&mut self, params: &[f32], data: &Dataset) -> Result<Evaluation, LearnError> {
-        self.vars.set(params)?;
-        self.check_data(data)?;
         let mut ev = Evaluation {
             count: data.len(),
             ..Evaluation::default()
         };
+        self.each_row(params, data, |loss, correct| {
+            ev.loss_sum += loss;
+            ev.correct += usize::from(correct);
+        })?;
+        Ok(ev)
+    }
+
+    /// Each row's loss under `params`, in inference mode: cross-entropy for classifiers,
+    /// squared error for regression (what a membership-inference attack thresholds).
+    pub fn row_losses(&mut self, params: &[f32], data: &Dataset) -> Result<Vec<f64>, LearnError> {
+        let mut losses = Vec::with_capacity(data.len());
+        self.each_row(params, data, |loss, _| losses.push(loss))?;
+        Ok(losses)
+    }
+
+    /// Calls `f(loss, correct)` for each row of `data` in order, in inference mode, without a
+    /// graph (`correct` is false in regression).
+    fn each_row(
+        &mut self,
+        params: &[f32],
+        data: &Dataset,
+        mut f: impl FnMut(f64, bool),
+    ) -> Result<(), LearnError> {
+        self.vars.set(params)?;
+        self.check_data(data)?;
         let k = self.outputs();
         for start in (0..data.len()).step_by(self.eval_chunk) {
             let end = (start + self.eval_chunk).min(data.len());
@@ -225,18 +248,17 @@ impl Learner {
                 Labels::Class { ids, .. } => {
                     for (row, &y) in out.chunks_exact(k).zip(&ids[start..end]) {
                         let (loss, arg) = log_loss_and_argmax(row, y as usize);
-                        ev.loss_sum += loss;
-                        ev.correct += usize::from(arg == y as usize);
+                        f(loss, arg == y as usize);
                     }
                 }
                 Labels::Real(ys) => {
                     for (&o, &y) in out.iter().zip(&ys[start..end]) {
-                        ev.loss_sum += (f64::from(o) - f64::from(y)).powi(2);
+                        f((f64::from(o) - f64::from(y)).powi(2), false);
                     }
                 }
             })?;
         }
-        Ok(ev)
+        Ok(())
     }
 
     /// Summed loss and **summed** gradient (over samples) of `params` on the given rows of
@@ -560,7 +582,9 @@ fn check_rows(rows: &[usize], len: usize) -> Result<(), LearnError> {
 }
 
 /// Cross-entropy of one row of logits against class `y` (in f64), and the row's argmax (first
-/// of ties).
+/// of ties). Computed as ln(1 + Σ_{j≠y} e^{x_j − x_y}) with `ln_1p`, so a confident row's small
+/// loss keeps its digits (as `lse − x_y` it rounds to exactly 0 once the margin passes about
+/// 37, and a membership attack sees ties where the model still ranks its rows).
 fn log_loss_and_argmax(logits: &[f32], y: usize) -> (f64, usize) {
     let (mut arg, mut max) = (0, f32::NEG_INFINITY);
     for (i, &v) in logits.iter().enumerate() {
@@ -568,14 +592,22 @@ fn log_loss_and_argmax(logits: &[f32], y: usize) -> (f64, usize) {
             (arg, max) = (i, v);
         }
     }
-    let max = f64::from(max);
-    let lse = logits
+    let (max, own) = (f64::from(max), f64::from(logits[y]));
+    // Relative to the row's largest logit, so no exponent overflows.
+    let others: f64 = logits
         .iter()
-        .map(|&v| (f64::from(v) - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
-    (lse - f64::from(logits[y]), arg)
+        .enumerate()
+        .filter(|&(j, _)| j != y)
+        .map(|(_, &v)| (f64::from(v) - max).exp())
+        .sum();
+    let gap = own - max; // ≤ 0
+    // ln(e^{gap} + others) − gap = ln(1 + others · e^{−gap}).
+    let loss = if gap == 0.0 {
+        others.ln_1p()
+    } else {
+        (gap.exp() + others).ln() - gap
+    };
+    (loss, arg)
 }
 
 /// `scale ×` the summed loss of raw outputs `out` against `y`.

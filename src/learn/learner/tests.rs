@@ -464,3 +464,58 @@ fn inference_builds_no_graph() {
     assert!(!l.eval_net.forward(&x).unwrap().track_op());
     assert!(l.train_net.forward(&x).unwrap().track_op());
 }
+
+#[test]
+fn row_losses_sum_to_the_evaluated_loss_and_expose_a_memorised_silo() {
+    let mut rng = StdRng::seed_from_u64(13);
+    for spec in tiny_specs() {
+        let data = random_data(&spec, 11, &mut rng);
+        let mut l = Learner::new(&spec, 4).unwrap();
+        let p = l.init_params(&mut rng);
+        let rows = l.row_losses(&p, &data).unwrap();
+        let ev = l.evaluate(&p, &data).unwrap();
+        assert_eq!(rows.len(), 11, "{spec:?}");
+        let sum: f64 = rows.iter().sum();
+        assert!(
+            (sum - ev.loss_sum).abs() < 1e-6 * (1.0 + sum.abs()),
+            "{spec:?}"
+        );
+    }
+    // The attack the audit plays: a model fitted hard to random labels gives its training rows
+    // lower losses than held-out rows of the same distribution, and the audit sees it.
+    let spec = ModelSpec::Mlp {
+        inputs: 16,
+        hidden: vec![64],
+        classes: 3,
+    };
+    let train = random_data(&spec, 100, &mut rng);
+    let held_out = random_data(&spec, 100, &mut rng);
+    let mut l = Learner::new(&spec, 8).unwrap();
+    let mut p = l.init_params(&mut rng);
+    let mut opt = Adam::new(p.len(), 0.01);
+    for _ in 0..300 {
+        l.train_epoch(&mut p, &mut opt, &train, &mut rng).unwrap();
+    }
+    let members = l.row_losses(&p, &train).unwrap();
+    let non = l.row_losses(&p, &held_out).unwrap();
+    let found = crate::privacy::audit::audit(&members, &non, 0.0);
+    assert!(found.auc > 0.9, "{found:?}");
+    assert!(found.epsilon_lower_bound > 1.0, "{found:?}");
+}
+
+#[test]
+fn a_confident_rows_loss_keeps_its_digits() {
+    // Margins of 50 and 60: as lse − x_y both would be exactly 0 (a tie to an attacker).
+    let (a, arg) = log_loss_and_argmax(&[50.0, 0.0, 0.0], 0);
+    let (b, _) = log_loss_and_argmax(&[60.0, 0.0, 0.0], 0);
+    assert_eq!(arg, 0);
+    assert!((a / (2.0 * (-50f64).exp()) - 1.0).abs() < 1e-12, "{a}");
+    assert!(b > 0.0 && b < a, "{b} {a}");
+    // A wrong or tied row as before.
+    let (c, arg) = log_loss_and_argmax(&[0.0, 2.0, 0.0], 0);
+    let lse = (2.0 + 2f64.exp()).ln();
+    assert_eq!(arg, 1);
+    assert!((c - lse).abs() < 1e-12, "{c} {lse}");
+    let (d, _) = log_loss_and_argmax(&[1.0, 1.0], 1);
+    assert!((d - 2f64.ln()).abs() < 1e-15, "{d}");
+}

@@ -386,6 +386,10 @@ pub struct NodeConfig {
     /// `[coordinated]`: run against a coordinator (e.g. FedDisco) instead of FedeRiCo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinated: Option<super::coordinated::CoordinatedConfig>,
+    /// `[privacy]`: differential privacy of everything this silo releases from its rows, with
+    /// its budget (`docs/privacy.md`); the noise is secret unless `privacy.noise = "seeded"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<crate::privacy::PrivacyConfig>,
 }
 
 fn default_listen() -> Vec<String> {
@@ -547,6 +551,24 @@ impl NodeConfig {
         self.federico
             .validate()
             .map_err(|e| format!("federico.{e}"))?;
+        if let Some(p) = &self.privacy {
+            p.validate()?;
+            if self.coordinated.is_some() {
+                return Err(
+                    "[privacy] is for FedeRiCo nodes: the coordinator algorithms' \
+                            statistics are not privatised, so [coordinated] refuses it"
+                        .into(),
+                );
+            }
+            if self.rounds == 0 && p.noise_multiplier.is_none() {
+                return Err(
+                    "[privacy] on a node that runs until stopped (rounds = 0) needs \
+                            privacy.noise_multiplier: there is no planned run to calibrate the \
+                            noise to"
+                        .into(),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -772,6 +794,37 @@ shard = "a.shard"
         let bad = format!("bootstrap = [\"/ip4/1.2.3.4/tcp/1\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().contains("/p2p/"));
+    }
+
+    #[test]
+    fn privacy_is_checked_and_refused_where_it_cannot_hold() {
+        let c = parse("[privacy]\nepsilon = 3\n").unwrap();
+        let p = c.privacy.unwrap();
+        assert_eq!(
+            (p.epsilon, p.noise),
+            (3.0, None),
+            "secret unless it says seeded"
+        );
+        let c = parse("[privacy]\nnoise = \"seeded\"\n").unwrap();
+        assert_eq!(
+            c.privacy.unwrap().noise,
+            Some(crate::privacy::NoiseSource::Seeded)
+        );
+        for (extra, why) in [
+            ("[privacy]\nepsilon = 0\n", "privacy.epsilon"),
+            ("[privacy]\nclip = -1\n", "privacy.clip"),
+            ("[privacy]\nnoise = \"loud\"\n", "loud"),
+        ] {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(why), "{extra:?} gave {e}");
+        }
+        // A node that runs until stopped has no plan to calibrate σ to.
+        let text = format!("rounds = 0\n{GOOD}[privacy]\nepsilon = 1\n");
+        let c: NodeConfig = toml::from_str(&text).unwrap();
+        assert!(c.validate().unwrap_err().contains("noise_multiplier"));
+        let text = format!("rounds = 0\n{GOOD}[privacy]\nnoise_multiplier = 2\n");
+        let c: NodeConfig = toml::from_str(&text).unwrap();
+        c.validate().unwrap();
     }
 
     #[test]

@@ -140,6 +140,8 @@ struct Driver {
     /// Failed pulls, logged once per peer per [`FAILED_PULL_LOG_PERIOD`] (an absent member is
     /// tried again and again; insiders' review L1).
     failed_pulls: Throttle<NodeId>,
+    /// Under `[privacy]`: the silo's ledger after the latest job.
+    privacy: Option<crate::trace::PrivacyRecord>,
 }
 
 /// At most one warning per this period for each kind of refused connection.
@@ -161,6 +163,8 @@ struct Start {
     peer: Peer,
     silo: FedericoSilo,
     round: u64,
+    /// The checkpoint's privacy ledger, if it had one.
+    ledger: Option<crate::privacy::Ledger>,
 }
 
 /// [`run`], starting a run without a checkpoint from `start` instead of the seeded
@@ -201,8 +205,12 @@ pub(crate) async fn run_from(
     let _lock = crate::store::lock_dir(&cfg.state_dir).map_err(fatal)?;
     let ckpt_path = cfg.state_dir.join("checkpoint.bin");
     let learner = Learner::new(&spec, cfg.train.batch_size).map_err(fatal)?;
-    let Start { peer, silo, round } =
-        setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
+    let Start {
+        peer,
+        silo,
+        round,
+        ledger,
+    } = setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
     let sub_steps = sub_steps(&cfg, &manifest)?;
     let silo = silo
         .with_score_rows(cfg.federico.score_share, cfg.seed, me, train)
@@ -214,12 +222,17 @@ pub(crate) async fn run_from(
             cfg.train.batch_size,
             round,
         );
+    let silo = setup::private(&cfg, silo, me, n_train, sub_steps, (ledger, round))?;
     let num_params = silo.params.len();
+    let privacy = silo.privacy_record();
     drop(learner);
 
     // Metrics: ours plus libp2p's transport bandwidth, in one registry.
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    if cfg.privacy.is_some() {
+        metrics.register_privacy(&mut registry);
+    }
     let swarm = setup::build_swarm(
         &cfg,
         &manifest,
@@ -308,9 +321,11 @@ pub(crate) async fn run_from(
         refused_in: Throttle::new(REFUSAL_LOG_PERIOD),
         refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
         failed_pulls: Throttle::new(FAILED_PULL_LOG_PERIOD),
+        privacy: None,
         cfg,
     };
     d.metrics.rounds.set(round as i64);
+    d.note_privacy(privacy);
     d.dial_members();
     info!(node = %me, peer = %peer_id, name = %d.name, round, "node started");
 
@@ -548,7 +563,10 @@ impl Driver {
                 }
                 return Ok(());
             }
-            Output::Done(done) => done,
+            Output::Done(done, privacy) => {
+                self.note_privacy(privacy);
+                done
+            }
         };
         if let Done::Evaluated { round, score } = &done {
             let eval = Evaluation {
@@ -622,9 +640,18 @@ impl Driver {
             );
             return;
         }
-        let accuracy = self.last_eval.map_or("not evaluated".into(), |(r, a)| {
+        let mut accuracy = self.last_eval.map_or("not evaluated".into(), |(r, a)| {
             format!("accuracy {:.2} % at round {r}", 100.0 * a)
         });
+        if let Some(p) = self.privacy {
+            accuracy += &format!(
+                ", privacy: epsilon {:.2} spent of {} (delta {:.1e}){}",
+                p.epsilon,
+                p.budget,
+                p.delta,
+                if p.exhausted { ", budget spent" } else { "" }
+            );
+        }
         let paths = format!(
             "run log {}, model {}",
             self.log.path().display(),
@@ -814,6 +841,23 @@ impl Driver {
         }
     }
 
+    /// Shows the ledger after a job in the metrics, and says once, at WARN, when the budget
+    /// runs out.
+    fn note_privacy(&mut self, now: Option<crate::trace::PrivacyRecord>) {
+        let Some(p) = now else { return };
+        self.metrics.privacy_epsilon.set(p.epsilon);
+        self.metrics.privacy_exhausted.set(i64::from(p.exhausted));
+        if p.exhausted && !self.privacy.is_some_and(|q| q.exhausted) {
+            warn!(
+                epsilon_spent = %format!("{:.3}", p.epsilon),
+                epsilon_budget = p.budget,
+                "privacy budget spent: this silo releases nothing new from its rows (zero \
+                 gradients, the worst loss for every model); its model is still served"
+            );
+        }
+        self.privacy = Some(p);
+    }
+
     /// Appends one round to the run log and flushes it.
     fn append_log(&mut self, rep: RoundReport) -> Result<(), NodeError> {
         self.rounds_run += 1;
@@ -828,6 +872,10 @@ impl Driver {
             self.metrics.sent.get(),
             metrics::stream_bytes_sent(&self.registry),
         );
+        let rec = NodeRound {
+            privacy: self.privacy,
+            ..rec
+        };
         self.log.write(rec.round, &rec);
         Ok(())
     }

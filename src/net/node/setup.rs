@@ -159,6 +159,7 @@ pub(super) fn resume(
             peer: c.peer,
             silo: FedericoSilo::new(c.params, adam, c.version),
             round: c.round,
+            ledger: c.privacy,
         });
     }
     let params = match start {
@@ -187,7 +188,56 @@ pub(super) fn resume(
         peer,
         silo: FedericoSilo::new(params, adam, 0),
         round: 0,
+        ledger: None,
     })
+}
+
+/// `silo` under the config's `[privacy]` (secret noise unless it says `"seeded"`), carrying on
+/// from the checkpoint's ledger after `round` rounds: what was spent before a restart stays
+/// spent. A checkpoint whose ledger the config no longer asks for, or a resumed run that had
+/// none, is said in the log.
+pub(super) fn private(
+    cfg: &NodeConfig,
+    silo: FedericoSilo,
+    me: NodeId,
+    n_train: usize,
+    sub_steps: Option<u64>,
+    (ledger, round): (Option<crate::privacy::Ledger>, u64),
+) -> Result<FedericoSilo, NodeError> {
+    let Some(p) = &cfg.privacy else {
+        if ledger.is_some() {
+            warn!(
+                "the checkpoint holds a privacy ledger but this config has no [privacy]: from \
+                 now on this silo's releases are not private"
+            );
+        }
+        return Ok(silo);
+    };
+    let p = crate::privacy::PrivacyConfig {
+        noise: Some(p.noise.unwrap_or(crate::privacy::NoiseSource::Secret)),
+        ..p.clone()
+    };
+    let mut silo = silo.with_privacy(Some(&p), cfg.seed, me, n_train, (cfg.rounds, sub_steps));
+    match ledger {
+        Some(l) => silo.resume_privacy(l, round).map_err(fatal)?,
+        None if round > 0 => warn!(
+            round,
+            "[privacy] starts now: the {round} rounds before this restart were not private"
+        ),
+        None => {}
+    }
+    if let Some((ledger, sigma, _)) = silo.privacy() {
+        let b = ledger.budget();
+        info!(
+            epsilon_budget = b.epsilon,
+            delta = %format!("{:.1e}", b.delta),
+            epsilon_spent = %format!("{:.3}", ledger.epsilon()),
+            noise_multiplier = %format!("{sigma:.3}"),
+            noise = ?p.noise.unwrap_or(crate::privacy::NoiseSource::Secret),
+            "differential privacy"
+        );
+    }
+    Ok(silo)
 }
 
 /// The node's swarm, listening, with the members' and bootstrap addresses known; its message

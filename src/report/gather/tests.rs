@@ -35,6 +35,7 @@ fn record(node: u32, round: u64, k: u32, correct: usize, t0: f64) -> NodeRound {
         last: Vec::new(),
         suspects: Vec::new(),
         resumed: false,
+        privacy: None,
     }
 }
 
