@@ -123,9 +123,9 @@ fn a_swarm_on_own_csv_with_the_data_set_temperature_makes_the_simulators_decisio
     assert!(top > 0.4, "{rows:?}");
 }
 
-/// `[privacy]` on every node (noise seeded from the run seed, as a swarm sets it): the
-/// simulator's noise, Poisson samples and decisions bit for bit, and the same ε per silo in
-/// both summaries, calibrated to spend the budget.
+/// `[privacy]` on every node (noise seeded from the run seed, as a swarm sets it), the clip
+/// shared by the weights: the simulator's noise, Poisson samples, clip norms and decisions bit
+/// for bit, and the same ε per silo in both summaries, calibrated to spend the budget.
 #[test]
 fn a_private_swarm_makes_the_simulators_decisions_and_spends_its_budget() {
     swarm_makes_the_simulators_decisions(&[
@@ -133,6 +133,8 @@ fn a_private_swarm_makes_the_simulators_decisions_and_spends_its_budget() {
         "algorithms=[\"federico\"]",
         "--set",
         "privacy.epsilon=4",
+        "--set",
+        "privacy.clip_split=\"weights\"",
     ]);
 }
 

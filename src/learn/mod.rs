@@ -24,7 +24,7 @@ pub mod synthetic;
 
 pub use data::{ClientData, DataError, Dataset, Federation, Labels};
 pub use error::LearnError;
-pub use learner::{Evaluation, Learner, PrivateGrads};
+pub use learner::{Clip, Evaluation, Learner, PrivateGrads};
 pub use optim::{Adam, Sgd};
 pub use scale::FeatureScale;
 pub use shard::Shard;

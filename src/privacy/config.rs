@@ -30,6 +30,10 @@ pub struct PrivacyConfig {
     /// Where the noise and the Poisson samples come from. Absent: `"secret"` on a node,
     /// `"seeded"` in `simulate` (and `swarm`, a simulation of nodes).
     pub noise: Option<NoiseSource>,
+    /// How a step's clip norm is shared among its models: `"joint"` (the textbook joint clip)
+    /// or `"weights"` (each model's norm proportional to the silo's weight on it: budget-aware
+    /// collaboration, [`super::split`]). The same ε either way.
+    pub clip_split: super::ClipSplit,
 }
 
 /// Where a silo's DP noise and Poisson samples come from.
@@ -53,6 +57,7 @@ impl Default for PrivacyConfig {
             noise_multiplier: None,
             loss_clip: 5.0,
             noise: None,
+            clip_split: super::ClipSplit::Joint,
         }
     }
 }

@@ -282,6 +282,7 @@ impl FedericoSilo {
                         grads: private_descend(dp, learner, &models, train)?,
                     });
                 }
+                Job::Scale { ref weights } => dp.weighted(weights),
                 _ => {}
             }
         }
@@ -377,7 +378,8 @@ fn private_measure(
         Some(l) => l,
         None => vec![unmeasured_loss(dp.config()); models.len()],
     };
-    let grads = match dp.gradients(learner, &refs, train)? {
+    let owned: Vec<(NodeId, &[f32])> = models.iter().map(|(b, p)| (*b, p.as_slice())).collect();
+    let grads = match dp.gradients(learner, &owned, train)? {
         Some(g) => g,
         None => vec![vec![0.0; learner.num_params()]; models.len()],
     };
@@ -393,9 +395,11 @@ fn private_descend(
     models: &[(NodeId, Arc<Vec<f32>>, f64)],
     train: &Dataset,
 ) -> Result<Vec<(NodeId, Vec<f32>)>, LearnError> {
-    let refs: Vec<&[f32]> = models.iter().map(|(_, p, _)| p.as_slice()).collect();
+    // A descent knows its weights now: the clip split follows them.
+    dp.weighted(&models.iter().map(|(b, _, w)| (*b, *w)).collect::<Vec<_>>());
+    let owned: Vec<(NodeId, &[f32])> = models.iter().map(|(b, p, _)| (*b, p.as_slice())).collect();
     let grads = dp
-        .gradients(learner, &refs, train)?
+        .gradients(learner, &owned, train)?
         .unwrap_or_else(|| vec![vec![0.0; learner.num_params()]; models.len()]);
     Ok(models
         .iter()

@@ -16,8 +16,10 @@
 //! member who knows the run seed.
 
 use crate::ids::{NodeId, Stream, stream_seed};
-use crate::learn::{Dataset, LearnError, Learner};
-use crate::privacy::{Audience, Budget, Ledger, NoiseSource, PrivacyConfig, Release};
+use crate::learn::{Clip, Dataset, LearnError, Learner};
+use crate::privacy::{
+    Audience, Budget, ClipSplit, Ledger, NoiseSource, PrivacyConfig, Release, split,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -40,6 +42,9 @@ pub(crate) struct DpSilo {
     seeded: Option<(u64, NodeId)>,
     /// A release was refused: nothing more comes from the rows.
     exhausted: bool,
+    /// The weights of the silo's last step (`clip_split = "weights"` shares the next step's
+    /// clip norm by them when the step's own are not known yet).
+    last_weights: Vec<(NodeId, f64)>,
 }
 
 /// The sample and noise streams: secret (`None`), or seeded by the run seed, the silo and the
@@ -97,6 +102,7 @@ impl DpSilo {
             noise,
             seeded,
             exhausted: false,
+            last_weights: Vec::new(),
         }
     }
 
@@ -157,13 +163,19 @@ impl DpSilo {
         true
     }
 
-    /// One DP-SGD step on `models` over `data` (the rows that train): each model's noisy
-    /// clipped sum over a Poisson sample, times 1/q (an estimate of the sum over all rows, as
-    /// the plain recipe's n / batch). `None` once the budget is spent.
+    /// Remembers the weights of a step (for the next step's clip split).
+    pub(crate) fn weighted(&mut self, weights: &[(NodeId, f64)]) {
+        self.last_weights = weights.to_vec();
+    }
+
+    /// One DP-SGD step on `models` (by owner) over `data` (the rows that train): each model's
+    /// noisy clipped sum over a Poisson sample, times 1/q (an estimate of the sum over all
+    /// rows, as the plain recipe's n / batch). The clip is joint, or shared by the weights
+    /// ([`Self::weighted`]'s last). `None` once the budget is spent.
     pub(crate) fn gradients(
         &mut self,
         learner: &mut Learner,
-        models: &[&[f32]],
+        models: &[(NodeId, &[f32])],
         data: &Dataset,
     ) -> Result<Option<Vec<Vec<f32>>>, LearnError> {
         let (rows, q) = self.sample(data.len());
@@ -175,14 +187,19 @@ impl DpSilo {
         if !self.spend(release) {
             return Ok(None);
         }
-        let mut out = learner.private_grads(
-            models,
-            data,
-            &rows,
-            self.cfg.clip,
-            self.sigma,
-            &mut self.noise,
-        )?;
+        let clip = match self.cfg.clip_split {
+            ClipSplit::Joint => Clip::Joint(self.cfg.clip),
+            ClipSplit::Weights => {
+                let ids: Vec<NodeId> = models.iter().map(|(b, _)| *b).collect();
+                Clip::Split {
+                    total: self.cfg.clip,
+                    per_model: split::by_weight(self.cfg.clip, &ids, &self.last_weights),
+                }
+            }
+        };
+        let refs: Vec<&[f32]> = models.iter().map(|(_, p)| *p).collect();
+        let mut out =
+            learner.private_grads(&refs, data, &rows, clip, self.sigma, &mut self.noise)?;
         let rescale = (1.0 / q) as f32;
         for g in &mut out.grads {
             g.iter_mut().for_each(|v| *v *= rescale);

@@ -7,7 +7,7 @@
 
 mod private;
 
-pub use private::PrivateGrads;
+pub use private::{Clip, PrivateGrads};
 
 use super::data::{Dataset, Labels};
 use super::error::LearnError;

@@ -42,6 +42,59 @@ enum PerExample {
     Conv(Tensor),
 }
 
+/// How each example's gradients on a step's models are clipped. Either way an example's
+/// gradients on all the models together have L2 norm at most the total, so the step is one
+/// invocation of the Gaussian mechanism with noise σ·total on every coordinate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Clip {
+    /// One norm for the concatenated gradients (each model gets the share its gradient takes).
+    Joint(f64),
+    /// A norm per model, in the order of the models, whose squares sum to at most `total`²
+    /// (a share of the sensitivity decided in advance, e.g. by the silo's weights).
+    Split {
+        /// The norm the noise is calibrated to.
+        total: f64,
+        /// Each model's norm.
+        per_model: Vec<f64>,
+    },
+}
+
+impl From<f64> for Clip {
+    fn from(c: f64) -> Self {
+        Self::Joint(c)
+    }
+}
+
+impl Clip {
+    /// The norm the noise is calibrated to.
+    pub fn total(&self) -> f64 {
+        match self {
+            Self::Joint(c) | Self::Split { total: c, .. } => *c,
+        }
+    }
+
+    /// The first thing wrong with it for `models` models, named.
+    fn check(&self, models: usize) -> Result<(), String> {
+        let total = self.total();
+        if !(total.is_finite() && total > 0.0) {
+            return Err(format!("DP-SGD needs a positive clip norm, got {total}"));
+        }
+        if let Self::Split { per_model, .. } = self {
+            let sum: f64 = per_model.iter().map(|c| c * c).sum();
+            if per_model.len() != models
+                || per_model.iter().any(|c| !(c.is_finite() && *c >= 0.0))
+                || sum > total * total * (1.0 + 1e-9)
+            {
+                return Err(format!(
+                    "per-model clip norms {per_model:?} for {models} models must be finite, \
+                     non-negative and within the total {total} in L2"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Learner {
     /// The DP-SGD gradients of `models` on `rows` of `data`: for every example, its gradients
     /// on all the models together are clipped to L2 norm `clip` (one joint clip, so the step is
@@ -54,13 +107,15 @@ impl Learner {
         models: &[&[f32]],
         data: &Dataset,
         rows: &[usize],
-        clip: f64,
+        clip: impl Into<Clip>,
         sigma: f64,
         rng: &mut StdRng,
     ) -> Result<PrivateGrads, LearnError> {
-        if !(clip.is_finite() && clip > 0.0 && sigma.is_finite() && sigma >= 0.0) {
+        let clip = clip.into();
+        clip.check(models.len()).map_err(LearnError::Shape)?;
+        if !(sigma.is_finite() && sigma >= 0.0) {
             return Err(LearnError::Shape(format!(
-                "DP-SGD needs a positive clip norm and a non-negative noise multiplier, got {clip} and {sigma}"
+                "DP-SGD needs a non-negative noise multiplier, got {sigma}"
             )));
         }
         self.check_data(data)?;
@@ -75,7 +130,10 @@ impl Learner {
         for chunk in rows.chunks(self.batch_size) {
             let (x, y) = self.xy_gathered(data, chunk)?;
             let mut layers = Vec::with_capacity(models.len());
-            let mut sq = vec![0.0_f64; chunk.len()];
+            // Each example's squared norm on all the models (summed in the order of the
+            // layers, model after model), and per model.
+            let mut joint = vec![0.0_f64; chunk.len()];
+            let mut sq = vec![vec![0.0_f64; chunk.len()]; models.len()];
             for (m, params) in models.iter().enumerate() {
                 self.vars.set(params)?;
                 let (logits, taps) = self.eval_net.forward_tapped(&x)?;
@@ -84,32 +142,22 @@ impl Learner {
                 let grads = loss.backward()?;
                 let per = taps
                     .into_iter()
-                    .map(|tap| per_example(&tap, &grads, chunk.len(), &mut sq))
+                    .map(|tap| per_example(&tap, &grads, chunk.len(), (&mut joint, &mut sq[m])))
                     .collect::<Result<Vec<_>, LearnError>>()?;
                 layers.push(per);
             }
-            let factors: Vec<f32> = sq
-                .iter()
-                .map(|&s| {
-                    let norm = s.sqrt();
-                    if norm > clip {
-                        out.clipped += 1;
-                        (clip / norm) as f32
-                    } else {
-                        1.0
-                    }
-                })
-                .collect();
-            let c = Tensor::from_vec(factors, (chunk.len(), 1), &self.dev)?;
-            for (per, grad) in layers.iter().zip(&mut out.grads) {
+            let factors = clip_factors(&clip, &joint, &sq, &mut out.clipped);
+            for ((per, grad), f) in layers.iter().zip(&mut out.grads).zip(factors) {
+                let c = Tensor::from_vec(f, (chunk.len(), 1), &self.dev)?;
                 for (tap_layer, pe) in per {
                     add_clipped(pe, &c, &ranges, *tap_layer, grad)?;
                 }
             }
         }
         if sigma > 0.0 {
-            let noise = Normal::new(0.0, sigma * clip).map_err(|e| {
-                LearnError::Shape(format!("noise of standard deviation {}: {e}", sigma * clip))
+            let std = sigma * clip.total();
+            let noise = Normal::new(0.0, std).map_err(|e| {
+                LearnError::Shape(format!("noise of standard deviation {std}: {e}"))
             })?;
             for g in &mut out.grads {
                 g.iter_mut()
@@ -182,7 +230,7 @@ fn per_example(
     tap: &Tap,
     grads: &candle_core::backprop::GradStore,
     n: usize,
-    sq: &mut [f64],
+    sq: (&mut [f64], &mut [f64]),
 ) -> Result<(Layer, PerExample), LearnError> {
     let g = grads
         .get(tap.probe.as_tensor())
@@ -211,9 +259,40 @@ fn per_example(
     Ok((tap.layer, pe))
 }
 
-fn add_norms(norms: &Tensor, sq: &mut [f64]) -> Result<(), LearnError> {
+/// Per model, each example's clip factor (`min(1, norm allowed / norm)`) from its squared
+/// norms on all the models (`joint`) and per model (`sq`); counts into `clipped` the examples
+/// any factor shrinks.
+fn clip_factors(clip: &Clip, joint: &[f64], sq: &[Vec<f64>], clipped: &mut usize) -> Vec<Vec<f32>> {
+    let n = joint.len();
+    let factor = |allowed: f64, s: f64| {
+        let norm = s.sqrt();
+        if norm > allowed {
+            (allowed / norm) as f32
+        } else {
+            1.0
+        }
+    };
+    let factors: Vec<Vec<f32>> = match clip {
+        Clip::Joint(c) => vec![joint.iter().map(|&s| factor(*c, s)).collect(); sq.len()],
+        Clip::Split { per_model, .. } => sq
+            .iter()
+            .zip(per_model)
+            .map(|(m, &c)| m.iter().map(|&s| factor(c, s)).collect())
+            .collect(),
+    };
+    *clipped += (0..n)
+        .filter(|&i| factors.iter().any(|f| f[i] < 1.0))
+        .count();
+    factors
+}
+
+/// Adds each example's squared norm `norms` into both accumulators.
+fn add_norms(norms: &Tensor, (joint, own): (&mut [f64], &mut [f64])) -> Result<(), LearnError> {
     with_f32_slice(norms, |v| {
-        sq.iter_mut().zip(v).for_each(|(s, &x)| *s += f64::from(x));
+        for ((j, o), &x) in joint.iter_mut().zip(own.iter_mut()).zip(v) {
+            *j += f64::from(x);
+            *o += f64::from(x);
+        }
     })
 }
 
@@ -293,6 +372,73 @@ mod tests {
             }
         }
         sums
+    }
+
+    /// A clip split among the models: each model's example gradients clipped to its own
+    /// norm, as a loop over examples does it; norms over the total are refused.
+    #[test]
+    fn a_split_clip_matches_the_textbook_per_model() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for spec in tiny_specs() {
+            let data = random_data(&spec, 9, &mut rng);
+            let mut l = Learner::new(&spec, 4).unwrap();
+            let (a, b) = (l.init_params(&mut rng), l.init_params(&mut rng));
+            let models = [a.as_slice(), b.as_slice()];
+            let rows = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+            let per: Vec<Vec<Vec<f32>>> = rows
+                .iter()
+                .map(|&r| {
+                    models
+                        .iter()
+                        .map(|p| l.loss_and_grad(p, &data, Some(&[r])).unwrap().1)
+                        .collect()
+                })
+                .collect();
+            // Each model's norm at its examples' median: about half of them clipped.
+            let median = |m: usize| {
+                let mut n: Vec<f64> = per.iter().map(|g| norm(&g[m])).collect();
+                n.sort_by(f64::total_cmp);
+                n[n.len() / 2]
+            };
+            let per_model = vec![median(0), 0.5 * median(1)];
+            let total = per_model.iter().map(|c| c * c).sum::<f64>().sqrt();
+            let clip = Clip::Split {
+                total,
+                per_model: per_model.clone(),
+            };
+            let got = l
+                .private_grads(&models, &data, &rows, clip, 0.0, &mut rng)
+                .unwrap();
+            for (m, g) in got.grads.iter().enumerate() {
+                let mut want = vec![0.0_f32; l.num_params()];
+                for ex in &per {
+                    let c = (per_model[m] / norm(&ex[m])).min(1.0) as f32;
+                    want.iter_mut().zip(&ex[m]).for_each(|(s, &x)| *s += c * x);
+                }
+                let scale = norm(&want).max(1e-6);
+                for (x, y) in g.iter().zip(&want) {
+                    assert!(
+                        f64::from((x - y).abs()) / scale < 1e-4,
+                        "{spec:?} model {m}: {x} vs {y}"
+                    );
+                }
+            }
+            assert!(got.clipped >= 1 && got.clipped <= rows.len(), "{spec:?}");
+            let over = Clip::Split {
+                total: 1.0,
+                per_model: vec![0.8, 0.8],
+            };
+            let short = Clip::Split {
+                total: 1.0,
+                per_model: vec![0.5],
+            };
+            for bad in [over, short] {
+                assert!(
+                    l.private_grads(&models, &data, &rows, bad, 1.0, &mut rng)
+                        .is_err()
+                );
+            }
+        }
     }
 
     #[test]
