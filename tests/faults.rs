@@ -181,6 +181,42 @@ fn a_crashed_silo_resumes_from_its_checkpoint() {
     }
 }
 
+/// `[privacy]` under a crash: the restarted silo carries its ledger on from the checkpoint
+/// (what it spent before the crash stays spent), and every silo ends within its budget.
+#[test]
+fn a_crashed_private_silo_keeps_what_it_spent() {
+    let s = scenario(
+        "crash-restart.toml",
+        &["algorithms=[\"federico\"]", "privacy.epsilon=4"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _) = simulate_seed(&s, dir.path(), 1);
+    let text = std::fs::read_to_string(dir.path().join("seed-1/traces.jsonl")).unwrap();
+    let t: Vec<NodeRound> = text
+        .lines()
+        .map(|l| serde_json::from_str::<NodeRound>(l).unwrap())
+        .filter(|r| r.node == 5)
+        .collect();
+    let eps = |r: &NodeRound| r.privacy.expect("a private silo's trace").epsilon;
+    let back = t.iter().find(|r| r.resumed).expect("silo 5 resumed");
+    let before = t.iter().rev().find(|r| r.round < back.round).unwrap();
+    // Round 20 again, from the checkpoint of round 19: its ε on top of round 19's.
+    assert!(
+        eps(back) > eps(before) && eps(before) > 0.0,
+        "{} after {}",
+        eps(back),
+        eps(before)
+    );
+    let p = o.summary.algorithms[0]
+        .privacy
+        .clone()
+        .expect("privacy in the summary");
+    assert!(
+        p.per_client_epsilon.iter().all(|&e| e <= 4.0 && e > 3.0),
+        "{p:?}"
+    );
+}
+
 #[test]
 fn a_straggler_past_the_deadlines_loses_its_influence_not_the_pace() {
     // The paper's variant: every answered sampler sends a gradient, which the count below

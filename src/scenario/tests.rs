@@ -121,10 +121,6 @@ fn out_of_range_values_name_the_field() {
             "[privacy]\nepsilon = 8\n",
             "[privacy] is built for federico only",
         ),
-        (
-            "algorithms = [\"federico\"]\n[privacy]\n[[faults.events]]\nround = 3\ncrash = { silo = 1, restart_after_rounds = 2 }\n",
-            "[privacy] cannot run under [faults]",
-        ),
         ("[fedsac]\nalpha = -1\n", "fedsac.alpha"),
         ("[fedsac]\nk = 0\n", "fedsac.k"),
         ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),

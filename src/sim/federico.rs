@@ -96,10 +96,10 @@ impl FedericoRun {
 
     /// What each silo spent of its privacy budget (`None`: no `[privacy]`).
     pub(crate) fn privacy(&self) -> Option<PrivacySpent> {
-        let Driver::Engines(e) = &self.driver else {
-            return None;
+        let spent: Vec<_> = match &self.driver {
+            Driver::Engines(e) => e.silos().filter_map(|s| s.privacy()).collect(),
+            Driver::Faults(f) => f.silos().filter_map(|s| s.privacy()).collect(),
         };
-        let spent: Vec<_> = e.silos().filter_map(|s| s.privacy()).collect();
         let first = spent.first()?;
         let per_client_epsilon: Vec<f64> = spent.iter().map(|(l, _, _)| l.epsilon()).collect();
         Some(PrivacySpent {

@@ -120,6 +120,8 @@ pub(crate) struct FaultNet {
     /// The run seed and batch size: a mini-batch M-step's batch streams.
     seed: u64,
     batch: usize,
+    /// `[privacy]`: every silo's releases, and a restarted silo's ledger from its checkpoint.
+    privacy: Option<crate::privacy::PrivacyConfig>,
     slots: Vec<Slot>,
     now: Instant,
     seq: u64,
@@ -224,6 +226,7 @@ impl FaultNet {
             lr,
             seed: ctx.seed,
             batch: ctx.scenario.train.batch_size,
+            privacy: ctx.scenario.privacy.clone(),
             slots,
             now: t0,
             seq: 0,
@@ -286,6 +289,11 @@ impl FaultNet {
     /// The silo's core: its engine's, or the last one seen while it is down.
     pub(crate) fn peer(&self, i: usize) -> &Peer {
         self.slots[i].peer()
+    }
+
+    /// Every silo's learning state (a silo that is down: as it was when it went down).
+    pub(crate) fn silos(&self) -> impl Iterator<Item = &FedericoSilo> {
+        self.slots.iter().map(|s| &s.silo)
     }
 
     /// The model silo `i` serves: its engine's latest step (or its checkpoint's, while down).
@@ -552,31 +560,46 @@ impl FaultNet {
     /// checkpoint's bytes), else fresh.
     fn start(&mut self, i: usize, g: u64) -> Result<(), SimError> {
         let slot = &mut self.slots[i];
-        let (silo, round, peer) = match slot.saved.take() {
+        let (silo, round, peer, ledger) = match slot.saved.take() {
             Some(c) => {
                 let bytes = c.encode().map_err(SimError::Invariant)?;
                 let c = Checkpoint::decode(&bytes)
                     .map_err(|e| SimError::Invariant(format!("silo {i}'s checkpoint: {e}")))?;
                 let silo = FedericoSilo::new(c.params.clone(), c.adam.clone(), c.version);
-                let (round, peer) = (c.round, c.peer.clone());
+                let (round, peer, ledger) = (c.round, c.peer.clone(), c.privacy.clone());
                 slot.saved = Some(c);
-                (silo, round, peer)
+                (silo, round, peer, ledger)
             }
             None => {
                 let p = self.init[i].clone();
                 let silo = FedericoSilo::new(p.clone(), Adam::new(p.len(), self.lr), 0);
-                (silo, 0, slot.first.clone())
+                (silo, 0, slot.first.clone(), None)
             }
         };
-        // The batch stream past the sub-steps of the rounds it resumes after, as a node's.
-        slot.silo = silo.with_rows_of(&mut slot.silo).with_batches(
-            self.template.sub_steps,
-            self.seed,
-            NodeId(i as u32),
-            self.n_train[i],
-            self.batch,
-            round,
-        );
+        // The batch stream past the sub-steps of the rounds it resumes after, as a node's; the
+        // privacy ledger carried on from the checkpoint, as a node's.
+        slot.silo = silo
+            .with_rows_of(&mut slot.silo)
+            .with_batches(
+                self.template.sub_steps,
+                self.seed,
+                NodeId(i as u32),
+                self.n_train[i],
+                self.batch,
+                round,
+            )
+            .with_privacy(
+                self.privacy.as_ref(),
+                self.seed,
+                NodeId(i as u32),
+                self.n_train[i],
+                (self.rounds, self.template.sub_steps),
+            );
+        if let Some(l) = ledger {
+            slot.silo
+                .resume_privacy(l, round)
+                .map_err(|e| SimError::Invariant(format!("silo {i}'s privacy ledger: {e}")))?;
+        }
         let cfg = RoundConfig {
             me: NodeId(i as u32),
             n_train: self.n_train[i],
