@@ -1024,23 +1024,10 @@ fn a_private_run_reports_its_budget_and_partition_points_to_the_nodes() {
         "--set",
         "privacy.epsilon=4",
     ];
-    let out = federico()
-        .args(["simulate", scenario, "--quiet", "--rounds", "10"])
-        .args(private)
-        .arg("--out")
-        .arg(dir.path().join("sim"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec!["--rounds", "10"];
+    args.extend(private);
+    let (stdout, summary) = simulate_quickstart(&args, &dir.path().join("sim"));
     assert!(stdout.contains("privacy: epsilon spent"), "{stdout}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("sim/summary.json")).unwrap())
-            .unwrap();
     let p = &summary["algorithms"][0]["privacy"];
     let spent: Vec<f64> = p["per_client_epsilon"]
         .as_array()
@@ -1075,28 +1062,18 @@ fn a_private_run_reports_its_budget_and_partition_points_to_the_nodes() {
 #[test]
 fn the_membership_audit_sees_a_plain_model_and_not_a_private_one() {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/quickstart.toml");
     let mut found = Vec::new();
     for (name, set) in [("plain", None), ("private", Some("privacy.epsilon=1"))] {
-        let out = federico()
-            .args(["simulate", scenario, "--quiet", "--seed", "1", "--audit"])
-            .args(["--set", "algorithms=[\"federico\"]"])
-            .args(set.iter().flat_map(|s| ["--set", s]))
-            .arg("--out")
-            .arg(dir.path().join(name))
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut args = vec![
+            "--seed",
+            "1",
+            "--audit",
+            "--set",
+            "algorithms=[\"federico\"]",
+        ];
+        args.extend(set.iter().flat_map(|s| ["--set", *s]));
+        let (stdout, summary) = simulate_quickstart(&args, &dir.path().join(name));
         assert!(stdout.contains("membership audit"), "{stdout}");
-        let summary: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.path().join(name).join("summary.json")).unwrap(),
-        )
-        .unwrap();
         let a = summary["algorithms"][0]["audit"].clone();
         assert_eq!(a["members"], 320, "{a}");
         found.push((
@@ -1114,4 +1091,27 @@ fn the_membership_audit_sees_a_plain_model_and_not_a_private_one() {
         dp_eps <= 1.0,
         "the audit proved {dp_eps} against a budget of 1"
     );
+}
+
+/// `federico simulate` of the quick start, quiet, with `args`, into `out`: its stdout and its
+/// `summary.json`; a failure shows stderr.
+fn simulate_quickstart(args: &[&str], out: &std::path::Path) -> (String, serde_json::Value) {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/simulations/quickstart.toml");
+    let run = federico()
+        .args(["simulate", scenario, "--quiet"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap());
+    (
+        String::from_utf8_lossy(&run.stdout).into_owned(),
+        summary.unwrap(),
+    )
 }

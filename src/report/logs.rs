@@ -212,16 +212,7 @@ pub fn privacy_spent(logs: &[Vec<NodeRound>]) -> Option<PrivacySpent> {
         .iter()
         .filter_map(|l| l.iter().rev().find_map(|r| r.privacy))
         .collect();
-    let first = last.first()?;
-    let per_client_epsilon: Vec<f64> = last.iter().map(|p| p.epsilon).collect();
-    Some(PrivacySpent {
-        budget: first.budget,
-        epsilon: per_client_epsilon.iter().sum::<f64>() / last.len() as f64,
-        per_client_epsilon,
-        per_client_delta: last.iter().map(|p| p.delta).collect(),
-        per_client_noise: last.iter().map(|p| p.noise_multiplier).collect(),
-        exhausted: last.iter().filter(|p| p.exhausted).count() as f64,
-    })
+    PrivacySpent::of(&last)
 }
 
 /// What a seed of node logs reports.

@@ -155,6 +155,23 @@ pub struct PrivacySpent {
     pub exhausted: f64,
 }
 
+impl PrivacySpent {
+    /// What the silos' ledgers say (`records`, one per silo that ran under `[privacy]`);
+    /// `None` when no silo did.
+    pub fn of(records: &[crate::trace::PrivacyRecord]) -> Option<Self> {
+        let first = records.first()?;
+        let per_client_epsilon: Vec<f64> = records.iter().map(|p| p.epsilon).collect();
+        Some(Self {
+            budget: first.budget,
+            epsilon: per_client_epsilon.iter().sum::<f64>() / records.len() as f64,
+            per_client_epsilon,
+            per_client_delta: records.iter().map(|p| p.delta).collect(),
+            per_client_noise: records.iter().map(|p| p.noise_multiplier).collect(),
+            exhausted: records.iter().filter(|p| p.exhausted).count() as f64,
+        })
+    }
+}
+
 /// `seed-N/summary.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunSummary {

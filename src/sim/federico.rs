@@ -97,19 +97,10 @@ impl FedericoRun {
     /// What each silo spent of its privacy budget (`None`: no `[privacy]`).
     pub(crate) fn privacy(&self) -> Option<PrivacySpent> {
         let spent: Vec<_> = match &self.driver {
-            Driver::Engines(e) => e.silos().filter_map(|s| s.privacy()).collect(),
-            Driver::Faults(f) => f.silos().filter_map(|s| s.privacy()).collect(),
+            Driver::Engines(e) => e.silos().filter_map(|s| s.privacy_record()).collect(),
+            Driver::Faults(f) => f.silos().filter_map(|s| s.privacy_record()).collect(),
         };
-        let first = spent.first()?;
-        let per_client_epsilon: Vec<f64> = spent.iter().map(|(l, _, _)| l.epsilon()).collect();
-        Some(PrivacySpent {
-            budget: first.0.budget().epsilon,
-            epsilon: per_client_epsilon.iter().sum::<f64>() / spent.len() as f64,
-            per_client_epsilon,
-            per_client_delta: spent.iter().map(|(l, _, _)| l.budget().delta).collect(),
-            per_client_noise: spent.iter().map(|(_, sigma, _)| *sigma).collect(),
-            exhausted: spent.iter().filter(|(_, _, out)| *out).count() as f64,
-        })
+        PrivacySpent::of(&spent)
     }
 
     /// A curious member's membership-inference attack on every silo's own model as it is now

@@ -213,8 +213,9 @@ pub(super) fn private(
         }
         return Ok(silo);
     };
+    let noise = p.noise.unwrap_or(crate::privacy::NoiseSource::Secret);
     let p = crate::privacy::PrivacyConfig {
-        noise: Some(p.noise.unwrap_or(crate::privacy::NoiseSource::Secret)),
+        noise: Some(noise),
         ..p.clone()
     };
     let mut silo = silo.with_privacy(Some(&p), cfg.seed, me, n_train, (cfg.rounds, sub_steps));
@@ -233,7 +234,7 @@ pub(super) fn private(
             delta = %format!("{:.1e}", b.delta),
             epsilon_spent = %format!("{:.3}", ledger.epsilon()),
             noise_multiplier = %format!("{sigma:.3}"),
-            noise = ?p.noise.unwrap_or(crate::privacy::NoiseSource::Secret),
+            noise = ?noise,
             "differential privacy"
         );
     }
