@@ -335,8 +335,9 @@ fn a_coordinator_whose_checkpoint_cannot_be_written_keeps_going() {
 
 /// A full disk mid-run on a coordinated node and on a FedCollab node (insiders review S1; the
 /// FedeRiCo node's test is `tests/cli.rs`): silo 1's state_dir is a small tmpfs in a mount
-/// namespace of its own, and once 50 rounds are logged a filler takes all its space for half a
-/// second. The node warns, keeps going, writes the rounds that waited once there is room, and
+/// namespace of its own, and once 50 rounds are logged a filler takes all its space until the
+/// node has warned that its run log waits (at most ten seconds: an append can fit in the slack
+/// of the file's last page for a few rounds, so a fixed half second raced). The node warns, keeps going, writes the rounds that waited once there is room, and
 /// ends with every round in its log, once, in order. Linux as root (CI); elsewhere it says it
 /// skips.
 #[cfg(target_os = "linux")]
@@ -357,8 +358,11 @@ fn a_full_disk_mid_run_loses_no_round_on_coordinated_and_fedcollab_nodes() {
         let script = format!(
             "mount -t tmpfs -o size=4m tmpfs {s} || exit 97
              (while [ \"$(cat {s}/rounds.jsonl 2>/dev/null | wc -l)\" -lt 50 ]; do sleep 0.02; done
-              cat /dev/zero > {s}/filler 2>/dev/null; sleep 0.5; rm -f {s}/filler) &
-             {exe} node --config {cfg}; rc=$?
+              cat /dev/zero > {s}/filler 2>/dev/null; i=0
+             while ! grep -q 'run log not written' {kept}/node.err && [ $i -lt 500 ]; do
+               sleep 0.02; i=$((i+1)); done
+             rm -f {s}/filler) &
+             {exe} node --config {cfg} 2> {kept}/node.err; rc=$?
              cp {s}/rounds.jsonl {kept}/; exit $rc",
             s = state.display(),
             kept = kept.display(),
@@ -390,7 +394,8 @@ fn a_full_disk_mid_run_loses_no_round_on_coordinated_and_fedcollab_nodes() {
         }
         let _ = coord.kill();
         let _ = coord.wait();
-        let said = String::from_utf8_lossy(&out.stderr);
+        let said = std::fs::read_to_string(kept.join("node.err")).unwrap_or_default()
+            + &String::from_utf8_lossy(&out.stderr);
         if out.status.code() == Some(97) {
             eprintln!("SKIPPED a_full_disk_mid_run: cannot mount a tmpfs here (needs root)");
             return;
