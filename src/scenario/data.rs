@@ -6,7 +6,7 @@
 //! Must not: validate the whole file (`validate.rs`), find or read own files (`own.rs`), or
 //! implement a loader or a partitioner (`learn::loaders`, `learn::partition`).
 
-use super::own::{OwnData, Silos, attach_test};
+use super::own::{OwnData, Silos, attach_silo_tests, attach_test};
 use super::{DATA_DIR_ENV, Scenario, ScenarioError, Source};
 use crate::learn::loaders::{self, Column, RealSource};
 use crate::learn::partition::Assign;
@@ -51,6 +51,10 @@ pub struct DataConfig {
     pub test_files: Vec<PathBuf>,
     /// Own data, natural partitions: one entry per silo, or a folder or pattern of them.
     pub silos: Option<Silos>,
+    /// With `silos`: each silo's own test set, in the form of `silos` and in silo order (a
+    /// silo whose rotation, sensor or population is its own needs a test set drawn the same
+    /// way). Each silo then trains on all its samples and is scored on its own test entry.
+    pub silo_tests: Option<Silos>,
     /// CSV: the label column, by header name or 0-based position (default: the last).
     pub label_column: Option<Column>,
     /// CSV, natural partitions: the column naming each row's silo.
@@ -133,6 +137,7 @@ impl Default for DataConfig {
             label_column: None,
             silo_column: None,
             silo_groups: None,
+            silo_tests: None,
             classes: None,
             standardize: None,
             classes_per_group: 4,
@@ -428,6 +433,9 @@ impl Scenario {
                 };
                 if let Some(test) = &own.test {
                     attach_test(&mut fed, test)?;
+                }
+                if !own.silo_tests.is_empty() {
+                    attach_silo_tests(&mut fed, &own.silo_tests);
                 }
                 fed
             }

@@ -45,6 +45,8 @@ pub struct OwnData {
     pub silos: Vec<(String, Dataset)>,
     /// A separate test set (`data.test_files`).
     pub test: Option<Dataset>,
+    /// Each silo's own test set (`data.silo_tests`), in silo order; empty without.
+    pub silo_tests: Vec<Dataset>,
     /// Class names by class id.
     pub classes: Vec<String>,
 }
@@ -76,17 +78,19 @@ impl Scenario {
         for p in d.files.iter_mut().chain(d.test_files.iter_mut()) {
             *p = under(base, p);
         }
-        match &mut d.silos {
-            Some(Silos::Pattern(p)) => *p = under(base, p),
-            Some(Silos::Each(list)) => {
-                for e in list {
-                    match e {
-                        SiloFiles::One(p) => *p = under(base, p),
-                        SiloFiles::Pair(v) => v.iter_mut().for_each(|p| *p = under(base, p)),
+        for silos in [&mut d.silos, &mut d.silo_tests] {
+            match silos {
+                Some(Silos::Pattern(p)) => *p = under(base, p),
+                Some(Silos::Each(list)) => {
+                    for e in list {
+                        match e {
+                            SiloFiles::One(p) => *p = under(base, p),
+                            SiloFiles::Pair(v) => v.iter_mut().for_each(|p| *p = under(base, p)),
+                        }
                     }
                 }
+                None => {}
             }
-            None => {}
         }
         if !self.data.source.is_own() || !self.natural() {
             return Ok(());
@@ -96,6 +100,15 @@ impl Scenario {
             Some(_) => self.silo_values()?.len(),
             None => self.silo_entries()?.len(),
         };
+        if self.data.silo_tests.is_some() {
+            let tests = entries(self.data.silo_tests.as_ref())?.len();
+            if tests != n {
+                return Err(ScenarioError::Invalid(format!(
+                    "data.silo_tests has {tests} entries; data.silos has {n}: one test entry \
+                     per silo, in the same order"
+                )));
+            }
+        }
         let what = if self.data.silo_column.is_some() {
             "values in data.silo_column"
         } else {
@@ -119,18 +132,7 @@ impl Scenario {
 
     /// Each silo's files under `data.silos`, in silo order.
     fn silo_entries(&self) -> Result<Vec<Vec<PathBuf>>, ScenarioError> {
-        let entries = match &self.data.silos {
-            None => return Ok(Vec::new()),
-            Some(Silos::Each(list)) => list
-                .iter()
-                .map(|e| match e {
-                    SiloFiles::One(p) => vec![p.clone()],
-                    SiloFiles::Pair(v) => v.clone(),
-                })
-                .collect(),
-            Some(Silos::Pattern(p)) => expand(p)?.into_iter().map(|p| vec![p]).collect(),
-        };
-        Ok(entries)
+        entries(self.data.silos.as_ref())
     }
 
     /// The distinct values of `data.silo_column` over `data.files`, in silo order (numeric when
@@ -187,6 +189,11 @@ impl Scenario {
         } else {
             self.read_part(&d.test_files)?
         };
+        // Each silo's own test parts (`data.silo_tests`).
+        let silo_tests: Vec<Vec<Labelled>> = entries(d.silo_tests.as_ref())?
+            .iter()
+            .map(|files| self.read_part(files))
+            .collect::<Result<_, _>>()?;
         // (silo name, its parts), or one unnamed entry for the pool.
         let mut groups: Vec<(String, Vec<Labelled>)> = Vec::new();
         if d.silo_column.is_some() {
@@ -216,6 +223,7 @@ impl Scenario {
             groups.push((String::new(), self.read_part(&d.files)?));
         }
         let mut refs: Vec<&Labelled> = groups.iter().flat_map(|(_, p)| p.iter()).collect();
+        refs.extend(silo_tests.iter().flatten());
         refs.extend(test.iter());
         let (mut sets, classes) = loaders::unify(&refs, d.classes)?;
         let test = if test.is_empty() {
@@ -223,6 +231,11 @@ impl Scenario {
         } else {
             Some(concat(sets.split_off(sets.len() - test.len())))
         };
+        let mut tests_of = sets.split_off(sets.len() - silo_tests.iter().flatten().count());
+        let silo_tests: Vec<Dataset> = silo_tests
+            .iter()
+            .map(|parts| concat(tests_of.drain(..parts.len()).collect()))
+            .collect();
         let mut sets = sets.into_iter();
         let mut silos: Vec<(String, Dataset)> = groups
             .iter()
@@ -242,6 +255,7 @@ impl Scenario {
             pool,
             silos,
             test,
+            silo_tests,
             classes,
         })
     }
@@ -270,6 +284,31 @@ pub(super) fn attach_test(fed: &mut Federation, test: &Dataset) -> Result<(), Sc
         c.train = concat(vec![train, share]);
     }
     Ok(())
+}
+
+/// Under `data.silo_tests`, every silo trains on all its samples (the partitioner's train and
+/// test shares together) and is scored on its own test set.
+pub(super) fn attach_silo_tests(fed: &mut Federation, tests: &[Dataset]) {
+    for (c, test) in fed.clients.iter_mut().zip(tests) {
+        let train = std::mem::replace(&mut c.train, test.subset(&[]));
+        let share = std::mem::replace(&mut c.test, test.clone());
+        c.train = concat(vec![train, share]);
+    }
+}
+
+/// Each silo's files of a `data.silos`-shaped field, in silo order.
+fn entries(silos: Option<&Silos>) -> Result<Vec<Vec<PathBuf>>, ScenarioError> {
+    Ok(match silos {
+        None => Vec::new(),
+        Some(Silos::Each(list)) => list
+            .iter()
+            .map(|e| match e {
+                SiloFiles::One(p) => vec![p.clone()],
+                SiloFiles::Pair(v) => v.clone(),
+            })
+            .collect(),
+        Some(Silos::Pattern(p)) => expand(p)?.into_iter().map(|p| vec![p]).collect(),
+    })
 }
 
 /// The parts' samples one after another (same shape and classes, as `unify` made them).

@@ -461,3 +461,85 @@ fn dirichlet_clusters_default_to_the_data_and_a_written_one_is_named() {
         "{e}"
     );
 }
+
+/// `data.silo_tests`: each silo of `data.silos` scored on its own test file (same form, same
+/// order, classes numbered with everything else), training on all its rows; a count that does
+/// not match, a pool or a shared test set beside it are errors naming the fields.
+#[test]
+fn each_silo_is_scored_on_its_own_test_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    for d in ["sites", "tests"] {
+        std::fs::create_dir(tmp.path().join(d)).unwrap();
+    }
+    let plain = |p: &Path, n: usize, classes: &[&str]| {
+        let mut text = String::from("x0,x1,label\n");
+        for i in 0..n {
+            text += &format!("{},{},{}\n", i % 3, i % 5, classes[i % classes.len()]);
+        }
+        std::fs::write(p, text).unwrap();
+    };
+    plain(&tmp.path().join("sites/a.csv"), 30, &["cat", "dog"]);
+    plain(&tmp.path().join("sites/b.csv"), 40, &["dog", "emu"]);
+    // Silo b's test file holds a class only silo a trains on: its own rows, as they come.
+    plain(&tmp.path().join("tests/a.csv"), 7, &["cat"]);
+    plain(&tmp.path().join("tests/b.csv"), 9, &["emu", "cat"]);
+    let text = "[data]\nsource = \"csv\"\nlabel_column = \"label\"\nsilos = \"sites/*.csv\"\n\
+                silo_tests = \"tests/*.csv\"\n[split]\nkind = \"natural\"\n";
+    let s = load(tmp.path(), text).unwrap();
+    let f = federation(&s, 3);
+    let sizes: Vec<(usize, usize)> = f
+        .clients
+        .iter()
+        .map(|c| (c.train.len(), c.test.len()))
+        .collect();
+    assert_eq!(sizes, [(30, 7), (40, 9)]);
+    // One class numbering for all: cat 0, dog 1, emu 2.
+    assert_eq!(ids(&f.clients[0].test), vec![0; 7]);
+    assert_eq!(ids(&f.clients[1].test)[..2], [2, 0]);
+    // The same test rows on every seed (the split's share no longer matters).
+    assert_eq!(
+        federation(&s, 9).clients[1].test.features,
+        f.clients[1].test.features
+    );
+    // As a list too.
+    let listed = text.replace(
+        "silo_tests = \"tests/*.csv\"",
+        "silo_tests = [\"tests/a.csv\", \"tests/b.csv\"]",
+    );
+    assert_eq!(
+        federation(&load(tmp.path(), &listed).unwrap(), 3).clients[0]
+            .test
+            .len(),
+        7
+    );
+    let e = load(tmp.path(), &listed.replace(", \"tests/b.csv\"", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("data.silo_tests has 1 entries") && e.contains("has 2"),
+        "{e}"
+    );
+    let e = load(
+        tmp.path(),
+        &text.replace(
+            "silos = \"sites/*.csv\"",
+            "test_files = [\"tests/a.csv\"]\nsilos = \"sites/*.csv\"",
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("data.test_files") && e.contains("data.silo_tests"),
+        "{e}"
+    );
+    let e = load(
+        tmp.path(),
+        "[data]\nsource = \"csv\"\nfiles = [\"sites/a.csv\"]\nsilo_tests = \"tests/*.csv\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("data.silo_tests") && e.contains("needs data.silos"),
+        "{e}"
+    );
+}

@@ -243,6 +243,7 @@ impl Scenario {
                 (!d.files.is_empty(), "files"),
                 (!d.test_files.is_empty(), "test_files"),
                 (d.silos.is_some(), "silos"),
+                (d.silo_tests.is_some(), "silo_tests"),
                 (d.label_column.is_some(), "label_column"),
                 (d.silo_column.is_some(), "silo_column"),
                 (d.silo_groups.is_some(), "silo_groups"),
@@ -271,6 +272,14 @@ impl Scenario {
         check(natural || d.silo_groups.is_none(), || {
             "data.silo_groups is for natural partitions (data.silos or data.silo_column): other \
              splits know their groups"
+                .into()
+        })?;
+        check(d.silo_tests.is_none() || d.silos.is_some(), || {
+            "data.silo_tests gives each silo of data.silos its test set: it needs data.silos".into()
+        })?;
+        check(d.silo_tests.is_none() || d.test_files.is_empty(), || {
+            "give data.test_files (one test set for every silo) or data.silo_tests (one per silo), \
+             not both"
                 .into()
         })?;
         check(!(d.silos.is_some() && d.silo_column.is_some()), || {
