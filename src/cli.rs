@@ -81,6 +81,17 @@ Examples:
   coordinator-mode scenario)"
     )]
     Coordinator(CoordinatorArgs),
+    /// Run a circuit relay for silos behind NAT: members reserve a slot on it and reach each
+    /// other through it (hole punching then makes the connections direct where the NATs allow).
+    /// It holds no data and need not be a member; only the manifest's members may use it.
+    #[command(after_help = "Stop it with Ctrl-C (SIGINT) or SIGTERM.
+
+Examples:
+  federico keygen --out keys/relay.key
+  federico relay --key keys/relay.key --manifest manifest.toml \\
+      --listen /ip4/0.0.0.0/tcp/4100 --external /ip4/203.0.113.7/tcp/4100
+  (it prints the address to add to the manifest's `relays`; docs/federation.md)")]
+    Relay(RelayArgs),
     /// Run a scenario as N real node processes on 127.0.0.1 (FedeRiCo peer to peer, or FedDisco,
     /// HCCT, FedSaC or FedCollab with a coordinator process) and report like simulate.
     #[command(after_help = "Examples:
@@ -161,6 +172,11 @@ pub struct SwarmArgs {
     /// cut partitions in the kernel (blackhole routes) instead of by the nodes' block lists.
     #[arg(long)]
     pub netns: bool,
+    /// Linux, as root, with nft: put the silos at SITES sites behind NAT (a router per site
+    /// masquerades its LAN and lets nothing in), with a `federico relay` on the public side,
+    /// the only open port; silos reach each other through it and punch holes where they can.
+    #[arg(long, value_name = "SITES", value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub nat: Option<u64>,
 }
 
 /// `federico keygen`.
@@ -293,6 +309,27 @@ pub struct CoordinatorArgs {
     pub log_json: bool,
 }
 
+/// `federico relay`.
+#[derive(Debug, clap::Args)]
+pub struct RelayArgs {
+    /// The relay's key (`federico keygen`), not a member's.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The federation's manifest: only its members may use the relay.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// Where to listen (repeat for more).
+    #[arg(long, default_values_t = ["/ip4/0.0.0.0/tcp/4100".to_string(), "/ip4/0.0.0.0/udp/4100/quic-v1".to_string()])]
+    pub listen: Vec<String>,
+    /// The address silos dial the relay at, its public one (repeat for more) [default: the
+    /// listen addresses that name a concrete IP].
+    #[arg(long)]
+    pub external: Vec<String>,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
 /// `federico simulate`.
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
@@ -333,7 +370,10 @@ pub struct SimulateArgs {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    if !matches!(cli.command, Command::Node(_) | Command::Coordinator(_)) {
+    if !matches!(
+        cli.command,
+        Command::Node(_) | Command::Coordinator(_) | Command::Relay(_)
+    ) {
         init_warnings();
     }
     match cli.command {
@@ -344,6 +384,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Node(args) => node(args),
         Command::Predict(args) => predict(args),
         Command::Coordinator(args) => coordinator(args),
+        Command::Relay(args) => relay(args),
         Command::Swarm(args) => swarm(args),
         Command::Data(args) => match args.command {
             DataCommand::Download(args) => data::download(args),
@@ -398,6 +439,7 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
             deadlines: Default::default(),
             timeout: std::time::Duration::from_secs(args.timeout),
             netns: args.netns,
+            nat: args.nat.map(|s| s as usize),
             baseline: Some(|scenario, seed, data_dir| {
                 Ok(sim::fault_free_finals(scenario, seed, data_dir)?)
             }),
@@ -788,6 +830,23 @@ fn coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     rt.block_on(crate::net::coordinator::run(cfg, shutdown_signal()))?;
     tracing::info!("coordinator stopped");
+    Ok(())
+}
+
+fn relay(args: RelayArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_json);
+    let opts = crate::net::relay::RelayOptions {
+        key: args.key,
+        manifest: args.manifest,
+        listen: args.listen,
+        external: args.external,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(crate::net::relay::run(opts, shutdown_signal()))?;
+    tracing::info!("relay stopped");
     Ok(())
 }
 

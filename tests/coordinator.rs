@@ -723,6 +723,7 @@ fn swarm_and_simulate(
             deadlines: Default::default(),
             timeout: Duration::from_secs(60),
             netns: false,
+            nat: None,
             baseline: None,
         },
     )

@@ -554,6 +554,7 @@ fn a_peer_outside_the_manifest_gets_nothing() {
                 addrs: vec![],
             },
         ],
+        relays: vec![],
     };
     std::fs::write(out_dir.join("manifest.toml"), manifest.to_toml()).unwrap();
     let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
@@ -835,6 +836,7 @@ fn metrics_are_served_and_sigterm_stops_a_node_cleanly() {
         open: false,
         epoch_steps: None,
         members: vec![Manifest::load(&cfg.manifest).unwrap().members[0].clone()],
+        relays: vec![],
     };
     cfg.manifest = dir.path().join("solo.toml");
     std::fs::write(&cfg.manifest, solo.to_toml()).unwrap();
@@ -953,4 +955,111 @@ fn a_member_speaking_something_else_is_not_counted_as_present() {
             );
         }
     }
+}
+
+/// A relay (`federico relay`) carries the members' circuits and nobody else's: two silos whose
+/// manifest lists no address but the relay's federate through it, and an outsider with its own
+/// key is refused a reservation.
+#[test]
+fn a_relay_carries_members_and_refuses_an_outsider() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=2", "split.groups=1", "rounds=20"]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let relay_key = dir.path().join("relay.key");
+    let relay_id = keygen(&relay_key).unwrap().public().to_peer_id();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let relay_addr = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{relay_id}");
+    // The members can be reached through the relay only.
+    let mut manifest = Manifest::load(&dir.path().join("manifest.toml")).unwrap();
+    for m in &mut manifest.members {
+        m.addrs.clear();
+    }
+    manifest.relays = vec![federico::net::identity::Relay {
+        peer_id: relay_id,
+        addr: relay_addr.parse().unwrap(),
+    }];
+    std::fs::write(dir.path().join("manifest.toml"), manifest.to_toml()).unwrap();
+    let relay_log = dir.path().join("relay.log");
+    let mut relay = Command::new(EXE)
+        .args(["relay", "--key"])
+        .arg(&relay_key)
+        .arg("--manifest")
+        .arg(dir.path().join("manifest.toml"))
+        .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{port}")])
+        .stderr(std::fs::File::create(&relay_log).unwrap())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&relay_log)
+        .unwrap()
+        .contains("relay started")
+    {
+        assert!(Instant::now() < until, "the relay did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // An outsider: its own key, a manifest listing itself, silo-0 and the relay.
+    let out_dir = dir.path().join("outsider");
+    let key = keygen(&out_dir.join("outsider.key")).unwrap();
+    let mut theirs = manifest.clone();
+    theirs.members[1] = Member {
+        name: "outsider".into(),
+        peer_id: key.public().to_peer_id(),
+        addrs: vec![],
+    };
+    std::fs::write(out_dir.join("manifest.toml"), theirs.to_toml()).unwrap();
+    let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
+    cfg.name = "outsider".into();
+    cfg.key = out_dir.join("outsider.key");
+    cfg.manifest = out_dir.join("manifest.toml");
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+    cfg.state_dir = out_dir.join("state");
+    cfg.rounds = 3;
+    cfg.deadlines.start_s = 3.0;
+    cfg.deadlines.alone_s = Some(3.0);
+    let cfg_path = out_dir.join("outsider.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut outsider =
+        launch::start_node(Path::new(EXE), &cfg_path, &out_dir.join("outsider.log")).unwrap();
+    let mut nodes = start_all(&p);
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(120)).success());
+    }
+    assert!(wait(&mut outsider, Duration::from_secs(60)).success());
+    let _ = relay.kill();
+    let _ = relay.wait();
+
+    // The members federated, through the relay.
+    for (i, s) in p.state_dirs.iter().enumerate() {
+        let log = run_log(s);
+        assert_eq!(log.len(), 20, "silo {i}");
+        assert!(
+            log.iter().any(|r| !r.answered.is_empty()),
+            "silo {i} never got its peer's model"
+        );
+        let text = std::fs::read_to_string(p.nodes_dir.join(format!("silo-{i}.log"))).unwrap();
+        assert!(text.contains("reachable through the relay"), "silo {i}");
+    }
+    let relayed = std::fs::read_to_string(&relay_log).unwrap();
+    assert!(relayed.contains("circuit opened"), "{relayed}");
+    // The outsider never got a reservation, a circuit or a model.
+    let text = std::fs::read_to_string(out_dir.join("outsider.log")).unwrap();
+    assert!(!text.contains("reachable through the relay"), "{text}");
+    assert!(text.contains("no reservation on the relay"), "{text}");
+    assert!(
+        run_log(&cfg.state_dir)
+            .iter()
+            .all(|r| r.answered.is_empty())
+    );
+    let outsider_id = key.public().to_peer_id().to_string();
+    assert!(
+        !relayed
+            .lines()
+            .any(|l| l.contains(&outsider_id) && (l.contains("accepted") || l.contains("opened"))),
+        "{relayed}"
+    );
 }

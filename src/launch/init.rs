@@ -130,6 +130,7 @@ fn write_all(
         open: false,
         epoch_steps: Some(epoch_steps),
         members,
+        relays: Vec::new(),
     };
     std::fs::write(
         dir.join("manifest.toml"),
@@ -144,7 +145,7 @@ fn write_all(
                 name: &name,
                 key: PathBuf::from("keys").join(format!("{name}.key")),
                 manifest: PathBuf::from("manifest.toml"),
-                listen: addr.clone(),
+                listen: vec![addr.clone()],
                 state_dir: PathBuf::from("state").join(&name),
                 shard: PathBuf::from("shards").join(format!("{name}.shard")),
             },

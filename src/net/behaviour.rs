@@ -24,8 +24,8 @@ use libp2p::swarm::{
     THandlerOutEvent, ToSwarm,
 };
 use libp2p::{
-    Multiaddr, PeerId, StreamProtocol, allow_block_list, connection_limits, identify, identity,
-    kad, mdns, memory_connection_limits, ping,
+    Multiaddr, PeerId, StreamProtocol, allow_block_list, connection_limits, dcutr, identify,
+    identity, kad, mdns, memory_connection_limits, ping, relay,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -461,11 +461,19 @@ pub(crate) struct Behaviour {
     pub(crate) ping: ping::Behaviour,
     /// LAN discovery, when enabled.
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
+    /// Reservations on the manifest's circuit relays, and connections through them.
+    pub(crate) relay_client: relay::client::Behaviour,
+    /// Hole punching: turns a connection through a relay into a direct one where the NATs
+    /// allow it.
+    pub(crate) dcutr: dcutr::Behaviour,
 }
 
 /// Knobs for [`Behaviour::new`].
 pub(crate) struct BehaviourConfig {
     pub(crate) allowed: Option<Vec<libp2p::PeerId>>,
+    /// The manifest's relays: admitted beside the members (they carry circuits; the round
+    /// driver does not count them as members).
+    pub(crate) relays: Vec<libp2p::PeerId>,
     /// Connection caps ([`super::limits::caps`]).
     pub(crate) limits: connection_limits::ConnectionLimits,
     pub(crate) max_message: u64,
@@ -479,11 +487,15 @@ pub(crate) struct BehaviourConfig {
 impl Behaviour {
     pub(crate) fn new(
         key: &identity::Keypair,
+        relay_client: relay::client::Behaviour,
         cfg: BehaviourConfig,
         metrics: Metrics,
     ) -> io::Result<Self> {
         let peer_id = key.public().to_peer_id();
-        let members = members(cfg.allowed);
+        let members = members(cfg.allowed.map(|mut ids| {
+            ids.extend(cfg.relays);
+            ids
+        }));
         let rr_cfg = rr::Config::default()
             .with_request_timeout(cfg.request_timeout)
             .with_max_concurrent_streams(1024);
@@ -530,6 +542,8 @@ impl Behaviour {
             kad,
             ping: ping::Behaviour::default(),
             mdns: mdns.into(),
+            relay_client,
+            dcutr: dcutr::Behaviour::new(peer_id),
         })
     }
 }

@@ -107,6 +107,8 @@ struct ManifestFile {
     epoch_steps: Option<u64>,
     #[serde(default, rename = "member")]
     members: Vec<MemberFile>,
+    #[serde(default)]
+    relays: Vec<String>,
 }
 
 /// A member of the federation.
@@ -132,6 +134,56 @@ pub struct Manifest {
     pub epoch_steps: Option<u64>,
     /// The listed members.
     pub members: Vec<Member>,
+    /// Circuit relays (`federico relay`) every member reserves a slot on and reaches the others
+    /// through when it cannot dial them directly: each a full address ending in `/p2p/<id>`.
+    pub relays: Vec<Relay>,
+}
+
+/// A circuit relay of the manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Relay {
+    /// Its peer ID (the address's last part).
+    pub peer_id: PeerId,
+    /// Where it listens, ending in `/p2p/<peer_id>`.
+    pub addr: Multiaddr,
+}
+
+impl Relay {
+    /// The address at which `member` is reached through this relay.
+    pub fn circuit_to(&self, member: PeerId) -> Multiaddr {
+        self.addr
+            .clone()
+            .with(libp2p::multiaddr::Protocol::P2pCircuit)
+            .with(libp2p::multiaddr::Protocol::P2p(member))
+    }
+}
+
+/// Parses `relays[i]`: a multiaddr ending in `/p2p/<peer id>` that names no member.
+fn parse_relay(i: usize, a: &str, ids: &HashMap<PeerId, usize>) -> Result<Relay, String> {
+    let addr: Multiaddr = a
+        .parse()
+        .map_err(|e| format!("relays[{i}]: {a:?} is not a multiaddr: {e}"))?;
+    let Some(libp2p::multiaddr::Protocol::P2p(peer_id)) = addr.iter().last() else {
+        return Err(format!(
+            "relays[{i}]: {a:?} must end in /p2p/<the relay's peer ID> (printed by `federico \
+             relay`)"
+        ));
+    };
+    if addr
+        .iter()
+        .any(|p| p == libp2p::multiaddr::Protocol::P2pCircuit)
+    {
+        return Err(format!(
+            "relays[{i}]: {a:?} is itself a relayed address; give the relay's own address"
+        ));
+    }
+    if let Some(j) = ids.get(&peer_id) {
+        return Err(format!(
+            "relays[{i}]: {peer_id} is member[{j}]; a relay is a separate `federico relay` \
+             process with its own key"
+        ));
+    }
+    Ok(Relay { peer_id, addr })
 }
 
 impl Manifest {
@@ -185,10 +237,17 @@ impl Manifest {
                 addrs,
             });
         }
+        let relays = file
+            .relays
+            .iter()
+            .enumerate()
+            .map(|(i, a)| parse_relay(i, a, &ids))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             open: file.open,
             epoch_steps: file.epoch_steps,
             members,
+            relays,
         })
     }
 
@@ -205,6 +264,18 @@ impl Manifest {
                 "# Sub-steps per round of FedeRiCo's mstep = \"epoch\": one epoch of the largest \
                  silo,\n# ceil(its training samples / train.batch_size). The same for every member.\n\
                  epoch_steps = {s}\n"
+            ));
+        }
+        if !self.relays.is_empty() {
+            out.push_str(&format!(
+                "# Circuit relays (`federico relay`): members reserve a slot on each and reach \
+                 the others\n# through them when they cannot dial them directly.\n\
+                 relays = [{}]\n",
+                self.relays
+                    .iter()
+                    .map(|r| format!("\"{}\"", r.addr))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         for m in &self.members {
@@ -277,6 +348,7 @@ mod tests {
                     addrs: vec![],
                 },
             ],
+            relays: vec![],
         };
         let back = Manifest::parse(&m.to_toml()).unwrap();
         assert_eq!(back, m);
@@ -299,5 +371,33 @@ mod tests {
         assert!(Manifest::parse("opn = true\n").unwrap_err().contains("opn"));
         let zero = format!("epoch_steps = 0\n[[member]]\nname = \"a\"\npeer_id = \"{a}\"\n");
         assert!(Manifest::parse(&zero).unwrap_err().contains("epoch_steps"));
+    }
+
+    #[test]
+    fn a_manifest_names_relays_by_full_address_and_refuses_a_member_or_a_circuit() {
+        let a = Keypair::generate_ed25519().public().to_peer_id();
+        let r = Keypair::generate_ed25519().public().to_peer_id();
+        let member = format!("\n[[member]]\nname = \"a\"\npeer_id = \"{a}\"\n");
+        let ok = format!("relays = [\"/ip4/203.0.113.5/tcp/4100/p2p/{r}\"]\n{member}");
+        let m = Manifest::parse(&ok).unwrap();
+        assert_eq!(m.relays.len(), 1);
+        assert_eq!(m.relays[0].peer_id, r);
+        assert_eq!(
+            m.relays[0].circuit_to(a).to_string(),
+            format!("/ip4/203.0.113.5/tcp/4100/p2p/{r}/p2p-circuit/p2p/{a}")
+        );
+        assert_eq!(Manifest::parse(&m.to_toml()).unwrap(), m);
+        for (bad, says) in [
+            ("/ip4/203.0.113.5/tcp/4100".to_string(), "must end in /p2p/"),
+            (format!("/ip4/203.0.113.5/tcp/4100/p2p/{a}"), "is member[0]"),
+            (
+                format!("/ip4/203.0.113.5/tcp/4100/p2p/{r}/p2p-circuit/p2p/{r}"),
+                "itself a relayed address",
+            ),
+            ("not an address".to_string(), "is not a multiaddr"),
+        ] {
+            let e = Manifest::parse(&format!("relays = [\"{bad}\"]\n{member}")).unwrap_err();
+            assert!(e.contains("relays[0]") && e.contains(says), "{bad}: {e}");
+        }
     }
 }

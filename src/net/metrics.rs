@@ -169,6 +169,14 @@ pub(crate) struct Metrics {
     pub(crate) privacy_epsilon: Gauge<f64, AtomicU64>,
     /// Under `[privacy]`: 1 once the budget is spent and the silo releases nothing new.
     pub(crate) privacy_exhausted: Gauge,
+    /// Members connected now, by `path`: `direct` (at least one direct connection) or
+    /// `relayed` (only through a circuit relay of the manifest).
+    pub(crate) member_connections: Family<Labels, Gauge>,
+    /// Hole punches (DCUtR) by `result`: `direct` (a relayed connection became direct) or
+    /// `failed`.
+    pub(crate) hole_punches: Family<Labels, Counter>,
+    /// Reservations held now on the manifest's relays.
+    pub(crate) relay_reservations: Gauge,
 }
 
 impl Metrics {
@@ -226,6 +234,21 @@ impl Metrics {
             "checkpoint_failures",
             "Checkpoint writes that failed (retried at the next round)",
             m.checkpoint_failures.clone(),
+        );
+        r.register(
+            "members_by_path",
+            "Members connected now, by path (direct, or relayed only)",
+            m.member_connections.clone(),
+        );
+        r.register(
+            "hole_punches",
+            "Hole punches by result (direct or failed)",
+            m.hole_punches.clone(),
+        );
+        r.register(
+            "relay_reservations",
+            "Reservations held now on the manifest's relays",
+            m.relay_reservations.clone(),
         );
         m
     }

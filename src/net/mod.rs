@@ -3,7 +3,8 @@
 //! ([`config`]), the wire codec and behaviour, the round driver that moves models and gradients
 //! between the FedeRiCo core and the network ([`node`]), the coordinated node
 //! ([`coordinated`], FedCollab's in `collab_node`, both talking to their swarm through the one
-//! client/event-loop pattern of `client`), the coordinator ([`coordinator`]), the training
+//! client/event-loop pattern of `client`), the coordinator ([`coordinator`]), the circuit relay
+//! for silos behind NAT ([`relay`]; a node's side of it in `node::reach`), the training
 //! threads (`trainer`: one dedicated thread per node over bounded channels), checkpoints,
 //! metrics, connection caps and the open-files limit (`limits`), rate-limited warnings
 //! (`throttle`) and the progress line on a terminal ([`progress`]).
@@ -24,6 +25,7 @@ mod limits;
 mod metrics;
 pub mod node;
 pub mod progress;
+pub mod relay;
 mod runlog;
 mod throttle;
 mod trainer;

@@ -11,6 +11,7 @@
 //! engine's inputs; `log.rs` words the engine's events for the log and listens for `SIGUSR1`.
 
 mod log;
+mod reach;
 mod setup;
 mod translate;
 
@@ -142,6 +143,8 @@ struct Driver {
     failed_pulls: Throttle<NodeId>,
     /// Under `[privacy]`: the silo's ledger after the latest job.
     privacy: Option<crate::trace::PrivacyRecord>,
+    /// Reservations on the manifest's relays and the path of each member connection.
+    reach: reach::Reach,
 }
 
 /// At most one warning per this period for each kind of refused connection.
@@ -322,10 +325,12 @@ pub(crate) async fn run_from(
         refused_out: Throttle::new(REFUSAL_LOG_PERIOD),
         failed_pulls: Throttle::new(FAILED_PULL_LOG_PERIOD),
         privacy: None,
+        reach: reach::Reach::default(),
         cfg,
     };
     d.metrics.rounds.set(round as i64);
     d.note_privacy(privacy);
+    d.listen_on_relays();
     d.dial_members();
     info!(node = %me, peer = %peer_id, name = %d.name, round, "node started");
 
@@ -391,8 +396,9 @@ fn round_config(
 impl Driver {
     fn dial_members(&mut self) {
         for (i, m) in self.manifest.members.iter().enumerate() {
+            let reachable = !m.addrs.is_empty() || !self.manifest.relays.is_empty();
             if i != self.me.index()
-                && !m.addrs.is_empty()
+                && reachable
                 && !self.round.is_connected(NodeId(i as u32))
                 && !self.blocked.contains(&m.peer_id)
             {
@@ -530,6 +536,7 @@ impl Driver {
                 }
                 Some(()) = log::next_signal(&mut usr1) => self.ask_export("SIGUSR1"),
                 _ = redial.tick() => {
+                    self.listen_on_relays();
                     if self.round.connected() + 1 < self.manifest.members.len() {
                         self.dial_members();
                     }
@@ -650,6 +657,14 @@ impl Driver {
                 p.budget,
                 p.delta,
                 if p.exhausted { ", budget spent" } else { "" }
+            );
+        }
+        if !self.manifest.relays.is_empty() {
+            let (direct, relayed) = self.paths();
+            info!(
+                direct,
+                relayed,
+                "members connected at the end: {direct} directly, {relayed} through a relay only"
             );
         }
         let paths = format!(

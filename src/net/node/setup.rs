@@ -300,9 +300,13 @@ pub(super) fn build_swarm(
     intake.remember_blocks(cfg.state_dir.join("blocks.json"));
     let behaviour_cfg = BehaviourConfig {
         allowed,
+        relays: manifest.relays.iter().map(|r| r.peer_id).collect(),
         max_message,
         intake,
-        limits: limits::caps(manifest.members.len(), manifest.open),
+        limits: limits::caps(
+            manifest.members.len() + manifest.relays.len(),
+            manifest.open,
+        ),
         request_timeout: cfg.model_deadline() + cfg.gradient_deadline(),
         mdns: cfg.mdns,
     };
@@ -320,9 +324,15 @@ pub(super) fn build_swarm(
         )
         .map_err(fatal)?
         .with_quic()
+        .with_relay_client(noise::Config::new, || {
+            let mut c = yamux::Config::default();
+            c.set_max_num_streams(intake::YAMUX_STREAMS);
+            c
+        })
+        .map_err(fatal)?
         .with_bandwidth_metrics(registry)
-        .with_behaviour(|key| {
-            Behaviour::new(key, behaviour_cfg, behaviour_metrics)
+        .with_behaviour(|key, relay_client| {
+            Behaviour::new(key, relay_client, behaviour_cfg, behaviour_metrics)
                 .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
         })
         .map_err(fatal)?
@@ -344,6 +354,18 @@ pub(super) fn build_swarm(
         for a in &m.addrs {
             swarm.add_peer_address(m.peer_id, a.clone());
             swarm.behaviour_mut().kad.add_address(&m.peer_id, a.clone());
+        }
+    }
+    // Every member is also reachable through every relay (the driver reserves this node's
+    // slot on each, `reach`).
+    for r in &manifest.relays {
+        swarm.add_peer_address(r.peer_id, r.addr.clone());
+        for (i, m) in manifest.members.iter().enumerate() {
+            if i != me.index() {
+                let circuit = r.circuit_to(m.peer_id);
+                swarm.add_peer_address(m.peer_id, circuit.clone());
+                swarm.behaviour_mut().kad.add_address(&m.peer_id, circuit);
+            }
         }
     }
     for b in &cfg.bootstrap {

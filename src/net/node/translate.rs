@@ -29,7 +29,7 @@ impl Driver {
         if let Some(&n) = self.nodes.get(peer) {
             return Some(n);
         }
-        if !self.manifest.open {
+        if !self.manifest.open || self.is_relay(peer) {
             return None;
         }
         // Open federation: a new peer joins late, with the optimistic initial loss (spec §6).
@@ -47,8 +47,19 @@ impl Driver {
             SwarmEvent::NewListenAddr { address, .. } => {
                 info!(%address, "listening");
             }
-            SwarmEvent::ConnectionEstablished { peer_id, .. } => {
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                reason,
+                ..
+            } => self.note_listener_closed(listener_id, reason),
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
                 if let Some(n) = self.node_of(&peer_id) {
+                    self.note_connection(connection_id, peer_id, &endpoint);
                     let starting = self.round.is_starting();
                     if self.round.handle_connected(now, n) {
                         debug!(peer = %n, "connected");
@@ -68,9 +79,14 @@ impl Driver {
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
-                num_established: 0,
+                connection_id,
+                num_established,
                 ..
             } => {
+                self.note_closed(connection_id);
+                if num_established > 0 {
+                    return;
+                }
                 if let Some(&n) = self.nodes.get(&peer_id) {
                     self.round.handle_disconnected(now, n);
                     debug!(peer = %n, "disconnected");
@@ -119,6 +135,8 @@ impl Driver {
             })) => {
                 debug!(%peer, "ping failed: {e}");
             }
+            SwarmEvent::Behaviour(BehaviourEvent::RelayClient(e)) => self.handle_relay_event(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Dcutr(e)) => self.handle_dcutr_event(e),
             SwarmEvent::Behaviour(BehaviourEvent::Model(e)) => self.handle_model_event(now, e),
             SwarmEvent::Behaviour(BehaviourEvent::Gradient(e)) => {
                 self.handle_gradient_event(now, e)
