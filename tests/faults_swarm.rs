@@ -43,6 +43,7 @@ fn run_with(s: &Scenario, out: &Path, netns: bool) -> (Value, Vec<Vec<NodeRound>
             deadlines: Default::default(),
             timeout: Duration::from_secs(120),
             netns,
+            nat: None,
             baseline: Some(|s, seed, data| Ok(federico::sim::fault_free_finals(s, seed, data)?)),
         },
     )
@@ -599,4 +600,79 @@ fn a_nodes_sign_flipped_gradients_are_left_out_by_the_owners() {
         })
         .count();
     assert!(left_out >= 1, "no owner left silo 3's gradients out");
+}
+
+/// Eight silos at four sites behind NAT (`swarm --nat 4`): no silo accepts a connection from
+/// outside its site, the manifest lists no member address, and the federation runs through the
+/// relay, decision for decision as the simulator runs it.
+#[test]
+fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions() {
+    if let Some(why) = launch::nat_unavailable() {
+        assert!(
+            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
+            "FEDERICO_REQUIRE_NETNS is set but {why}"
+        );
+        eprintln!("SKIPPED silos_behind_nat_federate_through_a_relay: {why}");
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_federico");
+    let dir = tempfile::tempdir().unwrap();
+    let (swarm, sim) = (dir.path().join("swarm"), dir.path().join("sim"));
+    let run = |args: &[&str], out: &Path| {
+        let o = std::process::Command::new(exe)
+            .args(args)
+            .args([
+                "simulations/quickstart.toml",
+                "--seed",
+                "1",
+                "--rounds",
+                "40",
+                "-q",
+            ])
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&["swarm", "--nat", "4"], &swarm);
+    run(&["simulate", "--set", "algorithms=[\"federico\"]"], &sim);
+    let seed = swarm.join("seed-1");
+    let manifest = federico::net::Manifest::load(&seed.join("manifest.toml")).unwrap();
+    assert!(manifest.members.iter().all(|m| m.addrs.is_empty()));
+    assert_eq!(manifest.relays.len(), 2, "the relay over QUIC and TCP");
+    // Every decision is the simulator's.
+    let lines = |p: PathBuf| -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (ra, rb) = (
+        lines(seed.join("rounds.jsonl")),
+        lines(sim.join("seed-1/rounds.jsonl")),
+    );
+    assert_eq!(ra.len(), 40);
+    assert_eq!(ra.len(), rb.len());
+    for (x, y) in ra.iter().zip(&rb) {
+        let mut y_fed = y["federico"].clone();
+        if let Some(o) = y_fed.as_object_mut() {
+            o.remove("trained_group_mass");
+        }
+        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
+    }
+    // Silos at other sites can be reached through the relay only (a silo's one site-mate is
+    // on its LAN); every silo held a reservation and connected through the relay.
+    let relay_log = std::fs::read_to_string(seed.join("nodes/relay.log")).unwrap();
+    assert!(
+        relay_log.matches("circuit opened").count() >= 8,
+        "{relay_log}"
+    );
+    for i in 0..8 {
+        let log = std::fs::read_to_string(seed.join(format!("nodes/silo-{i}.log"))).unwrap();
+        assert!(log.contains("reachable through the relay"), "silo {i}");
+        assert!(log.contains("connected through a relay"), "silo {i}");
+        assert!(log.contains("members connected at the end"), "silo {i}");
+    }
 }

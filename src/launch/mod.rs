@@ -107,6 +107,9 @@ pub struct SwarmOptions {
     pub timeout: Duration,
     /// Each node in its own network namespace, partitions cut in the kernel (Linux, root).
     pub netns: bool,
+    /// Behind NAT: the silos at this many NATed sites (network namespaces, `nft` masquerade),
+    /// reaching each other through a `federico relay` on the public side (implies `netns`).
+    pub nat: Option<usize>,
     /// The fault checks' accuracy baseline (`faults.baseline`): the CLI passes the
     /// simulator's fault-free run. `None` refuses a schedule that asks for a baseline.
     pub baseline: Option<Baseline>,
@@ -123,6 +126,11 @@ pub type Baseline = fn(&Scenario, u64, Option<&Path>) -> anyhow::Result<Vec<Opti
 /// namespaces allowed), or `None` when it can.
 pub fn netns_unavailable() -> Option<String> {
     netns::unavailable()
+}
+
+/// Why `SwarmOptions::nat` cannot run here (what [`netns_unavailable`] says, or no `nft`).
+pub fn nat_unavailable() -> Option<String> {
+    netns::unavailable().or_else(netns::nat_unavailable)
 }
 
 /// Free TCP ports on 127.0.0.1 (bound, read, released; nodes bind them when they start).
@@ -233,8 +241,8 @@ fn swarm_coordinated(
     opts: &SwarmOptions,
     algorithm: Algorithm,
 ) -> anyhow::Result<Outcome> {
-    if opts.netns {
-        bail!("--netns runs FedeRiCo swarms only");
+    if opts.netns || opts.nat.is_some() {
+        bail!("--netns and --nat run FedeRiCo swarms only");
     }
     let mut runs = Vec::new();
     let mut curves = Vec::new();
@@ -297,7 +305,81 @@ pub fn prepare(
     deadlines: &Deadlines,
     dir: &Path,
 ) -> anyhow::Result<Prepared> {
-    prepare_at(scenario, seed, data_dir, deadlines, dir, None)
+    prepare_at(
+        scenario,
+        seed,
+        data_dir,
+        deadlines,
+        dir,
+        Placement {
+            hosts: None,
+            relay: None,
+        },
+    )
+}
+
+/// Where the silos of a swarm run: each at its own address (a network namespace's) on
+/// [`netns::NODE_PORT`] when `hosts` is given, else on 127.0.0.1; behind NAT, reached through
+/// the relay at `relay` (the manifest then lists no member address: none accepts a connection).
+struct Placement<'a> {
+    hosts: Option<&'a [std::net::Ipv4Addr]>,
+    relay: Option<std::net::Ipv4Addr>,
+}
+
+/// The relay's port behind NAT (TCP and QUIC).
+const RELAY_PORT: u16 = 4100;
+
+/// A process killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `federico relay` in the relay's namespace with the swarm's manifest (its log in
+/// `nodes/relay.log`), once it listens.
+fn start_relay(ns: &netns::Netns, exe: &Path, dir: &Path) -> anyhow::Result<Killed> {
+    let log = dir.join("nodes").join("relay.log");
+    let r = ns.relay_addr();
+    let (tcp, quic) = (
+        format!("/ip4/{r}/tcp/{RELAY_PORT}"),
+        format!("/ip4/{r}/udp/{RELAY_PORT}/quic-v1"),
+    );
+    let child = ns
+        .relay_command(exe)
+        .arg("relay")
+        .arg("--key")
+        .arg(dir.join("keys").join("relay.key"))
+        .arg("--manifest")
+        .arg(dir.join("manifest.toml"))
+        .args(["--listen", &format!("/ip4/0.0.0.0/tcp/{RELAY_PORT}")])
+        .args([
+            "--listen",
+            &format!("/ip4/0.0.0.0/udp/{RELAY_PORT}/quic-v1"),
+        ])
+        .args(["--external", &tcp, "--external", &quic])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting federico relay")?;
+    let mut relay = Killed(child);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::fs::read_to_string(&log).is_ok_and(|l| l.contains("relay started")) {
+            return Ok(relay);
+        }
+        if let Some(status) = relay.0.try_wait()? {
+            bail!("the relay exited {status}:\n{}", tail(&log, 8));
+        }
+        if Instant::now() > until {
+            bail!("the relay did not start within 10 s:\n{}", tail(&log, 8));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// [`prepare`], with each silo at its own address (a network namespace's) on
@@ -308,8 +390,9 @@ fn prepare_at(
     data_dir: Option<&Path>,
     deadlines: &Deadlines,
     dir: &Path,
-    hosts: Option<&[std::net::Ipv4Addr]>,
+    at: Placement<'_>,
 ) -> anyhow::Result<Prepared> {
+    let hosts = at.hosts;
     if dir.join("nodes").exists() {
         bail!(
             "{} already holds a swarm run; choose another --out (nodes would resume from its checkpoints)",
@@ -323,6 +406,12 @@ fn prepare_at(
 
     // Keys, addresses, manifest.
     let (hosts, ports): (Vec<std::net::Ipv4Addr>, Vec<u16>) = match hosts {
+        // Behind NAT, a port per silo: a site's NAT keeps each silo's port on the public side
+        // only when they differ (hole punching dials the port the relay saw).
+        Some(h) if h.len() == k && at.relay.is_some() => (
+            h.to_vec(),
+            (0..k).map(|i| netns::NODE_PORT + i as u16).collect(),
+        ),
         Some(h) if h.len() == k => (h.to_vec(), vec![netns::NODE_PORT; k]),
         Some(h) => bail!("{} addresses for {k} silos", h.len()),
         None => (vec![std::net::Ipv4Addr::LOCALHOST; k], free_ports(k)?),
@@ -338,13 +427,43 @@ fn prepare_at(
         members.push(Member {
             name: format!("silo-{i}"),
             peer_id: key.public().to_peer_id(),
-            addrs: vec![format!("/ip4/{}/tcp/{port}", hosts[i]).parse()?],
+            addrs: match at.relay {
+                Some(_) => Vec::new(),
+                None => vec![format!("/ip4/{}/tcp/{port}", hosts[i]).parse()?],
+            },
         });
     }
+    let relays = match at.relay {
+        Some(r) => {
+            let key_path = dir.join("keys").join("relay.key");
+            let key = if key_path.exists() {
+                load_key(&key_path)?
+            } else {
+                keygen(&key_path)?
+            };
+            let id = key.public().to_peer_id();
+            // QUIC first: the reservation runs over it, so the relay sees (and tells) each
+            // silo's UDP mapping, which hole punching uses.
+            [
+                format!("/ip4/{r}/udp/{RELAY_PORT}/quic-v1/p2p/{id}"),
+                format!("/ip4/{r}/tcp/{RELAY_PORT}/p2p/{id}"),
+            ]
+            .into_iter()
+            .map(|a| {
+                Ok(crate::net::identity::Relay {
+                    peer_id: id,
+                    addr: a.parse()?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
+        }
+        None => Vec::new(),
+    };
     let manifest = Manifest {
         open: false,
         epoch_steps: Some(fed.epoch_steps(scenario.train.batch_size)),
         members,
+        relays,
     };
     let manifest_path = dir.join("manifest.toml");
     std::fs::write(&manifest_path, manifest.to_toml())?;
@@ -362,7 +481,14 @@ fn prepare_at(
                 name: &name,
                 key: dir.join("keys").join(format!("{name}.key")),
                 manifest: manifest_path.clone(),
-                listen: format!("/ip4/{}/tcp/{port}", hosts[i]),
+                listen: match at.relay {
+                    // Behind NAT, QUIC as well: UDP holes punch more often than TCP's.
+                    Some(_) => vec![
+                        format!("/ip4/{}/tcp/{port}", hosts[i]),
+                        format!("/ip4/{}/udp/{port}/quic-v1", hosts[i]),
+                    ],
+                    None => vec![format!("/ip4/{}/tcp/{port}", hosts[i])],
+                },
                 state_dir: nodes_dir.join(&name),
                 shard: shards[i].clone(),
             },
@@ -388,7 +514,7 @@ struct SiloPaths<'a> {
     name: &'a str,
     key: PathBuf,
     manifest: PathBuf,
-    listen: String,
+    listen: Vec<String>,
     state_dir: PathBuf,
     shard: PathBuf,
 }
@@ -405,7 +531,7 @@ fn silo_config(
         name: at.name.to_string(),
         key: at.key,
         manifest: at.manifest,
-        listen: vec![at.listen],
+        listen: at.listen,
         bootstrap: Vec::new(),
         mdns: false,
         seed,
@@ -450,13 +576,18 @@ fn run_seed(
 ) -> anyhow::Result<SeedOutcome> {
     // Each node in its own network namespace: created before the configs (they name the
     // namespaces' addresses), removed when this seed is over.
-    let netns = if opts.netns {
+    let netns = if opts.netns || opts.nat.is_some() {
         Some(std::sync::Arc::new(netns::Netns::create(
             scenario.split.clients,
+            opts.nat.unwrap_or(0),
         )?))
     } else {
         None
     };
+    let relay = netns
+        .as_deref()
+        .filter(|ns| ns.behind_nat())
+        .map(|ns| ns.relay_addr());
     let prepared = {
         let hosts: Option<Vec<_>> = netns
             .as_deref()
@@ -467,8 +598,16 @@ fn run_seed(
             opts.data_dir.as_deref(),
             &seed_deadlines(scenario, opts),
             dir,
-            hosts.as_deref(),
+            Placement {
+                hosts: hosts.as_deref(),
+                relay,
+            },
         )?
+    };
+    // Behind NAT, the relay runs (in its namespace) for as long as the nodes do.
+    let _relay = match netns.as_deref().filter(|ns| ns.behind_nat()) {
+        Some(ns) => Some(start_relay(ns, &opts.exe, dir)?),
+        None => None,
     };
     let schedule = scenario.fault_schedule()?;
     let fault_driver = if schedule.events.is_empty() {

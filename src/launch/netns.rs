@@ -19,6 +19,18 @@
 //! ```
 //! The host end lets the launcher reach each node's control channel; nothing else of the
 //! machine's network is touched, and dropping the [`Netns`] removes it all.
+//!
+//! Behind NAT (`federico swarm --nat S`), the bridge is the public internet and the silos sit at
+//! S sites (silo i at site i mod S), each behind a router that masquerades its LAN (`nft`) and
+//! forwards nothing new inward but the launcher's control connections; a relay has the only
+//! open port on the public side:
+//!
+//! ```text
+//!   silo (10.A.C.i+1) ─ lan ─ federico-P-N-r0 (NAT, 10.A.B.101) ─┐
+//!   silo …            ─┘                                          ├─ br0 ── host (10.A.B.254)
+//!   silo (10.A.D.i+1) ─ lan ─ federico-P-N-r1 (NAT, 10.A.B.102) ─┤
+//!                           federico-P-N-relay (10.A.B.200)      ─┘
+//! ```
 
 use anyhow::{Context, bail};
 use std::collections::BTreeSet;
@@ -38,6 +50,8 @@ pub(crate) struct Netns {
     host_if: String,
     net: [u8; 2],
     k: usize,
+    /// Behind NAT: each site's LAN (`10.A.C.0/24`); empty for one flat bridge.
+    sites: Vec<[u8; 2]>,
     /// Per silo, the silos its namespace has a blackhole route to.
     cut: Mutex<Vec<BTreeSet<usize>>>,
     created: Mutex<Vec<String>>,
@@ -56,6 +70,55 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs `program args` inside namespace `ns`.
+fn netns_exec(ns: &str, program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program} in {ns}"))?;
+    if !out.status.success() {
+        bail!(
+            "`{program} {}` in {ns} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Loads `rules` into namespace `ns`'s nftables.
+fn nft(ns: &str, rules: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running nft (the nftables package is needed for --nat)")?;
+    child
+        .stdin
+        .take()
+        .context("nft's stdin")?
+        .write_all(rules.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "nft in {ns} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Why `--nat` cannot run here beyond [`unavailable`]: no `nft` (the nftables package).
+pub(crate) fn nat_unavailable() -> Option<String> {
+    match Command::new("nft").arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("--nat needs nft (install the nftables package)".into()),
+    }
 }
 
 /// Why `--netns` cannot run here, if it cannot: not Linux, not root, no `ip`, or namespaces
@@ -79,10 +142,19 @@ pub(crate) fn unavailable() -> Option<String> {
 }
 
 impl Netns {
-    /// Creates the namespaces, bridge and links for `k` silos.
-    pub(crate) fn create(k: usize) -> anyhow::Result<Self> {
+    /// Creates the namespaces, bridge and links for `k` silos: on one flat bridge (`sites` = 0),
+    /// or at `sites` NATed sites with a relay's namespace on the public side.
+    pub(crate) fn create(k: usize, sites: usize) -> anyhow::Result<Self> {
         if let Some(why) = unavailable() {
             bail!(why);
+        }
+        if sites > 0 {
+            if let Some(why) = nat_unavailable() {
+                bail!(why);
+            }
+            if sites > 16 || k > 250 {
+                bail!("--nat supports at most 16 sites and 250 silos");
+            }
         }
         if k > 250 {
             bail!("--netns supports at most 250 silos, the scenario has {k}");
@@ -101,22 +173,29 @@ impl Netns {
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         let start = pid.wrapping_mul(31).wrapping_add(seq.wrapping_mul(7)) % 2048;
-        let net = (0..2048u32)
+        let mut free = (0..2048u32)
             .map(|d| {
                 let n = (start + d) % 2048;
                 [200 + (n / 256) as u8, (n % 256) as u8]
             })
-            .find(|[a, b]| {
+            .filter(|[a, b]| {
                 let p = format!("10.{a}.{b}.");
                 !used.contains(&p) && !routes.contains(&p)
-            })
+            });
+        let net = free
+            .next()
             .context("no free 10.200.0.0/13 subnet for --netns")?;
+        let site_nets: Vec<[u8; 2]> = free.take(sites).collect();
+        if site_nets.len() < sites {
+            bail!("no {sites} free 10.200.0.0/13 subnets for --nat");
+        }
         let prefix = format!("federico-{pid}-{seq}");
         let me = Self {
             host_if: format!("fh{}-{seq}", pid % 1_000_000),
             prefix,
             net,
             k,
+            sites: site_nets,
             cut: Mutex::new(vec![BTreeSet::new(); k]),
             created: Mutex::new(Vec::new()),
         };
@@ -135,6 +214,9 @@ impl Netns {
         self.add_namespace(&hub)?;
         ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+        if !self.sites.is_empty() {
+            return self.build_behind_nat();
+        }
         for i in 0..self.k {
             let ns = self.namespace(i);
             self.add_namespace(&ns)?;
@@ -148,6 +230,90 @@ impl Netns {
             ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
         }
+        self.plug_host()
+    }
+
+    /// Joins namespace `ns` to the bridge of namespace `bridge_ns` by a veth (`port` there,
+    /// `eth0` or `inner` inside `ns`), with address `addr`/24.
+    fn plug(
+        &self,
+        bridge_ns: &str,
+        port: &str,
+        ns: &str,
+        inner: &str,
+        addr: Ipv4Addr,
+    ) -> anyhow::Result<()> {
+        let bridge = if bridge_ns == self.hub() {
+            "br0"
+        } else {
+            "lan"
+        };
+        ip(&[
+            "-n", bridge_ns, "link", "add", port, "type", "veth", "peer", "name", inner, "netns",
+            ns,
+        ])?;
+        ip(&["-n", bridge_ns, "link", "set", port, "master", bridge])?;
+        ip(&["-n", bridge_ns, "link", "set", port, "up"])?;
+        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", inner])?;
+        ip(&["-n", ns, "link", "set", inner, "up"])
+    }
+
+    /// The NAT layout: a router per site (its LAN bridge, masquerade, and a filter that drops
+    /// whatever comes in unasked, as home and office NATs do: forwarded or for the router
+    /// itself, so a hole-punching SYN that comes early is lost, not refused),
+    /// the silos on the LANs, the relay's namespace on the public bridge, and host routes to
+    /// the LANs through the routers (the launcher's control connections only: the routers
+    /// forward nothing else inward).
+    fn build_behind_nat(&self) -> anyhow::Result<()> {
+        let hub = self.hub();
+        let relay = self.relay_namespace();
+        self.add_namespace(&relay)?;
+        self.plug(&hub, "relay", &relay, "eth0", self.relay_addr())?;
+        self.plug_host()?;
+        for (s, lan) in self.sites.iter().enumerate() {
+            let r = self.router(s);
+            self.add_namespace(&r)?;
+            self.plug(&hub, &format!("r{s}"), &r, "eth0", self.router_addr(s))?;
+            ip(&["-n", &r, "link", "add", "lan", "type", "bridge"])?;
+            let gw = Ipv4Addr::new(10, lan[0], lan[1], 254);
+            ip(&["-n", &r, "addr", "add", &format!("{gw}/24"), "dev", "lan"])?;
+            ip(&["-n", &r, "link", "set", "lan", "up"])?;
+            netns_exec(&r, "sysctl", &["-q", "-w", "net.ipv4.ip_forward=1"])?;
+            let rules = format!(
+                "table ip nat {{\n chain post {{\n  type nat hook postrouting priority srcnat;\n  \
+                 oifname \"eth0\" masquerade\n }}\n}}\n\
+                 table ip filter {{\n chain inward {{\n  type filter hook forward priority filter; \
+                 policy drop;\n  ct state established,related accept\n  iifname \"lan\" accept\n  \
+                 ip saddr {host} accept\n }}\n \
+                 chain local {{\n  type filter hook input priority filter; policy drop;\n  \
+                 ct state established,related accept\n  iifname {{ \"lan\", \"lo\" }} accept\n \
+                 }}\n}}\n",
+                host = self.host_addr()
+            );
+            nft(&r, &rules)?;
+            ip(&[
+                "route",
+                "add",
+                &format!("10.{}.{}.0/24", lan[0], lan[1]),
+                "via",
+                &self.router_addr(s).to_string(),
+            ])?;
+        }
+        for i in 0..self.k {
+            let s = i % self.sites.len();
+            let ns = self.namespace(i);
+            self.add_namespace(&ns)?;
+            self.plug(&self.router(s), &format!("v{i}"), &ns, "eth0", self.addr(i))?;
+            let lan = self.sites[s];
+            let gw = Ipv4Addr::new(10, lan[0], lan[1], 254).to_string();
+            ip(&["-n", &ns, "route", "add", "default", "via", &gw])?;
+        }
+        Ok(())
+    }
+
+    /// The launcher's end on the public bridge.
+    fn plug_host(&self) -> anyhow::Result<()> {
+        let hub = self.hub();
         ip(&[
             "link",
             "add",
@@ -164,8 +330,37 @@ impl Netns {
         ip(&["-n", &hub, "link", "set", "host", "up"])?;
         let host = format!("{}/24", self.host_addr());
         ip(&["addr", "add", &host, "dev", &self.host_if])?;
-        ip(&["link", "set", &self.host_if, "up"])?;
-        Ok(())
+        ip(&["link", "set", &self.host_if, "up"])
+    }
+
+    fn router(&self, site: usize) -> String {
+        format!("{}-r{site}", self.prefix)
+    }
+
+    /// Site `site`'s router on the public bridge (its NAT's public address).
+    pub(crate) fn router_addr(&self, site: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net[0], self.net[1], 101 + site as u8)
+    }
+
+    fn relay_namespace(&self) -> String {
+        format!("{}-relay", self.prefix)
+    }
+
+    /// The relay's public address (behind NAT only).
+    pub(crate) fn relay_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net[0], self.net[1], 200)
+    }
+
+    /// Whether the silos sit behind NAT.
+    pub(crate) fn behind_nat(&self) -> bool {
+        !self.sites.is_empty()
+    }
+
+    /// A command that runs `exe` in the relay's namespace.
+    pub(crate) fn relay_command(&self, exe: &std::path::Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.relay_namespace()]).arg(exe);
+        c
     }
 
     fn hub(&self) -> String {
@@ -177,9 +372,12 @@ impl Netns {
         format!("{}-{i}", self.prefix)
     }
 
-    /// Silo `i`'s address.
+    /// Silo `i`'s address (behind NAT, on its site's LAN).
     pub(crate) fn addr(&self, i: usize) -> Ipv4Addr {
-        Ipv4Addr::new(10, self.net[0], self.net[1], i as u8 + 1)
+        match self.sites.get(i % self.sites.len().max(1)) {
+            Some(lan) => Ipv4Addr::new(10, lan[0], lan[1], i as u8 + 1),
+            None => Ipv4Addr::new(10, self.net[0], self.net[1], i as u8 + 1),
+        }
     }
 
     /// The launcher's address on the bridge.
@@ -220,6 +418,9 @@ impl Netns {
     }
 
     fn remove(&self) {
+        for lan in &self.sites {
+            let _ = ip(&["route", "del", &format!("10.{}.{}.0/24", lan[0], lan[1])]);
+        }
         let _ = ip(&["link", "del", &self.host_if]);
         for ns in self.created.lock().unwrap().drain(..).rev() {
             let _ = ip(&["netns", "del", &ns]);
