@@ -676,3 +676,107 @@ fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions()
         assert!(log.contains("members connected at the end"), "silo {i}");
     }
 }
+
+/// The relay of a federation behind NAT is killed mid-run (`swarm --nat` starts it again at
+/// once, as a service manager would): the silos get their reservations back and open circuits
+/// again; the run costs a round or two at the deadline and loses nothing.
+#[test]
+fn a_relay_killed_behind_nat_costs_a_deadline_and_loses_nothing() {
+    if let Some(why) = launch::nat_unavailable() {
+        assert!(
+            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
+            "FEDERICO_REQUIRE_NETNS is set but {why}"
+        );
+        eprintln!("SKIPPED a_relay_killed_behind_nat: {why}");
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = scenario("quickstart.toml");
+    s.rounds = 600;
+    s.eval_every = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_owned();
+    let swarm = {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            launch::swarm(
+                &s,
+                &SwarmOptions {
+                    out,
+                    data_dir: None,
+                    exe: PathBuf::from(EXE),
+                    progress: false,
+                    deadlines: federico::net::config::Deadlines {
+                        model_s: 2.0,
+                        gradient_s: 2.0,
+                        start_s: 10.0,
+                        alone_s: Some(10.0),
+                        linger_s: 5.0,
+                    },
+                    timeout: Duration::from_secs(300),
+                    netns: false,
+                    nat: Some(4),
+                    baseline: None,
+                },
+            )
+            .map(drop)
+            .map_err(|e| format!("{e:#}"))
+        })
+    };
+    let nodes = out.join("seed-1/nodes");
+    let rounds = |i: usize| {
+        std::fs::read_to_string(nodes.join(format!("silo-{i}/rounds.jsonl")))
+            .map_or(0, |t| t.lines().count())
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    while rounds(0) < 150 {
+        assert!(std::time::Instant::now() < until, "silo-0 made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid: i32 = std::fs::read_to_string(nodes.join("relay.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let killed_at = unix_now();
+    // SAFETY: kill(2) on the relay's pid, which this test's swarm started and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    swarm.join().unwrap().expect("the swarm finishes");
+
+    let relay = std::fs::read_to_string(nodes.join("relay.log")).unwrap();
+    assert_eq!(relay.matches("relay started").count(), 2, "{relay}");
+    let after_restart = relay.split("relay started").nth(2).unwrap();
+    assert!(after_restart.contains("circuit opened"), "{relay}");
+    for i in 0..8 {
+        assert_eq!(rounds(i), 600, "silo {i} ran every round");
+        let log = std::fs::read_to_string(nodes.join(format!("silo-{i}.log"))).unwrap();
+        assert_eq!(
+            log.matches("reachable through the relay").count(),
+            2,
+            "silo {i} got its reservation back"
+        );
+        assert!(log.contains("reservation on the relay lost"), "silo {i}");
+        // The rounds that waited a deadline (2 s) after the kill: a few at most.
+        let trace = launch::read_run_log(&nodes.join(format!("silo-{i}/rounds.jsonl"))).unwrap();
+        let slow = trace
+            .iter()
+            .filter(|r| r.at > killed_at && r.seconds > 1.0)
+            .count();
+        assert!(slow <= 3, "silo {i}: {slow} rounds waited a deadline");
+        // And the rounds of the last stretch got every model they asked for.
+        let tail = &trace[500..];
+        let full = tail
+            .iter()
+            .filter(|r| r.answered.len() == r.sampled.len())
+            .count();
+        assert!(full >= 95, "silo {i}: {full} of 100 late rounds complete");
+    }
+}
+
+/// Seconds since the Unix epoch, as the run logs' `at`.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}

@@ -9,7 +9,8 @@
 //! Layout: the run directory and each seed's run (set-up, the node processes, the report) are
 //! here; `procs.rs` starts, watches and stops the node processes; `outcome.rs` merges their
 //! run logs and computes the figures and fault checks; `faults.rs` applies a fault schedule;
-//! `netns.rs` sets up network namespaces; `coordinated.rs` runs the coordinated algorithms.
+//! `netns.rs` sets up network namespaces (behind NAT, `relay.rs` keeps the relay up);
+//! `coordinated.rs` runs the coordinated algorithms.
 
 pub mod coordinated;
 mod faults;
@@ -17,6 +18,7 @@ mod init;
 mod netns;
 mod outcome;
 mod procs;
+mod relay;
 
 use crate::faults::Schedule;
 use crate::learn::{Federation, Shard};
@@ -326,62 +328,6 @@ struct Placement<'a> {
     relay: Option<std::net::Ipv4Addr>,
 }
 
-/// The relay's port behind NAT (TCP and QUIC).
-const RELAY_PORT: u16 = 4100;
-
-/// A process killed when dropped.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `federico relay` in the relay's namespace with the swarm's manifest (its log in
-/// `nodes/relay.log`), once it listens.
-fn start_relay(ns: &netns::Netns, exe: &Path, dir: &Path) -> anyhow::Result<Killed> {
-    let log = dir.join("nodes").join("relay.log");
-    let r = ns.relay_addr();
-    let (tcp, quic) = (
-        format!("/ip4/{r}/tcp/{RELAY_PORT}"),
-        format!("/ip4/{r}/udp/{RELAY_PORT}/quic-v1"),
-    );
-    let child = ns
-        .relay_command(exe)
-        .arg("relay")
-        .arg("--key")
-        .arg(dir.join("keys").join("relay.key"))
-        .arg("--manifest")
-        .arg(dir.join("manifest.toml"))
-        .args(["--listen", &format!("/ip4/0.0.0.0/tcp/{RELAY_PORT}")])
-        .args([
-            "--listen",
-            &format!("/ip4/0.0.0.0/udp/{RELAY_PORT}/quic-v1"),
-        ])
-        .args(["--external", &tcp, "--external", &quic])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting federico relay")?;
-    let mut relay = Killed(child);
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        if std::fs::read_to_string(&log).is_ok_and(|l| l.contains("relay started")) {
-            return Ok(relay);
-        }
-        if let Some(status) = relay.0.try_wait()? {
-            bail!("the relay exited {status}:\n{}", tail(&log, 8));
-        }
-        if Instant::now() > until {
-            bail!("the relay did not start within 10 s:\n{}", tail(&log, 8));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// [`prepare`], with each silo at its own address (a network namespace's) on
 /// [`netns::NODE_PORT`] when `hosts` is given.
 fn prepare_at(
@@ -445,8 +391,8 @@ fn prepare_at(
             // QUIC first: the reservation runs over it, so the relay sees (and tells) each
             // silo's UDP mapping, which hole punching uses.
             [
-                format!("/ip4/{r}/udp/{RELAY_PORT}/quic-v1/p2p/{id}"),
-                format!("/ip4/{r}/tcp/{RELAY_PORT}/p2p/{id}"),
+                format!("/ip4/{r}/udp/{}/quic-v1/p2p/{id}", relay::RELAY_PORT),
+                format!("/ip4/{r}/tcp/{}/p2p/{id}", relay::RELAY_PORT),
             ]
             .into_iter()
             .map(|a| {
@@ -606,7 +552,7 @@ fn run_seed(
     };
     // Behind NAT, the relay runs (in its namespace) for as long as the nodes do.
     let _relay = match netns.as_deref().filter(|ns| ns.behind_nat()) {
-        Some(ns) => Some(start_relay(ns, &opts.exe, dir)?),
+        Some(ns) => Some(relay::Relay::start(ns, &opts.exe, dir)?),
         None => None,
     };
     let schedule = scenario.fault_schedule()?;

@@ -342,7 +342,7 @@ impl Netns {
         Ipv4Addr::new(10, self.net[0], self.net[1], 101 + site as u8)
     }
 
-    fn relay_namespace(&self) -> String {
+    pub(crate) fn relay_namespace(&self) -> String {
         format!("{}-relay", self.prefix)
     }
 
@@ -354,13 +354,6 @@ impl Netns {
     /// Whether the silos sit behind NAT.
     pub(crate) fn behind_nat(&self) -> bool {
         !self.sites.is_empty()
-    }
-
-    /// A command that runs `exe` in the relay's namespace.
-    pub(crate) fn relay_command(&self, exe: &std::path::Path) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.relay_namespace()]).arg(exe);
-        c
     }
 
     fn hub(&self) -> String {

@@ -402,7 +402,20 @@ impl Driver {
                 && !self.round.is_connected(NodeId(i as u32))
                 && !self.blocked.contains(&m.peer_id)
             {
-                if let Err(e) = self.swarm.dial(m.peer_id) {
+                // The manifest's addresses and the circuits through every relay, given again
+                // each time: libp2p's behaviours forget an address after a failed dial, and a
+                // relay that was down for a moment must not leave a member undialable.
+                let addrs: Vec<Multiaddr> = m
+                    .addrs
+                    .iter()
+                    .cloned()
+                    .chain(self.manifest.relays.iter().map(|r| r.circuit_to(m.peer_id)))
+                    .collect();
+                let opts = libp2p::swarm::dial_opts::DialOpts::peer_id(m.peer_id)
+                    .addresses(addrs)
+                    .extend_addresses_through_behaviour()
+                    .build();
+                if let Err(e) = self.swarm.dial(opts) {
                     debug!(peer = %m.name, "dial: {e}");
                 }
             }
