@@ -243,6 +243,30 @@ impl Manifest {
             .enumerate()
             .map(|(i, a)| parse_relay(i, a, &ids))
             .collect::<Result<Vec<_>, _>>()?;
+        // A member address through a relay goes through one this manifest lists: the nodes
+        // admit no other relay.
+        for (i, m) in members.iter().enumerate() {
+            for a in &m.addrs {
+                let mut parts = a.iter().collect::<Vec<_>>();
+                let Some(cut) = parts
+                    .iter()
+                    .position(|p| *p == libp2p::multiaddr::Protocol::P2pCircuit)
+                else {
+                    continue;
+                };
+                parts.truncate(cut);
+                let via = match parts.last() {
+                    Some(libp2p::multiaddr::Protocol::P2p(id)) => Some(*id),
+                    _ => None,
+                };
+                if !via.is_some_and(|id| relays.iter().any(|r| r.peer_id == id)) {
+                    return Err(format!(
+                        "member[{i}].addrs: {a} goes through a relay that is not in `relays` \
+                         (list the relay's own address there, ending in /p2p/<its peer ID>)"
+                    ));
+                }
+            }
+        }
         Ok(Self {
             open: file.open,
             epoch_steps: file.epoch_steps,
@@ -399,5 +423,20 @@ mod tests {
             let e = Manifest::parse(&format!("relays = [\"{bad}\"]\n{member}")).unwrap_err();
             assert!(e.contains("relays[0]") && e.contains(says), "{bad}: {e}");
         }
+        // A member's address may go through a listed relay, and through no other.
+        let b = Keypair::generate_ed25519().public().to_peer_id();
+        let via = |relay: PeerId| {
+            format!(
+                "relays = [\"/ip4/203.0.113.5/tcp/4100/p2p/{r}\"]\n{member}\n[[member]]\n\
+                 name = \"b\"\npeer_id = \"{b}\"\n\
+                 addrs = [\"/ip4/203.0.113.5/tcp/4100/p2p/{relay}/p2p-circuit\"]\n"
+            )
+        };
+        assert!(Manifest::parse(&via(r)).is_ok());
+        let e = Manifest::parse(&via(a)).unwrap_err();
+        assert!(
+            e.contains("member[1].addrs") && e.contains("not in `relays`"),
+            "{e}"
+        );
     }
 }
