@@ -615,6 +615,7 @@ fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions()
         eprintln!("SKIPPED silos_behind_nat_federate_through_a_relay: {why}");
         return;
     }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let exe = env!("CARGO_BIN_EXE_federico");
     let dir = tempfile::tempdir().unwrap();
     let (swarm, sim) = (dir.path().join("swarm"), dir.path().join("sim"));

@@ -2,7 +2,7 @@
 //! there is one), following them with the progress bar until all have exited, Ctrl-C, and
 //! stopping them.
 //! Owns: [`Proc`] (a started node process, its lives and how it ended), [`start_node`], the
-//! watch loop, the SIGINT hook, SIGTERM-then-SIGKILL teardown, log tails and resident-set
+//! watch loop, the SIGINT and SIGTERM hook, SIGTERM-then-SIGKILL teardown, log tails and resident-set
 //! sampling.
 //! Must not: write the run directory (`mod.rs`) or read the nodes' run logs (`outcome.rs`).
 
@@ -167,21 +167,33 @@ pub(super) fn watch(
     Ok(())
 }
 
-/// Installs a SIGINT handler that runs `f` (once per signal) instead of killing the launcher.
+/// Installs a SIGINT and SIGTERM handler that runs `f` (once per signal) instead of killing
+/// the launcher, so its nodes, relay and network namespaces are stopped and removed, not left
+/// behind.
 pub(super) fn ctrlc_hook(f: impl Fn() + Send + 'static) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     std::thread::Builder::new()
         .name("sigint".into())
-        .spawn(move || {
-            rt.block_on(async {
-                while tokio::signal::ctrl_c().await.is_ok() {
-                    f();
-                }
-            })
-        })?;
+        .spawn(move || rt.block_on(on_signals(f)))?;
     Ok(())
+}
+
+/// Runs `f` on every SIGINT or SIGTERM (until the signals cannot be listened to).
+async fn on_signals(f: impl Fn()) -> std::io::Result<()> {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        #[cfg(unix)]
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await?;
+        f();
+    }
 }
 
 /// SIGTERM to every node still running, then SIGKILL after a grace period.
