@@ -473,6 +473,12 @@ fn swarm(args: SwarmArgs) -> anyhow::Result<()> {
                 f.max_rss_mib,
                 f.first_round_seconds
             );
+            if let Some(p) = f.paths {
+                text += &format!(
+                    "seed {seed}: members connected at the end, summed over the nodes: {} directly, {} through a relay only; hole punches: {} succeeded, {} failed\n",
+                    p.direct, p.relayed, p.hole_punched, p.hole_punch_failed
+                );
+            }
         }
     }
     let logs = if scenario

@@ -642,6 +642,13 @@ fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions()
     let manifest = federico::net::Manifest::load(&seed.join("manifest.toml")).unwrap();
     assert!(manifest.members.iter().all(|m| m.addrs.is_empty()));
     assert_eq!(manifest.relays.len(), 2, "the relay over QUIC and TCP");
+    // How the connections ended, in swarm.json (each pair counted from both sides).
+    let figures: Value =
+        serde_json::from_str(&std::fs::read_to_string(seed.join("swarm.json")).unwrap()).unwrap();
+    let paths = &figures["paths"];
+    let ended = paths["direct"].as_u64().unwrap() + paths["relayed"].as_u64().unwrap();
+    assert!((1..=56).contains(&ended), "{paths}");
+    eprintln!("behind NAT, at the end: {paths}");
     // Every decision is the simulator's.
     let lines = |p: PathBuf| -> Vec<Value> {
         std::fs::read_to_string(p)

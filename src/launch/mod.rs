@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use init::{DEFAULT_SCENARIO, Initialised, init};
-pub use outcome::{SwarmFigures, read_run_log};
+pub use outcome::{Paths, SwarmFigures, read_run_log};
 use outcome::{fault_report, figures};
 pub use procs::start_node;
 use procs::{Proc, start_silo, stop_all, tail, watch};

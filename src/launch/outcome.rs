@@ -43,6 +43,55 @@ pub struct SwarmFigures {
     pub first_round_seconds: f64,
     /// The whole run, start to last exit.
     pub total_seconds: f64,
+    /// Behind relays (`--nat`): how the nodes' member connections ended, from their logs.
+    #[serde(default)]
+    pub paths: Option<Paths>,
+}
+
+/// How the member connections of a swarm behind relays ended, summed over the nodes (each pair
+/// counted once from each side).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Paths {
+    /// Members a node was connected to directly at its end.
+    pub direct: usize,
+    /// Members a node was connected to through a relay only at its end.
+    pub relayed: usize,
+    /// Hole punches that made a connection direct.
+    pub hole_punched: usize,
+    /// Hole punches that failed.
+    pub hole_punch_failed: usize,
+}
+
+/// [`Paths`] from the nodes' logs, or `None` when no node reported its connections at the end
+/// (a swarm without relays).
+pub(super) fn paths(procs: &[Proc]) -> Option<Paths> {
+    let mut p = Paths::default();
+    let mut seen = false;
+    for proc in procs {
+        let Ok(text) = std::fs::read_to_string(&proc.log) else {
+            continue;
+        };
+        p.hole_punched += text.matches("hole punched").count();
+        p.hole_punch_failed += text.matches("hole punch failed").count();
+        let Some(end) = text
+            .lines()
+            .rev()
+            .find(|l| l.contains("members connected at the end"))
+        else {
+            continue;
+        };
+        let field = |key: &str| -> usize {
+            end.split(&format!(" {key}="))
+                .nth(1)
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        seen = true;
+        p.direct += field("direct");
+        p.relayed += field("relayed");
+    }
+    seen.then_some(p)
 }
 
 /// The checks of a faulty swarm. The round budget ([`checks::round_budget`], the simulator's
@@ -198,6 +247,7 @@ pub(super) fn figures(
         median_rss_mib: median(rss),
         first_round_seconds,
         total_seconds,
+        paths: paths(procs),
     }
 }
 
