@@ -61,6 +61,20 @@ fn run_with(s: &Scenario, out: &Path, netns: bool) -> (Value, Vec<Vec<NodeRound>
     (report, traces)
 }
 
+/// Whether `test` must skip because the machine cannot run it (`why`): it says so on stderr.
+/// Not a pass: FEDERICO_REQUIRE_NETNS=1 makes a skip fail instead.
+fn skipped(test: &str, why: Option<String>) -> bool {
+    let Some(why) = why else {
+        return false;
+    };
+    assert!(
+        std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
+        "FEDERICO_REQUIRE_NETNS is set but {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+    true
+}
+
 fn check(report: &Value, name: &str) -> Value {
     report["checks"]
         .as_array()
@@ -416,13 +430,10 @@ fn lost_messages_cost_their_deadline_and_the_federation_keeps_going() {
 
 #[test]
 fn a_kernel_partition_between_network_namespaces_heals_and_every_check_passes() {
-    if let Some(why) = launch::netns_unavailable() {
-        // Not a pass: the test says so, and FEDERICO_REQUIRE_NETNS=1 makes it fail instead.
-        assert!(
-            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
-            "FEDERICO_REQUIRE_NETNS is set but {why}"
-        );
-        eprintln!("SKIPPED a_kernel_partition_between_network_namespaces_heals: {why}");
+    if skipped(
+        "a_kernel_partition_between_network_namespaces_heals",
+        launch::netns_unavailable(),
+    ) {
         return;
     }
     // 4 | 4 from round 10 to round 20 of 40, cut by blackhole routes: packets are dropped, so
@@ -607,12 +618,10 @@ fn a_nodes_sign_flipped_gradients_are_left_out_by_the_owners() {
 /// relay, decision for decision as the simulator runs it.
 #[test]
 fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions() {
-    if let Some(why) = launch::nat_unavailable() {
-        assert!(
-            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
-            "FEDERICO_REQUIRE_NETNS is set but {why}"
-        );
-        eprintln!("SKIPPED silos_behind_nat_federate_through_a_relay: {why}");
+    if skipped(
+        "silos_behind_nat_federate_through_a_relay",
+        launch::nat_unavailable(),
+    ) {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -690,12 +699,7 @@ fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions()
 /// again; the run costs a round or two at the deadline and loses nothing.
 #[test]
 fn a_relay_killed_behind_nat_costs_a_deadline_and_loses_nothing() {
-    if let Some(why) = launch::nat_unavailable() {
-        assert!(
-            std::env::var_os("FEDERICO_REQUIRE_NETNS").is_none(),
-            "FEDERICO_REQUIRE_NETNS is set but {why}"
-        );
-        eprintln!("SKIPPED a_relay_killed_behind_nat: {why}");
+    if skipped("a_relay_killed_behind_nat", launch::nat_unavailable()) {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

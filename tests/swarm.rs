@@ -526,6 +526,19 @@ fn a_model_above_10_mib_crosses_the_wire() {
     }
 }
 
+/// Silo 1's config made an outsider's: its key, manifest and state in `out_dir`, any free port,
+/// 3 rounds.
+fn outsider_config(p: &Prepared, out_dir: &Path) -> NodeConfig {
+    let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
+    cfg.name = "outsider".into();
+    cfg.key = out_dir.join("outsider.key");
+    cfg.manifest = out_dir.join("manifest.toml");
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+    cfg.state_dir = out_dir.join("state");
+    cfg.rounds = 3;
+    cfg
+}
+
 #[test]
 fn a_peer_outside_the_manifest_gets_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -557,13 +570,7 @@ fn a_peer_outside_the_manifest_gets_nothing() {
         relays: vec![],
     };
     std::fs::write(out_dir.join("manifest.toml"), manifest.to_toml()).unwrap();
-    let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
-    cfg.name = "outsider".into();
-    cfg.key = out_dir.join("outsider.key");
-    cfg.manifest = out_dir.join("manifest.toml");
-    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
-    cfg.state_dir = out_dir.join("state");
-    cfg.rounds = 3;
+    let mut cfg = outsider_config(&p, &out_dir);
     // It never sees a member run FedeRiCo (its connection is refused), so it starts alone.
     cfg.deadlines.start_s = 0.5;
     cfg.deadlines.model_s = 1.0;
@@ -1012,13 +1019,7 @@ fn a_relay_carries_members_and_refuses_an_outsider() {
         addrs: vec![],
     };
     std::fs::write(out_dir.join("manifest.toml"), theirs.to_toml()).unwrap();
-    let mut cfg = NodeConfig::load(&p.configs[1]).unwrap();
-    cfg.name = "outsider".into();
-    cfg.key = out_dir.join("outsider.key");
-    cfg.manifest = out_dir.join("manifest.toml");
-    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
-    cfg.state_dir = out_dir.join("state");
-    cfg.rounds = 3;
+    let mut cfg = outsider_config(&p, &out_dir);
     cfg.deadlines.start_s = 3.0;
     cfg.deadlines.alone_s = Some(3.0);
     let cfg_path = out_dir.join("outsider.toml");
