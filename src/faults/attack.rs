@@ -73,6 +73,29 @@ impl Attack {
         }
     }
 
+    /// The `kind` a schedule writes for it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Attack::SignFlip { .. } => "sign_flip",
+            Attack::Scale { .. } => "scale",
+            Attack::Noise { .. } => "noise",
+            Attack::Extreme => "extreme",
+            Attack::Stale => "stale",
+            Attack::FreeRide => "free_ride",
+            Attack::Labels => "labels",
+        }
+    }
+
+    /// Its `factor`, for the kinds that take one.
+    pub fn factor(&self) -> Option<f64> {
+        match self {
+            Attack::SignFlip { factor } | Attack::Scale { factor } | Attack::Noise { factor } => {
+                Some(*factor)
+            }
+            _ => None,
+        }
+    }
+
     /// A short name for reports: `scale x1000000`, `sign_flip`, ...
     pub fn describe(&self) -> String {
         match self {

@@ -46,7 +46,7 @@ pub(crate) struct FaultDriver {
     delays: Vec<u64>,
     /// The message loss in force: fraction and the silos it is limited to.
     loss: Option<(f64, Option<Vec<u32>>)>,
-    /// Each silo's poisoning attack in force.
+    /// Each silo's poisoning attack in force, of those timed in seconds.
     attacks: Vec<Option<crate::silo::attack::Attack>>,
     /// The nodes' network namespaces (`--netns`): partitions are cut there, in the kernel.
     netns: Option<std::sync::Arc<Netns>>,
@@ -58,6 +58,20 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Each silo's attacks triggered by round, for its config's `[control] attacks`: the node
+/// starts each at its own round, as the simulator's silo does.
+pub(crate) fn attack_plans(schedule: &Schedule) -> Vec<Vec<control::PlannedAttack>> {
+    let mut plans = vec![Vec::new(); schedule.clients];
+    for e in &schedule.events {
+        if let (Trigger::Round(r), Fault::Attack { silos, attack }) = (e.trigger, &e.fault) {
+            for &s in silos {
+                plans[s as usize].push(control::PlannedAttack::new(r, attack.as_ref()));
+            }
+        }
+    }
+    plans
 }
 
 /// Writes a fresh random token for the nodes' control channels (mode 0600) and returns it.
@@ -142,6 +156,15 @@ impl FaultDriver {
             }
             let fault = e.fault.clone();
             self.next += 1;
+            if let (Trigger::Round(_), Fault::Attack { .. }) = (e.trigger, &fault) {
+                // The attackers' configs carry it ([`attack_plans`]): each starts it at its own
+                // round, whenever the launcher reads the logs. Recorded here, as seen.
+                self.applied.push(Applied {
+                    at: unix_now(),
+                    fault,
+                });
+                continue;
+            }
             self.apply(procs, &fault, logged + 1)?;
         }
         Ok(())
@@ -227,7 +250,7 @@ impl FaultDriver {
     }
 
     /// What is in force applies to a process that starts late or again: the partition, its
-    /// delay, the message loss and its attack.
+    /// delay, the message loss and its attack timed in seconds (one by round is in its config).
     fn impose(&self, silo: usize) -> anyhow::Result<()> {
         if let Some(g) = &self.groups {
             self.cut(silo, g)?;

@@ -611,6 +611,7 @@ fn fault_control(
     let token_file = dir.join("control.token");
     let token = faults::write_token(&token_file)?;
     let mut peer_ids = Vec::with_capacity(p.configs.len());
+    let mut plans = faults::attack_plans(schedule).into_iter();
     for (i, c) in p.configs.iter().enumerate() {
         let mut cfg = NodeConfig::load(c)?;
         // In a namespace the launcher reaches the node at its own address.
@@ -618,6 +619,7 @@ fn fault_control(
         cfg.control = Some(crate::net::control::ControlConfig {
             listen: format!("{host}:0"),
             token_file: token_file.clone(),
+            attacks: plans.next().unwrap_or_default(),
         });
         peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
         std::fs::write(c, toml::to_string(&cfg)?)?;

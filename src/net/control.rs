@@ -17,7 +17,8 @@
 //! ends it), `export` (evaluate at the end of the round in progress and write the model to take
 //! home, as `SIGUSR1` does), `attack` (play a poisoning member from the next job on: `"kind"`
 //! and `"factor"` as a fault schedule writes them, `"none"` ends it; `crate::silo::attack`) or
-//! `status` (the node's round and impairments).
+//! `status` (the node's round and impairments). An attack the schedule starts at a round is not
+//! a command but the config's `[control] attacks` plan, which the node follows by its own round.
 
 use libp2p::PeerId;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,66 @@ pub struct ControlConfig {
     pub listen: String,
     /// A file holding the token every command must carry (written by the swarm, mode 0600).
     pub token_file: PathBuf,
+    /// The poisoning this node plays by its own round, from a fault schedule's round-triggered
+    /// attacks (issue 38's test bed): the node starts each at the first job of that round, as
+    /// the simulator's silo does, however far ahead of the launcher's log reading it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attacks: Vec<PlannedAttack>,
+}
+
+/// `[[control.attacks]]`: from round `from_round` on (rounds count from 1), play `kind`
+/// (`"none"` ends an attack) with its `factor`, as a fault schedule writes them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedAttack {
+    /// The node's own round the attack starts at.
+    pub from_round: u64,
+    /// The attack's kind, or `none`.
+    pub kind: String,
+    /// Its magnitude, for the kinds that take one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+}
+
+impl PlannedAttack {
+    /// What a schedule's attack (`None`: its end) becomes in the plan.
+    pub fn new(from_round: u64, attack: Option<&crate::silo::attack::Attack>) -> Self {
+        Self {
+            from_round,
+            kind: attack.map_or("none", |a| a.kind()).into(),
+            factor: attack.and_then(|a| a.factor()),
+        }
+    }
+
+    /// The attack, or `None` for `none`; the error names what is wrong.
+    pub fn attack(&self) -> Result<Option<crate::silo::attack::Attack>, String> {
+        match self.kind.as_str() {
+            "none" => Ok(None),
+            k => crate::silo::attack::Attack::parse(k, self.factor).map(Some),
+        }
+    }
+}
+
+/// A node's attack plan, checked and ordered by round: `(from_round, attack)`.
+pub fn attack_plan(
+    planned: &[PlannedAttack],
+) -> Result<Vec<(u64, Option<crate::silo::attack::Attack>)>, String> {
+    let mut plan = Vec::with_capacity(planned.len());
+    for (i, p) in planned.iter().enumerate() {
+        if p.from_round == 0 {
+            return Err(format!(
+                "control.attacks[{}]: from_round must be at least 1 (rounds count from 1)",
+                i + 1
+            ));
+        }
+        let a = p
+            .attack()
+            .map_err(|e| format!("control.attacks[{}]: {e}", i + 1))?;
+        plan.push((p.from_round, a));
+    }
+    // Stable: of two entries for one round, the later written holds.
+    plan.sort_by_key(|(r, _)| *r);
+    Ok(plan)
 }
 
 fn default_listen() -> String {
@@ -223,6 +284,39 @@ pub fn send_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attack_plan_survives_the_config_and_refuses_what_is_wrong() {
+        use crate::silo::attack::Attack;
+        let scale = Attack::Scale { factor: 10.0 };
+        let c = ControlConfig {
+            listen: default_listen(),
+            token_file: "t".into(),
+            attacks: vec![
+                PlannedAttack::new(9, None),
+                PlannedAttack::new(3, Some(&scale)),
+                PlannedAttack::new(5, Some(&Attack::Extreme)),
+            ],
+        };
+        let back: ControlConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(
+            attack_plan(&back.attacks).unwrap(),
+            vec![(3, Some(scale)), (5, Some(Attack::Extreme)), (9, None)]
+        );
+        let bad = |from_round, kind: &str, factor| {
+            attack_plan(&[PlannedAttack {
+                from_round,
+                kind: kind.into(),
+                factor,
+            }])
+            .unwrap_err()
+        };
+        assert!(bad(0, "extreme", None).contains("at least 1"));
+        assert!(bad(2, "melt", None).contains("unknown attack kind"));
+        assert!(bad(2, "scale", Some(-1.0)).contains("control.attacks[1]"));
+        assert!(bad(2, "extreme", Some(2.0)).contains("takes no factor"));
+    }
 
     #[test]
     fn commands_need_the_token() {

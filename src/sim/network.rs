@@ -492,10 +492,16 @@ impl FaultNet {
             let Some(action) = r.poll_action() else {
                 break;
             };
+            let round = r.rounds_done() + 1;
             match Msg::from_action(i, action) {
                 Ok((to, msg)) => self.send(i, to, msg),
                 Err(Action::Run(job)) => {
+                    // Poisoning by the silo's own round, from its first job of the round the
+                    // schedule names, as a node follows the swarm's plan (a restarted silo
+                    // keeps playing it: the plan is in the new process's config).
+                    let attack = self.timeline.at(round).attack[i].clone();
                     let slot = &mut self.slots[i];
+                    slot.silo.set_attack(attack, NodeId(i as u32), self.seed);
                     if slot.job.is_some() {
                         return Err(SimError::Invariant(format!(
                             "silo-{i} asked for a job with one in flight"
@@ -672,12 +678,6 @@ impl FaultNet {
                 self.start(i, g)?;
                 *s = true;
             }
-        }
-        // Poisoning in force from this round on (a restarted silo keeps playing it, as a node
-        // does: the swarm imposes it on the new process).
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let attack = self.state.attack[i].clone();
-            slot.silo.set_attack(attack, NodeId(i as u32), self.seed);
         }
         let now = self.now;
         for a in 0..k {

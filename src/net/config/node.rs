@@ -497,6 +497,9 @@ impl NodeConfig {
                 "listen must name at least one address, e.g. \"/ip4/0.0.0.0/tcp/4001\"".into(),
             );
         }
+        if let Some(c) = &self.control {
+            crate::net::control::attack_plan(&c.attacks)?;
+        }
         for a in &self.bootstrap {
             let addr: Multiaddr = a
                 .parse()

@@ -112,6 +112,10 @@ struct Driver {
     blocked: HashSet<PeerId>,
     /// Delay and loss set by the control channel (a scheduled straggler or lossy network).
     impair: Impairment<Deferred>,
+    /// The swarm's poisoning plan by round (`[control] attacks`), and how many of its entries
+    /// have started.
+    attack_plan: Vec<(u64, Option<crate::silo::attack::Attack>)>,
+    attack_planned: usize,
     jobs: Option<std::sync::mpsc::SyncSender<Work>>,
     /// The mixture of the evaluation in flight: exported once it is scored.
     evaluating: Option<(u64, Mixture)>,
@@ -311,6 +315,14 @@ pub(crate) async fn run_from(
         shown_rounds: round,
         blocked: HashSet::new(),
         impair: Impairment::new(stream_seed(cfg.seed, me, Stream::Faults)),
+        attack_plan: cfg
+            .control
+            .as_ref()
+            .map(|c| control::attack_plan(&c.attacks))
+            .transpose()
+            .map_err(fatal)?
+            .unwrap_or_default(),
+        attack_planned: 0,
         jobs: Some(job_tx),
         evaluating: None,
         export: None,
@@ -720,6 +732,36 @@ impl Driver {
         })
     }
 
+    /// Starts the planned attack of the round in progress before its next job (the simulator's
+    /// silo starts it at the same job: both follow the engine's round count).
+    fn follow_attack_plan(&mut self) -> Result<(), NodeError> {
+        let round = self.round.rounds_done() + 1;
+        let mut due = None;
+        while let Some((from, attack)) = self.attack_plan.get(self.attack_planned) {
+            if *from > round {
+                break;
+            }
+            due = Some(attack.clone());
+            self.attack_planned += 1;
+        }
+        let Some(attack) = due else {
+            return Ok(());
+        };
+        match &attack {
+            Some(a) => warn!(
+                attack = %a.describe(),
+                round,
+                "this node now poisons what it sends (the swarm's plan)"
+            ),
+            None => info!(round, "this node sends honestly again (the swarm's plan)"),
+        }
+        self.send_work(Work::Attack {
+            attack,
+            me: self.me,
+            seed: self.cfg.seed,
+        })
+    }
+
     /// Carries out what the round engine asks for, in order.
     fn apply_actions(&mut self) -> Result<(), NodeError> {
         while let Some(action) = self.round.poll_action() {
@@ -769,6 +811,7 @@ impl Driver {
                     );
                 }
                 Action::Run(job) => {
+                    self.follow_attack_plan()?;
                     if let Job::Evaluate { round, parts } = &job {
                         self.evaluating = Some((*round, parts.clone()));
                     }
