@@ -632,6 +632,24 @@ fn coordinated_faults_are_checked_at_load() {
         e.contains("coordinator_crash needs a run with a coordinator"),
         "{e}"
     );
+    // Wide-area links are FedeRiCo's only: a coordinated run beside would ignore them.
+    let links = |algorithms: &str| {
+        Scenario::load_with(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("simulations")
+                .join("straggler.toml"),
+            &[
+                "faults.links={sites=[0,0,0,0,0,0,0,0], one_way_ms=[[50]]}".to_string(),
+                format!("algorithms={algorithms}"),
+            ],
+        )
+        .and_then(|s| s.fault_schedule().map(|_| ()))
+    };
+    let e = links(r#"["federico", "hcct"]"#).unwrap_err().to_string();
+    assert!(e.contains("faults.links apply to FedeRiCo only"), "{e}");
+    let e = links(r#"["local"]"#).unwrap_err().to_string();
+    assert!(e.contains("list \"federico\""), "{e}");
+    links(r#"["federico", "local"]"#).unwrap();
 }
 
 /// Issue 38, coordinator mode: a member that sends its model with the update scaled ×10⁶

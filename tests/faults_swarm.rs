@@ -792,3 +792,87 @@ fn unix_now() -> f64 {
         .unwrap()
         .as_secs_f64()
 }
+
+/// A wide-area network (`[faults.links]`) in both drivers: every silo 100 ms one way from every
+/// other (10 ms of jitter) at 20 Mbit/s. A round (a pull, the model back, the gradient on) then
+/// costs the nodes at least three one-way trips, as it costs the simulator's virtual clock,
+/// where it took nothing before; and the decisions stay the simulator's.
+#[test]
+fn a_wide_area_link_costs_every_round_its_trips_in_both_drivers_and_changes_no_decision() {
+    let mut s = scenario("quickstart.toml");
+    s.rounds = 8;
+    s.algorithms = vec![federico::scenario::Algorithm::Federico];
+    s.faults.model_deadline_s = 10.0;
+    s.faults.gradient_deadline_s = 10.0;
+    s.faults.baseline = false;
+    s.faults.links = Some(federico::faults::LinksConfig {
+        sites: vec![0; 8],
+        one_way_ms: vec![vec![100.0]],
+        jitter_ms: 10.0,
+        mbit_s: Some(20.0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (report, traces) = run(&s, &dir.path().join("swarm"));
+    assert_eq!(check(&report, "clean_exit")["pass"], true, "{report:#}");
+    federico::sim::run(
+        &s,
+        &federico::sim::Options {
+            out: dir.path().join("sim"),
+            data_dir: None,
+            progress: false,
+            export: false,
+            audit: false,
+        },
+    )
+    .unwrap();
+    let lines = |p: PathBuf| -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let sim_traces = lines(dir.path().join("sim/seed-1/traces.jsonl"));
+    // Rounds 2 and on (round 1 also waits for the start): the simulator's virtual seconds are
+    // the network's alone; the nodes add their compute.
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let sim_s = median(
+        sim_traces
+            .iter()
+            .filter(|t| t["round"].as_u64().unwrap() > 1)
+            .map(|t| t["seconds"].as_f64().unwrap())
+            .collect(),
+    );
+    let swarm_s = median(
+        traces
+            .iter()
+            .flatten()
+            .filter(|t| t.round > 1)
+            .map(|t| t.seconds)
+            .collect(),
+    );
+    eprintln!("median round: simulator {sim_s:.3} s, swarm {swarm_s:.3} s");
+    assert!((0.3..1.0).contains(&sim_s), "simulator: {sim_s} s a round");
+    assert!((0.3..3.0).contains(&swarm_s), "swarm: {swarm_s} s a round");
+    let (ra, rb) = (
+        lines(dir.path().join("swarm/seed-1/rounds.jsonl")),
+        lines(dir.path().join("sim/seed-1/rounds.jsonl")),
+    );
+    assert_eq!(ra.len(), 8);
+    assert_eq!(ra.len(), rb.len());
+    for (x, y) in ra.iter().zip(&rb) {
+        let mut y_fed = y["federico"].clone();
+        if let Some(o) = y_fed.as_object_mut() {
+            o.remove("trained_group_mass");
+        }
+        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
+    }
+    let log = std::fs::read_to_string(dir.path().join("swarm/seed-1/nodes/silo-0.log")).unwrap();
+    assert!(
+        log.contains("emulating the scenario's wide-area links"),
+        "{log}"
+    );
+}

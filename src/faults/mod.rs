@@ -103,6 +103,88 @@ pub struct FaultsConfig {
     pub excuse_rounds: u64,
     /// The events, in the order they happen.
     pub events: Vec<EventSpec>,
+    /// `[faults.links]`: a wide-area network between the silos, for the whole run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<LinksConfig>,
+}
+
+/// `[faults.links]`: every silo sits at a site; a message from one silo to another takes the
+/// one-way latency between their sites, a jitter, and its bytes at the link speed, queued
+/// behind what the sender sent on that link before it ([`link::Wire`]). FedeRiCo runs only,
+/// in both drivers. Loss is the `loss` event's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksConfig {
+    /// Each silo's site, from 0, one entry per silo.
+    pub sites: Vec<usize>,
+    /// One-way latency from site a (row) to site b (column), in milliseconds; the diagonal is
+    /// between two silos of one site.
+    pub one_way_ms: Vec<Vec<f64>>,
+    /// Added latency per message, uniform in [0, jitter_ms).
+    #[serde(default)]
+    pub jitter_ms: f64,
+    /// Each directed link's speed in Mbit/s (absent: bytes take no time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbit_s: Option<f64>,
+}
+
+impl LinksConfig {
+    /// Checks the table against a federation of `clients` silos; the error names the field.
+    pub fn check(&self, clients: usize) -> Result<(), String> {
+        if self.sites.len() != clients {
+            return Err(format!(
+                "faults.links.sites lists {} silos; the federation has {clients}",
+                self.sites.len()
+            ));
+        }
+        let n = self.one_way_ms.len();
+        if let Some(s) = self.sites.iter().find(|&&s| s >= n) {
+            return Err(format!(
+                "faults.links.sites names site {s}, but one_way_ms has rows for sites 0 to {}",
+                n.saturating_sub(1)
+            ));
+        }
+        for (a, row) in self.one_way_ms.iter().enumerate() {
+            if row.len() != n {
+                return Err(format!(
+                    "faults.links.one_way_ms must be square: row {a} has {} entries, not {n}",
+                    row.len()
+                ));
+            }
+            if let Some(v) = row
+                .iter()
+                .find(|v| !(v.is_finite() && **v >= 0.0 && **v <= 60e3))
+            {
+                return Err(format!(
+                    "faults.links.one_way_ms must hold milliseconds in [0, 60000], got {v} in row {a}"
+                ));
+            }
+        }
+        if !(self.jitter_ms.is_finite() && (0.0..=60e3).contains(&self.jitter_ms)) {
+            return Err(format!(
+                "faults.links.jitter_ms must be in [0, 60000] ms, got {}",
+                self.jitter_ms
+            ));
+        }
+        if let Some(m) = self.mbit_s
+            && !(m.is_finite() && m > 0.0)
+        {
+            return Err(format!(
+                "faults.links.mbit_s must be a positive number of Mbit/s, got {m}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The link from silo `from` to silo `to`.
+    pub fn link(&self, from: usize, to: usize) -> link::Wan {
+        let ms = self.one_way_ms[self.sites[from]][self.sites[to]];
+        link::Wan {
+            one_way: std::time::Duration::from_secs_f64(ms / 1e3),
+            jitter: std::time::Duration::from_secs_f64(self.jitter_ms / 1e3),
+            bits_per_s: self.mbit_s.map_or(f64::INFINITY, |m| m * 1e6),
+        }
+    }
 }
 
 impl Default for FaultsConfig {
@@ -119,6 +201,7 @@ impl Default for FaultsConfig {
             fetch_s: 20.0,
             excuse_rounds: 100,
             events: Vec::new(),
+            links: None,
         }
     }
 }
@@ -339,10 +422,22 @@ pub struct Schedule {
     pub config: FaultsConfig,
 }
 
-impl FaultsConfig {
-    /// Whether any event is scheduled.
+impl Schedule {
+    /// Whether the run is fault-free: no event and no wide-area links.
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.config.is_empty()
+    }
+
+    /// The wide-area links, if the run has them.
+    pub fn links(&self) -> Option<&LinksConfig> {
+        self.config.links.as_ref()
+    }
+}
+
+impl FaultsConfig {
+    /// Whether nothing is scheduled: no event, no wide-area links.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.links.is_none()
     }
 
     /// Checks the settings and every event against a federation of `clients` silos; the error
@@ -372,6 +467,9 @@ impl FaultsConfig {
         }
         if self.recovery_rounds == 0 || self.join_rounds == 0 {
             return Err("faults.recovery_rounds and faults.join_rounds must be at least 1".into());
+        }
+        if let Some(l) = &self.links {
+            l.check(clients)?;
         }
         let mut events = Vec::with_capacity(self.events.len());
         for (i, e) in self.events.iter().enumerate() {

@@ -140,3 +140,37 @@ fn timed_events_are_for_the_swarm_only() {
     let e = s.rounds_only().unwrap_err();
     assert!(e.contains("events[1]") && e.contains("round = N"), "{e}");
 }
+
+#[test]
+fn wide_area_links_are_checked_and_name_what_is_wrong() {
+    let links = |body: &str| parse(&format!("[faults]\n[faults.links]\n{body}"));
+    let ok = links(
+        "sites = [0, 0, 1, 2]\none_way_ms = [[20, 80, 150], [80, 20, 80], [150, 80, 20]]\n\
+         jitter_ms = 5\nmbit_s = 50",
+    );
+    assert!(!ok.is_empty(), "links alone make a run under faults");
+    let s = ok.schedule(4).unwrap();
+    let l = s.links().unwrap();
+    assert_eq!(l.link(0, 1).one_way, std::time::Duration::from_millis(20));
+    assert_eq!(l.link(0, 3).one_way, std::time::Duration::from_millis(150));
+    assert_eq!(l.link(3, 2).one_way, std::time::Duration::from_millis(80));
+    assert_eq!(l.link(2, 3).bits_per_s, 50e6);
+    let err = |body: &str, clients| links(body).schedule(clients).unwrap_err();
+    assert!(err("sites = [0, 0]\none_way_ms = [[1]]", 3).contains("lists 2 silos"));
+    assert!(err("sites = [0, 1]\none_way_ms = [[1]]", 2).contains("names site 1"));
+    assert!(err("sites = [0, 1]\none_way_ms = [[1, 2], [3]]", 2).contains("square"));
+    assert!(err("sites = [0]\none_way_ms = [[-1]]", 1).contains("one_way_ms"));
+    assert!(err("sites = [0]\none_way_ms = [[1]]\njitter_ms = -2", 1).contains("jitter_ms"));
+    assert!(err("sites = [0]\none_way_ms = [[1]]\nmbit_s = 0", 1).contains("mbit_s"));
+    let unlimited = links("sites = [0]\none_way_ms = [[1]]")
+        .schedule(1)
+        .unwrap();
+    assert!(
+        unlimited
+            .links()
+            .unwrap()
+            .link(0, 0)
+            .bits_per_s
+            .is_infinite()
+    );
+}

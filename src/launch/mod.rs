@@ -556,7 +556,7 @@ fn run_seed(
         None => None,
     };
     let schedule = scenario.fault_schedule()?;
-    let fault_driver = if schedule.events.is_empty() {
+    let fault_driver = if schedule.is_empty() {
         None
     } else {
         Some(fault_control(
@@ -612,14 +612,25 @@ fn fault_control(
     let token = faults::write_token(&token_file)?;
     let mut peer_ids = Vec::with_capacity(p.configs.len());
     let mut plans = faults::attack_plans(schedule).into_iter();
-    for (i, c) in p.configs.iter().enumerate() {
-        let mut cfg = NodeConfig::load(c)?;
+    let mut cfgs = Vec::with_capacity(p.configs.len());
+    for c in &p.configs {
+        cfgs.push(NodeConfig::load(c)?);
+    }
+    let names: Vec<String> = cfgs.iter().map(|c| c.name.clone()).collect();
+    for (i, (c, mut cfg)) in p.configs.iter().zip(cfgs).enumerate() {
+        let links = schedule.links().map_or_else(Vec::new, |l| {
+            (0..names.len())
+                .filter(|&j| j != i)
+                .map(|j| crate::net::control::EmulatedLink::new(names[j].clone(), &l.link(i, j)))
+                .collect()
+        });
         // In a namespace the launcher reaches the node at its own address.
         let host = netns.map_or(std::net::Ipv4Addr::LOCALHOST, |ns| ns.addr(i));
         cfg.control = Some(crate::net::control::ControlConfig {
             listen: format!("{host}:0"),
             token_file: token_file.clone(),
             attacks: plans.next().unwrap_or_default(),
+            links,
         });
         peer_ids.push(load_key(&cfg.key)?.public().to_peer_id());
         std::fs::write(c, toml::to_string(&cfg)?)?;

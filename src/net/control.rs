@@ -41,6 +41,67 @@ pub struct ControlConfig {
     /// the simulator's silo does, however far ahead of the launcher's log reading it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attacks: Vec<PlannedAttack>,
+    /// The emulated wide-area link to each member that has one, from the scenario's
+    /// `[faults.links]` (issue 41): what this node sends to that member waits on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<EmulatedLink>,
+}
+
+/// `[[control.links]]`: the link from this node to the member named `to`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatedLink {
+    /// The member's name in the manifest.
+    pub to: String,
+    /// One-way latency, in milliseconds.
+    pub one_way_ms: f64,
+    /// Added latency per message, uniform in [0, jitter_ms).
+    #[serde(default)]
+    pub jitter_ms: f64,
+    /// Speed in Mbit/s (absent: bytes take no time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbit_s: Option<f64>,
+}
+
+impl EmulatedLink {
+    /// The link to member `to` of a scenario's wide-area network.
+    pub fn new(to: String, wan: &crate::faults::link::Wan) -> Self {
+        Self {
+            to,
+            one_way_ms: wan.one_way.as_secs_f64() * 1e3,
+            jitter_ms: wan.jitter.as_secs_f64() * 1e3,
+            mbit_s: wan.bits_per_s.is_finite().then(|| wan.bits_per_s / 1e6),
+        }
+    }
+
+    /// The link, checked; the error names what is wrong.
+    pub fn wan(&self) -> Result<crate::faults::link::Wan, String> {
+        let ms = |what: &str, v: f64| {
+            if v.is_finite() && (0.0..=60e3).contains(&v) {
+                Ok(std::time::Duration::from_secs_f64(v / 1e3))
+            } else {
+                Err(format!(
+                    "control.links to {:?}: {what} must be in [0, 60000] ms, got {v}",
+                    self.to
+                ))
+            }
+        };
+        let bits_per_s = match self.mbit_s {
+            None => f64::INFINITY,
+            Some(m) if m.is_finite() && m > 0.0 => m * 1e6,
+            Some(m) => {
+                return Err(format!(
+                    "control.links to {:?}: mbit_s must be positive, got {m}",
+                    self.to
+                ));
+            }
+        };
+        Ok(crate::faults::link::Wan {
+            one_way: ms("one_way_ms", self.one_way_ms)?,
+            jitter: ms("jitter_ms", self.jitter_ms)?,
+            bits_per_s,
+        })
+    }
 }
 
 /// `[[control.attacks]]`: from round `from_round` on (rounds count from 1), play `kind`
@@ -292,6 +353,7 @@ mod tests {
         let c = ControlConfig {
             listen: default_listen(),
             token_file: "t".into(),
+            links: vec![],
             attacks: vec![
                 PlannedAttack::new(9, None),
                 PlannedAttack::new(3, Some(&scale)),

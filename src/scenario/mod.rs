@@ -324,10 +324,29 @@ impl Scenario {
             .faults
             .schedule(self.split.clients)
             .map_err(ScenarioError::Invalid)?;
+        let invalid = |m: String| Err(ScenarioError::Invalid(m));
+        if s.links().is_some() {
+            if !self.algorithms.contains(&Algorithm::Federico) {
+                return invalid(
+                    "faults.links model a wide-area network for FedeRiCo: list \"federico\" in algorithms"
+                        .into(),
+                );
+            }
+            if let Some(a) = self
+                .algorithms
+                .iter()
+                .find(|a| COORDINATED_UNDER_FAULTS.contains(a))
+            {
+                return invalid(format!(
+                    "faults.links apply to FedeRiCo only so far; {} would run without them: remove it \
+                     from algorithms",
+                    a.name()
+                ));
+            }
+        }
         if s.events.is_empty() {
             return Ok(s);
         }
-        let invalid = |m: String| Err(ScenarioError::Invalid(m));
         let coordinated: Vec<Algorithm> = self
             .algorithms
             .iter()

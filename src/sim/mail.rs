@@ -116,6 +116,15 @@ impl Msg {
     pub(crate) fn is_payload(&self) -> bool {
         matches!(self, Msg::Model { .. } | Msg::Gradient { .. })
     }
+
+    /// What it costs a link, as a node's message of the same kind does.
+    pub(crate) fn wire_bytes(&self) -> u64 {
+        crate::faults::link::wire_bytes(match self {
+            Msg::Model { params, .. } => params.len(),
+            Msg::Gradient { grad, .. } => grad.len(),
+            _ => 0,
+        })
+    }
 }
 
 /// A gradient or a skip an engine's inbox refused: its sender and why.

@@ -10,14 +10,16 @@
 //! reconnections, a crash as the end of an engine (what it had in flight is lost, its peers see
 //! it disconnect), a restart as a new engine from the bytes of its last checkpoint, a late join
 //! as a new engine, a delay and a message loss on the models and gradients a silo sends, as
-//! `net::impair` applies them — firing each fault when the federation reaches its round (the
+//! `net::impair` applies them, and the wide-area links of `[faults.links]` on every message
+//! (`faults::link::Wire`, the rule `net::impair` follows) — firing each fault when the federation reaches its round (the
 //! highest round any silo has completed, plus one: the swarm launcher's rule); running the
 //! learner jobs the engines ask for in parallel batches; each silo's trace in the form a node
 //! writes.
 //! Must not: decide anything about a round (the engines decide, [`FedericoSilo`] computes), or
-//! read a wall clock: every time here is virtual, and only waiting costs it — jobs and messages
-//! take none, a delay holds a message back, a deadline is waited out — so a round's `seconds`
-//! are its waits, as in the simulator's lock-step runs, and a run is the same on every machine.
+//! read a wall clock: every time here is virtual, and only waiting costs it — jobs take none,
+//! messages none but their link's time under `[faults.links]`, a delay holds a message back, a
+//! deadline is waited out — so a round's `seconds` are its waits and its network, and a run is
+//! the same on every machine.
 
 use super::mail::{Handle, Msg, deliver};
 use super::{Ctx, SimError, par_silos};
@@ -139,6 +141,8 @@ pub(crate) struct FaultNet {
     pub(crate) traces: Vec<Vec<NodeRound>>,
     pub(crate) applied: Vec<Applied>,
     pub(crate) crashes: Vec<CrashEvidence>,
+    /// Each directed link's sending side under `[faults.links]` (`from * k + to`).
+    wires: Vec<link::Wire>,
     /// Peers each silo sampled in its last completed round.
     pub(crate) last_sampled: Vec<Vec<NodeId>>,
 }
@@ -238,6 +242,7 @@ impl FaultNet {
             traces: vec![Vec::new(); k],
             applied: Vec::new(),
             crashes: Vec::new(),
+            wires: vec![link::Wire::default(); k * k],
             last_sampled: vec![Vec::new(); k],
         };
         net.fire_due()?;
@@ -444,6 +449,17 @@ impl FaultNet {
                 Fate::Lost => return,
                 Fate::After(d) => at += d,
             }
+        }
+        // The wide-area link, as `net::impair` charges it: after the loss draw, on every message.
+        if let Some(links) = self.schedule.links() {
+            let k = self.slots.len();
+            let wan = links.link(from, to);
+            at += self.wires[from * k + to].send(
+                &mut self.slots[from].loss,
+                &wan,
+                self.now,
+                msg.wire_bytes(),
+            );
         }
         let lives = (self.slots[from].life, self.slots[to].life);
         self.at(

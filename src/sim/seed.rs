@@ -106,7 +106,7 @@ pub(super) fn run_seed(
     // A fault schedule applies to FedeRiCo; the same run without faults is kept beside it for
     // the recovery check.
     let schedule = scenario.fault_schedule()?;
-    let faulty = !schedule.events.is_empty();
+    let faulty = !schedule.is_empty();
     let mut fedrc = match wants(Algorithm::Federico) {
         false => None,
         true if faulty => Some(FedericoRun::with_faults(

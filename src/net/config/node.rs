@@ -499,6 +499,9 @@ impl NodeConfig {
         }
         if let Some(c) = &self.control {
             crate::net::control::attack_plan(&c.attacks)?;
+            for l in &c.links {
+                l.wan()?;
+            }
         }
         for a in &self.bootstrap {
             let addr: Multiaddr = a

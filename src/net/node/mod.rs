@@ -79,10 +79,24 @@ enum Deferred {
         channel: Channel,
         resp: ModelResponse,
     },
-    /// A weighted gradient, sent when due.
+    /// A weighted gradient or a skip, sent when due.
     Gradient { to: NodeId, req: GradientRequest },
+    /// A request for a model (a pull, a notice, a fetch, the end), sent when due.
+    Request {
+        req: ReqId,
+        to: NodeId,
+        request: ModelRequest,
+    },
     /// A lost answer: its channel is dropped unanswered when due (the requester has timed out).
     Forget(#[allow(dead_code)] Channel),
+}
+
+/// The parameters a model answer carries (none for an acknowledgement).
+fn params_len(resp: &ModelResponse) -> usize {
+    match resp {
+        ModelResponse::Model(p) => p.params.len(),
+        _ => 0,
+    }
 }
 
 /// An inference mixture: `(owner, parameters, weight)`.
@@ -341,6 +355,7 @@ pub(crate) async fn run_from(
         cfg,
     };
     d.metrics.rounds.set(round as i64);
+    d.emulate_links()?;
     d.note_privacy(privacy);
     d.listen_on_relays();
     d.dial_members();
@@ -732,6 +747,31 @@ impl Driver {
         })
     }
 
+    /// The wide-area links of the swarm's scenario (`[control] links`), by member name.
+    fn emulate_links(&mut self) -> Result<(), NodeError> {
+        let Some(c) = &self.cfg.control else {
+            return Ok(());
+        };
+        let mut links = Vec::with_capacity(c.links.len());
+        for l in &c.links {
+            let Some(m) = self.manifest.members.iter().find(|m| m.name == l.to) else {
+                return Err(fatal(format!(
+                    "control.links: the manifest has no member named {:?}",
+                    l.to
+                )));
+            };
+            links.push((m.peer_id, l.wan().map_err(fatal)?));
+        }
+        if !links.is_empty() {
+            info!(
+                links = links.len(),
+                "emulating the scenario's wide-area links on what this node sends"
+            );
+        }
+        self.impair.set_links(links);
+        Ok(())
+    }
+
     /// Starts the planned attack of the round in progress before its next job (the simulator's
     /// silo starts it at the same job: both follow the engine's round count).
     fn follow_attack_plan(&mut self) -> Result<(), NodeError> {
@@ -804,11 +844,7 @@ impl Driver {
                     self.send_gradient(to, req);
                 }
                 Action::Skip { to, version } => {
-                    // Its acknowledgement (or a rejection) is only logged.
-                    self.swarm.behaviour_mut().gradient.send_request(
-                        &self.peer_ids[to.index()],
-                        GradientRequest::Skip { version },
-                    );
+                    self.send_gradient(to, GradientRequest::Skip { version })
                 }
                 Action::Run(job) => {
                     self.follow_attack_plan()?;
@@ -831,6 +867,16 @@ impl Driver {
     }
 
     fn request(&mut self, req: ReqId, to: NodeId, request: ModelRequest) {
+        match self
+            .impair
+            .route_small(Instant::now(), &self.peer_ids[to.index()])
+        {
+            Route::At(t) => self.impair.hold(t, Deferred::Request { req, to, request }),
+            _ => self.send_request_now(req, to, request),
+        }
+    }
+
+    fn send_request_now(&mut self, req: ReqId, to: NodeId, request: ModelRequest) {
         let id = self
             .swarm
             .behaviour_mut()
@@ -846,7 +892,8 @@ impl Driver {
             params,
         });
         let now = Instant::now();
-        match self.impair.route(now, &self.peer_ids[from.index()]) {
+        let bytes = crate::faults::link::wire_bytes(params_len(&resp));
+        match self.impair.route(now, &self.peer_ids[from.index()], bytes) {
             Route::Now => self.send_model(from, channel, resp),
             Route::At(t) => self.impair.hold(
                 t,
@@ -865,10 +912,17 @@ impl Driver {
 
     fn send_gradient(&mut self, to: NodeId, req: GradientRequest) {
         // Its acknowledgement (or a rejection) is only logged.
-        match self
-            .impair
-            .route(Instant::now(), &self.peer_ids[to.index()])
-        {
+        let now = Instant::now();
+        let peer = self.peer_ids[to.index()];
+        let route = match &req {
+            GradientRequest::Gradient { grad, .. } => {
+                let bytes = crate::faults::link::wire_bytes(grad.len());
+                self.impair.route(now, &peer, bytes)
+            }
+            // A skip is not a payload: the scheduled delay and loss leave it alone.
+            _ => self.impair.route_small(now, &peer),
+        };
+        match route {
             Route::Now => {
                 self.swarm
                     .behaviour_mut()
@@ -877,6 +931,25 @@ impl Driver {
             }
             Route::At(t) => self.impair.hold(t, Deferred::Gradient { to, req }),
             Route::Lost => debug!(peer = %to, "gradient lost (scheduled message loss)"),
+        }
+    }
+
+    /// Answers a notice or the end of a peer's run, after the link's time if it has one.
+    fn acknowledge(&mut self, from: NodeId, channel: Channel) {
+        let resp = ModelResponse::Ack;
+        match self
+            .impair
+            .route_small(Instant::now(), &self.peer_ids[from.index()])
+        {
+            Route::At(t) => self.impair.hold(
+                t,
+                Deferred::Model {
+                    from,
+                    channel,
+                    resp,
+                },
+            ),
+            _ => self.send_model(from, channel, resp),
         }
     }
 
@@ -907,6 +980,7 @@ impl Driver {
                         .gradient
                         .send_request(&self.peer_ids[to.index()], req);
                 }
+                Deferred::Request { req, to, request } => self.send_request_now(req, to, request),
                 Deferred::Forget(channel) => drop(channel),
             }
         }

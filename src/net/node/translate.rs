@@ -184,21 +184,20 @@ impl Driver {
                     warn!(%peer, reason = %Reason::NotAMember, "refused a model request from outside the manifest");
                     return;
                 };
-                let model = &mut self.swarm.behaviour_mut().model;
                 match request {
                     ModelRequest::Pull { round } => {
                         self.round.handle_pull(now, from, round, channel)
                     }
                     ModelRequest::Notice { round } => {
                         self.round.handle_notice(now, from, round);
-                        let _ = model.send_response(channel, ModelResponse::Ack);
+                        self.acknowledge(from, channel);
                     }
                     ModelRequest::Fetch { version } => {
                         self.round.handle_fetch(now, from, version, channel)
                     }
                     ModelRequest::Done => {
                         self.round.handle_peer_finished(now, from);
-                        let _ = model.send_response(channel, ModelResponse::Ack);
+                        self.acknowledge(from, channel);
                     }
                 }
             }
