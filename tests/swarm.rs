@@ -964,15 +964,11 @@ fn a_member_speaking_something_else_is_not_counted_as_present() {
     }
 }
 
-/// A relay (`federico relay`) carries the members' circuits and nobody else's: two silos whose
-/// manifest lists no address but the relay's federate through it, and an outsider with its own
-/// key is refused a reservation.
-#[test]
-fn a_relay_carries_members_and_refuses_an_outsider() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = quickstart(&["split.clients=2", "split.groups=1", "rounds=20"]);
-    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
-    let relay_key = dir.path().join("relay.key");
+/// A `federico relay` for the federation prepared in `dir`, whose manifest then lists no member
+/// address, only the relay (`open`: any peer may join). Returns the relay's process and log,
+/// once it has started, and the manifest.
+fn relay_for(dir: &Path, open: bool) -> (std::process::Child, PathBuf, Manifest) {
+    let relay_key = dir.join("relay.key");
     let relay_id = keygen(&relay_key).unwrap().public().to_peer_id();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -981,21 +977,22 @@ fn a_relay_carries_members_and_refuses_an_outsider() {
         .port();
     let relay_addr = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{relay_id}");
     // The members can be reached through the relay only.
-    let mut manifest = Manifest::load(&dir.path().join("manifest.toml")).unwrap();
+    let mut manifest = Manifest::load(&dir.join("manifest.toml")).unwrap();
     for m in &mut manifest.members {
         m.addrs.clear();
     }
+    manifest.open = open;
     manifest.relays = vec![federico::net::identity::Relay {
         peer_id: relay_id,
         addr: relay_addr.parse().unwrap(),
     }];
-    std::fs::write(dir.path().join("manifest.toml"), manifest.to_toml()).unwrap();
-    let relay_log = dir.path().join("relay.log");
-    let mut relay = Command::new(EXE)
+    std::fs::write(dir.join("manifest.toml"), manifest.to_toml()).unwrap();
+    let relay_log = dir.join("relay.log");
+    let relay = Command::new(EXE)
         .args(["relay", "--key"])
         .arg(&relay_key)
         .arg("--manifest")
-        .arg(dir.path().join("manifest.toml"))
+        .arg(dir.join("manifest.toml"))
         .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{port}")])
         .stderr(std::fs::File::create(&relay_log).unwrap())
         .spawn()
@@ -1008,6 +1005,59 @@ fn a_relay_carries_members_and_refuses_an_outsider() {
         assert!(Instant::now() < until, "the relay did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
+    (relay, relay_log, manifest)
+}
+
+/// In an open federation any peer that connects joins late; the relay connects to every
+/// member but is never one of them: no member counts it, weighs it or samples it.
+#[test]
+fn a_relay_never_joins_an_open_federation() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=2", "split.groups=1", "rounds=10"]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let (mut relay, relay_log, manifest) = relay_for(dir.path(), true);
+    let relay_id = manifest.relays[0].peer_id.to_string();
+    let mut nodes = start_all(&p);
+    for n in &mut nodes {
+        assert!(wait(n, Duration::from_secs(120)).success());
+    }
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let relayed = std::fs::read_to_string(&relay_log).unwrap();
+    assert!(relayed.contains("circuit opened"), "{relayed}");
+    for (i, s) in p.state_dirs.iter().enumerate() {
+        let text = std::fs::read_to_string(p.nodes_dir.join(format!("silo-{i}.log"))).unwrap();
+        assert!(text.contains("reachable through the relay"), "silo {i}");
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.contains("joined the open federation") && l.contains(&relay_id)),
+            "silo {i} took the relay in: {text}"
+        );
+        let log = run_log(s);
+        assert_eq!(log.len(), 10, "silo {i}");
+        assert!(log.iter().any(|r| !r.answered.is_empty()), "silo {i}");
+        for r in &log {
+            assert_eq!(
+                r.weights.len(),
+                2,
+                "silo {i} round {}: {:?}",
+                r.round,
+                r.weights
+            );
+        }
+    }
+}
+
+/// A relay (`federico relay`) carries the members' circuits and nobody else's: two silos whose
+/// manifest lists no address but the relay's federate through it, and an outsider with its own
+/// key is refused a reservation.
+#[test]
+fn a_relay_carries_members_and_refuses_an_outsider() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = quickstart(&["split.clients=2", "split.groups=1", "rounds=20"]);
+    let p = launch::prepare(&scenario, 1, None, &fast_deadlines(), dir.path()).unwrap();
+    let (mut relay, relay_log, manifest) = relay_for(dir.path(), false);
 
     // An outsider: its own key, a manifest listing itself, silo-0 and the relay.
     let out_dir = dir.path().join("outsider");
