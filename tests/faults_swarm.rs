@@ -907,10 +907,11 @@ fn nat_mappings_that_expire_mid_run_cost_a_few_rounds_and_lose_nothing() {
             .filter(|r| r.at > flushed_at && r.seconds > 1.0)
             .count();
         eprintln!("silo {i}: {slow} rounds waited a deadline after the flush");
-        // Measured: none, in 3 runs. With libp2p's default ping (every 15 s) 2 to 8 rounds
-        // waited here: a retransmission from outside was dropped until the silo behind the
-        // flushed NAT happened to send on that connection again.
-        assert!(slow <= 1, "silo {i}: {slow} rounds waited a deadline");
+        // Measured: 0, 0, 0, 0 and (beside two busy loops on this 2-core machine) 1. With
+        // libp2p's default ping (every 15 s) 2, 4, 6, 7 and 8 rounds waited here: a
+        // retransmission from outside was dropped until the silo behind the flushed NAT
+        // happened to send on that connection again. The bound leaves a 2-core CI room.
+        assert!(slow <= 2, "silo {i}: {slow} rounds waited a deadline");
         let tail = &trace[500..];
         let full = tail
             .iter()
