@@ -533,17 +533,7 @@ fn a_node_told_to_poison_sends_extreme_gradients_as_the_simulators_silo_does() {
     }
     assert!(applied_at(&report, "attack extreme by silos [3]") > 0.0);
     assert!(traces.iter().all(|t| t.len() == 20));
-    let sim = federico::sim::run(
-        &s,
-        &federico::sim::Options {
-            out: dir.path().join("sim"),
-            data_dir: None,
-            progress: false,
-            export: false,
-            audit: false,
-        },
-    )
-    .unwrap();
+    let sim = simulate(&s, &dir.path().join("sim"));
     let sim = sim.summary.runs[0].faults.clone().unwrap();
     let fig = |r: &Value, f: &str| check(r, "poisoning")["figures"][f].clone();
     for f in ["honest_accuracy", "clean_accuracy", "attacker_weight_mean"] {
@@ -585,17 +575,7 @@ fn a_nodes_sign_flipped_gradients_are_left_out_by_the_owners() {
     let dir = tempfile::tempdir().unwrap();
     let (report, _) = run(&s, &dir.path().join("swarm"));
     assert_eq!(check(&report, "clean_exit")["pass"], true, "{report:#}");
-    let sim = federico::sim::run(
-        &s,
-        &federico::sim::Options {
-            out: dir.path().join("sim"),
-            data_dir: None,
-            progress: false,
-            export: false,
-            audit: false,
-        },
-    )
-    .unwrap();
+    let sim = simulate(&s, &dir.path().join("sim"));
     let sim = sim.summary.runs[0].faults.clone().unwrap();
     let fig = |r: &Value| check(r, "poisoning")["figures"]["honest_accuracy"].clone();
     assert_eq!(fig(&report), fig(&sim));
@@ -659,26 +639,7 @@ fn silos_behind_nat_federate_through_a_relay_and_make_the_simulators_decisions()
     assert!((1..=56).contains(&ended), "{paths}");
     eprintln!("behind NAT, at the end: {paths}");
     // Every decision is the simulator's.
-    let lines = |p: PathBuf| -> Vec<Value> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let (ra, rb) = (
-        lines(seed.join("rounds.jsonl")),
-        lines(sim.join("seed-1/rounds.jsonl")),
-    );
-    assert_eq!(ra.len(), 40);
-    assert_eq!(ra.len(), rb.len());
-    for (x, y) in ra.iter().zip(&rb) {
-        let mut y_fed = y["federico"].clone();
-        if let Some(o) = y_fed.as_object_mut() {
-            o.remove("trained_group_mass");
-        }
-        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
-    }
+    assert_same_decisions(&seed, &sim.join("seed-1"), 40);
     // Silos at other sites can be reached through the relay only (a silo's one site-mate is
     // on its LAN); every silo held a reservation and connected through the relay.
     let relay_log = std::fs::read_to_string(seed.join("nodes/relay.log")).unwrap();
@@ -703,48 +664,10 @@ fn a_relay_killed_behind_nat_costs_a_deadline_and_loses_nothing() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut s = scenario("quickstart.toml");
-    s.rounds = 600;
-    s.eval_every = 100;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_owned();
-    let swarm = {
-        let out = out.clone();
-        std::thread::spawn(move || {
-            launch::swarm(
-                &s,
-                &SwarmOptions {
-                    out,
-                    data_dir: None,
-                    exe: PathBuf::from(EXE),
-                    progress: false,
-                    deadlines: federico::net::config::Deadlines {
-                        model_s: 2.0,
-                        gradient_s: 2.0,
-                        start_s: 10.0,
-                        alone_s: Some(10.0),
-                        linger_s: 5.0,
-                    },
-                    timeout: Duration::from_secs(300),
-                    netns: false,
-                    nat: Some(4),
-                    baseline: None,
-                },
-            )
-            .map(drop)
-            .map_err(|e| format!("{e:#}"))
-        })
-    };
-    let nodes = out.join("seed-1/nodes");
-    let rounds = |i: usize| {
-        std::fs::read_to_string(nodes.join(format!("silo-{i}/rounds.jsonl")))
-            .map_or(0, |t| t.lines().count())
-    };
-    let until = std::time::Instant::now() + Duration::from_secs(120);
-    while rounds(0) < 150 {
-        assert!(std::time::Instant::now() < until, "silo-0 made no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let swarm = nat_swarm_in_background(dir.path());
+    let nodes = dir.path().join("seed-1/nodes");
+    wait_for_round(&nodes, 150);
     let pid: i32 = std::fs::read_to_string(nodes.join("relay.pid"))
         .unwrap()
         .trim()
@@ -760,7 +683,6 @@ fn a_relay_killed_behind_nat_costs_a_deadline_and_loses_nothing() {
     let after_restart = relay.split("relay started").nth(2).unwrap();
     assert!(after_restart.contains("circuit opened"), "{relay}");
     for i in 0..8 {
-        assert_eq!(rounds(i), 600, "silo {i} ran every round");
         let log = std::fs::read_to_string(nodes.join(format!("silo-{i}.log"))).unwrap();
         assert_eq!(
             log.matches("reachable through the relay").count(),
@@ -768,29 +690,15 @@ fn a_relay_killed_behind_nat_costs_a_deadline_and_loses_nothing() {
             "silo {i} got its reservation back"
         );
         assert!(log.contains("reservation on the relay lost"), "silo {i}");
-        // The rounds that waited a deadline (2 s) after the kill: a few at most.
-        let trace = launch::read_run_log(&nodes.join(format!("silo-{i}/rounds.jsonl"))).unwrap();
-        let slow = trace
-            .iter()
-            .filter(|r| r.at > killed_at && r.seconds > 1.0)
-            .count();
-        assert!(slow <= 3, "silo {i}: {slow} rounds waited a deadline");
-        // And the rounds of the last stretch got every model they asked for.
-        let tail = &trace[500..];
-        let full = tail
-            .iter()
-            .filter(|r| r.answered.len() == r.sampled.len())
-            .count();
-        assert!(full >= 95, "silo {i}: {full} of 100 late rounds complete");
     }
+    // The rounds that waited a deadline (2 s) after the kill: a few at most.
+    assert_recovered(&nodes, killed_at, 3);
 }
 
 /// Every NAT mapping of the test bed expires at once, mid-run: the routers' connection tracking
 /// tables are flushed (`conntrack -F` in each router's namespace), so packets from outside are
 /// dropped as unasked until a silo sends again, and the relay's and the punched connections
-/// must come back through new mappings. Each node pings each peer every second
-/// (`net::behaviour::PING_INTERVAL`), which makes the mappings again at once: no round waits a
-/// deadline, and nothing is lost.
+/// must come back through new mappings: a few rounds wait a deadline, and nothing is lost.
 #[test]
 fn nat_mappings_that_expire_mid_run_cost_a_few_rounds_and_lose_nothing() {
     let conntrack = std::process::Command::new("conntrack")
@@ -804,48 +712,10 @@ fn nat_mappings_that_expire_mid_run_cost_a_few_rounds_and_lose_nothing() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut s = scenario("quickstart.toml");
-    s.rounds = 600;
-    s.eval_every = 100;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_owned();
-    let swarm = {
-        let out = out.clone();
-        std::thread::spawn(move || {
-            launch::swarm(
-                &s,
-                &SwarmOptions {
-                    out,
-                    data_dir: None,
-                    exe: PathBuf::from(EXE),
-                    progress: false,
-                    deadlines: federico::net::config::Deadlines {
-                        model_s: 2.0,
-                        gradient_s: 2.0,
-                        start_s: 10.0,
-                        alone_s: Some(10.0),
-                        linger_s: 5.0,
-                    },
-                    timeout: Duration::from_secs(300),
-                    netns: false,
-                    nat: Some(4),
-                    baseline: None,
-                },
-            )
-            .map(drop)
-            .map_err(|e| format!("{e:#}"))
-        })
-    };
-    let nodes = out.join("seed-1/nodes");
-    let rounds = |i: usize| {
-        std::fs::read_to_string(nodes.join(format!("silo-{i}/rounds.jsonl")))
-            .map_or(0, |t| t.lines().count())
-    };
-    let until = std::time::Instant::now() + Duration::from_secs(120);
-    while rounds(0) < 150 {
-        assert!(std::time::Instant::now() < until, "silo-0 made no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let swarm = nat_swarm_in_background(dir.path());
+    let nodes = dir.path().join("seed-1/nodes");
+    wait_for_round(&nodes, 150);
     // This process's test bed: its routers are `federico-<pid>-<n>-r<site>`. Nothing here may
     // panic before the swarm is joined (it would leave the nodes and namespaces behind).
     let flushed_at = unix_now();
@@ -899,25 +769,124 @@ fn nat_mappings_that_expire_mid_run_cost_a_few_rounds_and_lose_nothing() {
         flushed >= 8,
         "the routers held the silos' mappings: {flushed}"
     );
+    // Measured: 2, 4, 6, 7 and 8 rounds at the 2 s deadline after the flush: a retransmission
+    // from outside is dropped until the silo behind the flushed NAT happens to send on that
+    // connection again. (A ping every second made it 0, but slowed the relay-kill recovery;
+    // see `net::behaviour::PING_INTERVAL`.)
+    assert_recovered(&nodes, flushed_at, 10);
+}
+
+/// The quick federation, 600 rounds (evaluated every 100), as `swarm --nat 4` with 2 s
+/// deadlines, in a thread: the caller acts on it mid-run, then joins it.
+fn nat_swarm_in_background(out: &Path) -> std::thread::JoinHandle<Result<(), String>> {
+    let mut s = scenario("quickstart.toml");
+    s.rounds = 600;
+    s.eval_every = 100;
+    let out = out.to_owned();
+    std::thread::spawn(move || {
+        launch::swarm(
+            &s,
+            &SwarmOptions {
+                out,
+                data_dir: None,
+                exe: PathBuf::from(EXE),
+                progress: false,
+                deadlines: federico::net::config::Deadlines {
+                    model_s: 2.0,
+                    gradient_s: 2.0,
+                    start_s: 10.0,
+                    alone_s: Some(10.0),
+                    linger_s: 5.0,
+                },
+                timeout: Duration::from_secs(300),
+                netns: false,
+                nat: Some(4),
+                baseline: None,
+            },
+        )
+        .map(drop)
+        .map_err(|e| format!("{e:#}"))
+    })
+}
+
+/// Rounds silo `i` has written to its run log under `nodes`.
+fn rounds_logged(nodes: &Path, i: usize) -> usize {
+    std::fs::read_to_string(nodes.join(format!("silo-{i}/rounds.jsonl")))
+        .map_or(0, |t| t.lines().count())
+}
+
+/// Waits (at most 2 minutes) until silo 0 has run `round` rounds.
+fn wait_for_round(nodes: &Path, round: usize) {
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    while rounds_logged(nodes, 0) < round {
+        assert!(std::time::Instant::now() < until, "silo-0 made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// After a fault at `since` (Unix seconds) in [`nat_swarm_in_background`]'s run: every silo ran
+/// all 600 rounds, at most `max_slow` of its rounds after the fault waited a deadline, and the
+/// last 100 rounds got every model they asked for in at least 95.
+fn assert_recovered(nodes: &Path, since: f64, max_slow: usize) {
     for i in 0..8 {
-        assert_eq!(rounds(i), 600, "silo {i} ran every round");
+        assert_eq!(rounds_logged(nodes, i), 600, "silo {i} ran every round");
         let trace = launch::read_run_log(&nodes.join(format!("silo-{i}/rounds.jsonl"))).unwrap();
         let slow = trace
             .iter()
-            .filter(|r| r.at > flushed_at && r.seconds > 1.0)
+            .filter(|r| r.at > since && r.seconds > 1.0)
             .count();
-        eprintln!("silo {i}: {slow} rounds waited a deadline after the flush");
-        // Measured: 0, 0, 0, 0 and (beside two busy loops on this 2-core machine) 1. With
-        // libp2p's default ping (every 15 s) 2, 4, 6, 7 and 8 rounds waited here: a
-        // retransmission from outside was dropped until the silo behind the flushed NAT
-        // happened to send on that connection again. The bound leaves a 2-core CI room.
-        assert!(slow <= 2, "silo {i}: {slow} rounds waited a deadline");
-        let tail = &trace[500..];
-        let full = tail
+        eprintln!("silo {i}: {slow} rounds waited a deadline after the fault");
+        assert!(
+            slow <= max_slow,
+            "silo {i}: {slow} rounds waited a deadline"
+        );
+        let full = trace[500..]
             .iter()
             .filter(|r| r.answered.len() == r.sampled.len())
             .count();
         assert!(full >= 95, "silo {i}: {full} of 100 late rounds complete");
+    }
+}
+
+/// `federico simulate` of `s` into `out`.
+fn simulate(s: &Scenario, out: &Path) -> federico::sim::Outcome {
+    federico::sim::run(
+        s,
+        &federico::sim::Options {
+            out: out.to_owned(),
+            data_dir: None,
+            progress: false,
+            export: false,
+            audit: false,
+        },
+    )
+    .unwrap()
+}
+
+/// Every line of a JSON-lines file.
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The swarm's `rounds.jsonl` under `swarm_seed` makes the simulator's decisions under
+/// `sim_seed`, round for round, over `rounds` rounds.
+fn assert_same_decisions(swarm_seed: &Path, sim_seed: &Path, rounds: usize) {
+    let (ra, rb) = (
+        jsonl(&swarm_seed.join("rounds.jsonl")),
+        jsonl(&sim_seed.join("rounds.jsonl")),
+    );
+    assert_eq!(ra.len(), rounds);
+    assert_eq!(ra.len(), rb.len());
+    for (x, y) in ra.iter().zip(&rb) {
+        let mut y_fed = y["federico"].clone();
+        if let Some(o) = y_fed.as_object_mut() {
+            o.remove("trained_group_mass");
+        }
+        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
     }
 }
 
@@ -950,25 +919,8 @@ fn a_wide_area_link_costs_every_round_its_trips_in_both_drivers_and_changes_no_d
     let dir = tempfile::tempdir().unwrap();
     let (report, traces) = run(&s, &dir.path().join("swarm"));
     assert_eq!(check(&report, "clean_exit")["pass"], true, "{report:#}");
-    federico::sim::run(
-        &s,
-        &federico::sim::Options {
-            out: dir.path().join("sim"),
-            data_dir: None,
-            progress: false,
-            export: false,
-            audit: false,
-        },
-    )
-    .unwrap();
-    let lines = |p: PathBuf| -> Vec<Value> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let sim_traces = lines(dir.path().join("sim/seed-1/traces.jsonl"));
+    simulate(&s, &dir.path().join("sim"));
+    let sim_traces = jsonl(&dir.path().join("sim/seed-1/traces.jsonl"));
     // Rounds 2 and on (round 1 also waits for the start): the simulator's virtual seconds are
     // the network's alone; the nodes add their compute.
     let median = |mut v: Vec<f64>| {
@@ -993,19 +945,11 @@ fn a_wide_area_link_costs_every_round_its_trips_in_both_drivers_and_changes_no_d
     eprintln!("median round: simulator {sim_s:.3} s, swarm {swarm_s:.3} s");
     assert!((0.3..1.0).contains(&sim_s), "simulator: {sim_s} s a round");
     assert!((0.3..3.0).contains(&swarm_s), "swarm: {swarm_s} s a round");
-    let (ra, rb) = (
-        lines(dir.path().join("swarm/seed-1/rounds.jsonl")),
-        lines(dir.path().join("sim/seed-1/rounds.jsonl")),
+    assert_same_decisions(
+        &dir.path().join("swarm/seed-1"),
+        &dir.path().join("sim/seed-1"),
+        8,
     );
-    assert_eq!(ra.len(), 8);
-    assert_eq!(ra.len(), rb.len());
-    for (x, y) in ra.iter().zip(&rb) {
-        let mut y_fed = y["federico"].clone();
-        if let Some(o) = y_fed.as_object_mut() {
-            o.remove("trained_group_mass");
-        }
-        assert_eq!(x["federico"], y_fed, "round {}", x["round"]);
-    }
     let log = std::fs::read_to_string(dir.path().join("swarm/seed-1/nodes/silo-0.log")).unwrap();
     assert!(
         log.contains("emulating the scenario's wide-area links"),

@@ -36,10 +36,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// How often a node pings each connected peer: often enough that a NAT whose mappings expired
-/// or were flushed mid-run has them back within a second (measured in
-/// `tests/faults_swarm.rs::nat_mappings_that_expire_mid_run_cost_a_few_rounds_and_lose_nothing`).
-pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a node pings each connected peer: libp2p's default. Every second made the test
+/// bed's NATs get their mappings back at once after a flush (0 rounds at the deadline instead
+/// of 2 to 8), but the relay-kill test then waited 8 and 18 rounds in 2 of 4 runs, so it is
+/// not the default until that is understood (`tests/faults_swarm.rs`).
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(15);
 /// The manifest's allow list: members are admitted, anyone else is refused at connection; off
 /// (`None`) for an open federation.
 pub(crate) type Members = Toggle<allow_block_list::Behaviour<allow_block_list::AllowedPeers>>;
@@ -461,8 +462,8 @@ pub(crate) struct Behaviour {
     pub(crate) identify: identify::Behaviour,
     /// Finds peers beyond the bootstrap list.
     pub(crate) kad: kad::Behaviour<kad::store::MemoryStore>,
-    /// Answers and sends libp2p pings (liveness for generic probes; round trip times; NAT
-    /// mappings kept fresh, [`PING_INTERVAL`]).
+    /// Answers and sends libp2p pings (liveness for generic probes; round trip times), every
+    /// [`PING_INTERVAL`].
     pub(crate) ping: ping::Behaviour,
     /// LAN discovery, when enabled.
     pub(crate) mdns: Toggle<mdns::tokio::Behaviour>,
@@ -545,9 +546,6 @@ impl Behaviour {
             gradient,
             identify,
             kad,
-            // Every second, both ways: a NAT that lost its mappings (a reboot, an expiry)
-            // gets them back from the next ping instead of the next message a round happens to
-            // send, so a retransmission waiting on the other side gets through.
             ping: ping::Behaviour::new(ping::Config::new().with_interval(PING_INTERVAL)),
             mdns: mdns.into(),
             relay_client,
