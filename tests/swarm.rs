@@ -79,6 +79,19 @@ fn a_fault_free_swarm_with_epoch_sub_steps_makes_the_simulators_decisions() {
     ]);
 }
 
+/// The M-step for a wide-area network (`local_epoch`): one exchange per round, then each owner
+/// takes four sub-steps alone on its own batches of 10, the others' gradients held and
+/// corrected. Every node takes the simulator's steps.
+#[test]
+fn a_fault_free_swarm_with_a_local_epoch_makes_the_simulators_decisions() {
+    swarm_makes_the_simulators_decisions(&[
+        "--set",
+        "federico.mstep=\"local_epoch\"",
+        "--set",
+        "train.batch_size=10",
+    ]);
+}
+
 /// Three silos, one alone in its label group, with FedeRiCo's defaults: every silo samples
 /// every model, so the owners cap the others' gradients against their own (`foreign_cap`), over
 /// four sub-steps per round.

@@ -316,6 +316,14 @@ impl GradientInbox {
     /// The owner's gradient `own` plus the others' sum, that sum scaled to an L2 norm of at most
     /// `cap` times `own`'s ([`Self::with_foreign_cap`]).
     fn capped_sum(&self, me: NodeId, own: &[f32], cap: f64) -> Vec<f32> {
+        let mut foreign = self.others_sum(me);
+        clip_to_norm(&mut foreign, cap * l2(own));
+        own.iter().zip(&foreign).map(|(a, b)| a + b).collect()
+    }
+
+    /// The others' gradients (every sender but `me`), each bounded and the left-out left out
+    /// as in [`Self::sum`], added in node-id order.
+    fn others_sum(&self, me: NodeId) -> Vec<f32> {
         let mut foreign = vec![0f32; self.len];
         for (&from, g) in self.received.iter().filter(|(k, _)| **k != me) {
             if let Some(g) = g
@@ -324,8 +332,27 @@ impl GradientInbox {
                 self.add_bounded(&mut foreign, from, g);
             }
         }
-        clip_to_norm(&mut foreign, cap * l2(own));
-        own.iter().zip(&foreign).map(|(a, b)| a + b).collect()
+        foreign
+    }
+
+    /// The owner `me`'s own gradient, when it is in.
+    pub fn own(&self, me: NodeId) -> Option<&[f32]> {
+        self.received.get(&me).and_then(|g| g.as_deref())
+    }
+
+    /// The others' part of [`Self::sum`] for the owner `me`: their gradients as the sum takes
+    /// them (bounded, the left-out left out), that part capped against the owner's own
+    /// gradient ([`Self::with_foreign_cap`]) when the cap is set and the own gradient is in.
+    /// `mstep = "local_epoch"` holds it through the owner's own sub-steps.
+    pub fn foreign_sum(&self, me: NodeId) -> Vec<f32> {
+        let mut foreign = self.others_sum(me);
+        if let Some((owner, cap)) = self.foreign_cap
+            && owner == me
+            && let Some(Some(own)) = self.received.get(&me)
+        {
+            clip_to_norm(&mut foreign, cap * l2(own));
+        }
+        foreign
     }
 }
 
@@ -865,6 +892,9 @@ mod tests {
         i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
         // Capped to 0.5 × 5 = 2.5, direction kept: (1.5, 2).
         assert_eq!(i.sum(), vec![4.5, 6.0]);
+        // `local_epoch` holds the others' part alone, capped as in the sum, and the own.
+        assert_eq!(i.foreign_sum(NodeId(0)), vec![1.5, 2.0]);
+        assert_eq!(i.own(NodeId(0)), Some(&[3.0f32, 4.0][..]));
         // A cap above the others' norm leaves the sum as it is.
         let mut i = inbox(Some(3.0));
         i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
@@ -872,6 +902,7 @@ mod tests {
         let mut i = inbox(None);
         i.handle_gradient(NodeId(0), 0, vec![3.0, 4.0]).unwrap();
         assert_eq!(i.sum(), vec![9.0, 12.0]);
+        assert_eq!(i.foreign_sum(NodeId(0)), vec![6.0, 8.0]);
     }
 
     #[test]

@@ -163,6 +163,12 @@ pub enum MStep {
     Epoch,
     /// `minibatch(S)` with a fixed number S of sub-steps.
     Minibatch(usize),
+    /// Beyond the paper, for a wide-area network: `full`'s one exchange per round (each
+    /// sampler's gradient over all its data, sent once), after which the owner takes `epoch`'s
+    /// S sub-steps alone: each on its own next mini-batch, the others' gradients held as they
+    /// came. The owner's model gets an epoch's optimizer steps for one round trip of pulls and
+    /// one of gradients (`docs/performance.md`, "Across a wide-area network").
+    LocalEpoch,
 }
 
 impl MStep {
@@ -171,10 +177,25 @@ impl MStep {
     /// ⌈max n_i / batch⌉, which only someone who knows every silo's size can say.
     pub fn sub_steps(self, epoch_steps: u64) -> Option<u64> {
         match self {
-            MStep::Full => None,
+            MStep::Full | MStep::LocalEpoch => None,
             MStep::Epoch => Some(epoch_steps.max(1)),
             MStep::Minibatch(s) => Some(s as u64),
         }
+    }
+
+    /// The owner's own sub-steps per round after its one exchange (`local_epoch`: an epoch of
+    /// the federation's largest silo, as `epoch`); `None` for the others, whose owner steps
+    /// once per (sub-)step on its inbox.
+    pub fn own_steps(self, epoch_steps: u64) -> Option<u64> {
+        match self {
+            MStep::LocalEpoch => Some(epoch_steps.max(1)),
+            _ => None,
+        }
+    }
+
+    /// Whether every member must know the federation's epoch (`epoch_steps`).
+    pub fn needs_epoch(self) -> bool {
+        matches!(self, MStep::Epoch | MStep::LocalEpoch)
     }
 }
 

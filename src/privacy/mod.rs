@@ -16,3 +16,6 @@ pub mod split;
 pub use config::{NoiseSource, PrivacyConfig};
 pub use ledger::{Audience, Budget, Ledger, Release, Spent};
 pub use split::ClipSplit;
+
+/// Why `[privacy]` refuses `mstep = "local_epoch"` (a node's config and a scenario alike).
+pub const REFUSES_LOCAL_EPOCH: &str = "[privacy] with federico.mstep = \"local_epoch\" is not built: the owner's own sub-steps would be releases the ledger does not plan; use mstep = \"epoch\" or \"full\"";

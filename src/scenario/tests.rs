@@ -121,6 +121,10 @@ fn out_of_range_values_name_the_field() {
             "[privacy]\nepsilon = 8\n",
             "[privacy] is built for federico only",
         ),
+        (
+            "algorithms = [\"federico\"]\n[federico]\nmstep = \"local_epoch\"\n[privacy]\nepsilon = 8\n",
+            "mstep = \"local_epoch\" is not built",
+        ),
         ("[fedsac]\nalpha = -1\n", "fedsac.alpha"),
         ("[fedsac]\nk = 0\n", "fedsac.k"),
         ("[fedsac]\nfeature_samples = 3\n", "fedsac.feature_samples"),
@@ -194,6 +198,16 @@ fn loss_scale_and_mstep_forms() {
     let s = Scenario::parse("[federico]\nloss_scale = \"auto\"\n").unwrap();
     assert_eq!(s.federico.loss_scale, Some(crate::core::LossScale::Auto));
     assert_eq!(s.federico.mstep(), MStep::Epoch);
+    let s = Scenario::parse("[federico]\nmstep = \"local_epoch\"\n").unwrap();
+    assert_eq!(s.federico.mstep(), MStep::LocalEpoch);
+    assert_eq!(
+        (
+            MStep::LocalEpoch.sub_steps(19),
+            MStep::LocalEpoch.own_steps(19)
+        ),
+        (None, Some(19)),
+        "one exchange a round, an epoch of the owner's own sub-steps"
+    );
     let s = Scenario::parse_with(
         "",
         &["federico.soften={ from_round = 3, factor = 0.25 }".into()],

@@ -39,6 +39,10 @@ impl Scenario {
                     self.algorithms.iter().map(|a| a.name()).collect::<Vec<_>>()
                 )
             })?;
+            check(
+                self.federico.mstep() != crate::core::MStep::LocalEpoch,
+                || crate::privacy::REFUSES_LOCAL_EPOCH.into(),
+            )?;
         }
         let d = &self.data;
         let sp = &self.split;

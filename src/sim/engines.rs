@@ -101,6 +101,14 @@ impl Engines {
                         ctx.batch_size(),
                         0,
                     )
+                    .with_own_steps(
+                        ctx.federico_own_steps(),
+                        ctx.seed,
+                        NodeId(i as u32),
+                        n,
+                        ctx.batch_size(),
+                        0,
+                    )
                     .with_privacy(
                         ctx.scenario.privacy.as_ref(),
                         ctx.seed,

@@ -178,6 +178,12 @@ impl Ctx<'_> {
         let epoch = self.fed.epoch_steps(self.batch_size());
         self.scenario.federico.mstep().sub_steps(epoch)
     }
+    /// FedeRiCo's owner's own sub-steps per round after its one exchange (`mstep =
+    /// "local_epoch"`; `None` otherwise).
+    fn federico_own_steps(&self) -> Option<u64> {
+        let epoch = self.fed.epoch_steps(self.batch_size());
+        self.scenario.federico.mstep().own_steps(epoch)
+    }
 }
 
 /// Algorithms in table order.

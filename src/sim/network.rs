@@ -122,6 +122,8 @@ pub(crate) struct FaultNet {
     /// The run seed and batch size: a mini-batch M-step's batch streams.
     seed: u64,
     batch: usize,
+    /// `mstep = "local_epoch"`'s own sub-steps per round (`None`: another M-step).
+    own_steps: Option<u64>,
     /// `[privacy]`: every silo's releases, and a restarted silo's ledger from its checkpoint.
     privacy: Option<crate::privacy::PrivacyConfig>,
     slots: Vec<Slot>,
@@ -230,6 +232,7 @@ impl FaultNet {
             lr,
             seed: ctx.seed,
             batch: ctx.scenario.train.batch_size,
+            own_steps: ctx.federico_own_steps(),
             privacy: ctx.scenario.privacy.clone(),
             slots,
             now: t0,
@@ -604,6 +607,14 @@ impl FaultNet {
             .with_rows_of(&mut slot.silo)
             .with_batches(
                 self.template.sub_steps,
+                self.seed,
+                NodeId(i as u32),
+                self.n_train[i],
+                self.batch,
+                round,
+            )
+            .with_own_steps(
+                self.own_steps,
                 self.seed,
                 NodeId(i as u32),
                 self.n_train[i],

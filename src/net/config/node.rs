@@ -566,6 +566,9 @@ impl NodeConfig {
                         .into(),
                 );
             }
+            if self.federico.mstep() == crate::core::MStep::LocalEpoch {
+                return Err(crate::privacy::REFUSES_LOCAL_EPOCH.into());
+            }
             if self.rounds == 0 && p.noise_multiplier.is_none() {
                 return Err(
                     "[privacy] on a node that runs until stopped (rounds = 0) needs \
@@ -794,6 +797,8 @@ shard = "a.shard"
         assert_eq!(c.federico.mstep(), crate::core::MStep::Epoch);
         let c = parse("[federico]\nmstep = { minibatch = 4 }\n").unwrap();
         assert_eq!(c.federico.mstep(), crate::core::MStep::Minibatch(4));
+        let c = parse("[federico]\nmstep = \"local_epoch\"\n").unwrap();
+        assert_eq!(c.federico.mstep(), crate::core::MStep::LocalEpoch);
         let bad = format!("listen = [\"tcp:4001\"]\n{GOOD}");
         let c: NodeConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().contains("listen"));
@@ -831,6 +836,9 @@ shard = "a.shard"
         let text = format!("rounds = 0\n{GOOD}[privacy]\nnoise_multiplier = 2\n");
         let c: NodeConfig = toml::from_str(&text).unwrap();
         c.validate().unwrap();
+        // The owner's own sub-steps of a local epoch are releases no ledger plans.
+        let e = parse("[federico]\nmstep = \"local_epoch\"\n[privacy]\nepsilon = 4\n").unwrap_err();
+        assert!(e.contains("local_epoch"), "{e}");
     }
 
     #[test]

@@ -232,11 +232,19 @@ pub(crate) async fn run_from(
         round,
         ledger,
     } = setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
-    let sub_steps = sub_steps(&cfg, &manifest)?;
+    let (sub_steps, own_steps) = sub_steps(&cfg, &manifest)?;
     let silo = silo
         .with_score_rows(cfg.federico.score_share, cfg.seed, me, train)
         .with_batches(
             sub_steps,
+            cfg.seed,
+            me,
+            n_train,
+            cfg.train.batch_size,
+            round,
+        )
+        .with_own_steps(
+            own_steps,
             cfg.seed,
             me,
             n_train,
@@ -372,19 +380,32 @@ pub(crate) async fn run_from(
     result
 }
 
-/// The M-step's sub-steps per round: `mstep = "epoch"` takes the manifest's `epoch_steps`,
-/// which every member must share (an error names the fix when it is missing).
-fn sub_steps(cfg: &NodeConfig, manifest: &Manifest) -> Result<Option<u64>, NodeError> {
-    match (cfg.federico.mstep(), manifest.epoch_steps) {
-        (MStep::Epoch, None) => Err(fatal(format!(
-            "federico.mstep = \"epoch\" (the default) takes one epoch of the federation's \
+/// The M-step's sub-steps per round, the round engine's and the owner's own (`mstep =
+/// "local_epoch"`): `"epoch"` and `"local_epoch"` take the manifest's `epoch_steps`, which
+/// every member must share (an error names the fix when it is missing).
+fn sub_steps(
+    cfg: &NodeConfig,
+    manifest: &Manifest,
+) -> Result<(Option<u64>, Option<u64>), NodeError> {
+    let mstep = cfg.federico.mstep();
+    match manifest.epoch_steps {
+        None if mstep.needs_epoch() => Err(fatal(format!(
+            "federico.mstep = {} takes one epoch of the federation's \
              largest silo in sub-steps per round, a number every member must share: set \
              epoch_steps = ceil(largest silo's training samples / train.batch_size) in the \
              manifest {} (`federico init` writes it), or mstep = \"full\" or \
              {{ minibatch = S }} in this node's config",
+            if mstep == MStep::Epoch {
+                "\"epoch\" (the default)"
+            } else {
+                "\"local_epoch\""
+            },
             cfg.manifest.display()
         ))),
-        (mstep, steps) => Ok(mstep.sub_steps(steps.unwrap_or(1))),
+        steps => {
+            let steps = steps.unwrap_or(1);
+            Ok((mstep.sub_steps(steps), mstep.own_steps(steps)))
+        }
     }
 }
 
