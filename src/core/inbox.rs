@@ -375,7 +375,7 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// The L2 norm of `g`, computed in f64.
-fn l2(g: &[f32]) -> f64 {
+pub(crate) fn l2(g: &[f32]) -> f64 {
     g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
 }
 

@@ -21,6 +21,7 @@ mod sampling;
 mod softmax;
 mod table;
 
+pub(crate) use inbox::l2;
 pub use inbox::{
     Bounded, DEFAULT_NORM_BOUND, GradientInbox, NormBound, PROBATION_DEADLINES, PROBATION_ROUNDS,
     Rejection, Stragglers,
@@ -193,9 +194,33 @@ impl MStep {
         }
     }
 
+    /// Both counts at once, in a federation whose epoch is `epoch_steps` sub-steps.
+    pub fn steps(self, epoch_steps: u64) -> Steps {
+        Steps {
+            sub_steps: self.sub_steps(epoch_steps),
+            own_steps: self.own_steps(epoch_steps),
+        }
+    }
+
     /// Whether every member must know the federation's epoch (`epoch_steps`).
     pub fn needs_epoch(self) -> bool {
         matches!(self, MStep::Epoch | MStep::LocalEpoch)
+    }
+}
+
+/// What an M-step asks of a round ([`MStep::steps`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    /// The round engine's sub-steps, each an exchange ([`MStep::sub_steps`]).
+    pub sub_steps: Option<u64>,
+    /// The owner's own sub-steps after the round's one exchange ([`MStep::own_steps`]).
+    pub own_steps: Option<u64>,
+}
+
+impl Steps {
+    /// Mini-batches a silo draws a round: one per sub-step of either kind; `None`: none.
+    pub fn batches(self) -> Option<u64> {
+        self.sub_steps.or(self.own_steps)
     }
 }
 

@@ -6,14 +6,15 @@
 //! arithmetic of a round: mean loss = summed loss / n; each measured gradient scaled in f32 by
 //! its owner's fresh weight; one Adam step on the owner's inbox sum (summed in node order by
 //! the inbox), or under `mstep = "local_epoch"` S steps on the owner's own batches with the
-//! others' part held and corrected ([`FedericoSilo::local_epoch`]); then the version bumped. The node's training thread and the simulator both run
-//! exactly this, so a fault-free swarm makes the simulator's decisions.
+//! others' part held and corrected ([`FedericoSilo::local_epoch`]); then the version bumped.
+//! The node's training thread and the simulator both run exactly this, so a fault-free swarm
+//! makes the simulator's decisions.
 //! Must not: decide anything (weights come in with the jobs), touch the network, read a clock
 //! or write files other than through [`crate::store`] (the [`Checkpoint`] format is here, and
 //! its file goes through the store's seal and generations; the drivers say when).
 
-use crate::core::Peer;
 use crate::core::round::{Done, Job, Score};
+use crate::core::{GradientInbox, Peer, Steps, l2};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Adam, ClientData, Dataset, Evaluation, LearnError, Learner};
 use crate::privacy::{Ledger, PrivacyConfig};
@@ -43,7 +44,7 @@ pub struct FedericoSilo {
     /// The mini-batch stream of a mini-batch M-step, and the batch size.
     batches: Option<(BatchCursor, usize)>,
     /// `mstep = "local_epoch"`: the owner's own sub-steps after each round's one exchange
-    /// ([`Self::with_own_steps`]); `None`: one step on the inbox's sum.
+    /// ([`Self::with_batches`]); `None`: one step on the inbox's sum.
     own_steps: Option<u64>,
     /// This silo and its weight on its own model, from the round's `Scale` (what its own
     /// sub-steps scale their gradients by).
@@ -191,47 +192,33 @@ impl FedericoSilo {
         self.poison.as_ref().map(Poisoner::attack)
     }
 
-    /// The silo of node `me` in a run seeded `seed` with `sub_steps` mini-batch sub-steps per
-    /// round (`None`: one full step, no batches): the stream it draws batches of `batch` from
-    /// over its `n_train` rows (those that train, after [`Self::with_score_rows`]), past the
-    /// sub-steps of the `rounds_done` rounds already run (a resumed silo replays its draws:
-    /// they depend only on the row count). The simulator and
-    /// the node derive the stream alike, so a fault-free swarm draws the simulator's batches.
+    /// The silo of node `me` in a run seeded `seed` whose M-step takes `steps` a round: the
+    /// stream it draws a batch of `batch` from for each sub-step ([`Steps::batches`]; none for
+    /// one full step) over its `n_train` rows (those that train, after
+    /// [`Self::with_score_rows`]), past the sub-steps of the `rounds_done` rounds already run (a
+    /// resumed silo replays its draws: they depend only on the row count). Under `mstep =
+    /// "local_epoch"` (`steps.own_steps` = `Some(S)`) the owner then steps S times a round on
+    /// its own batches ([`Self::local_epoch`]). The simulator and the node derive the stream
+    /// alike, so a fault-free swarm draws the simulator's batches.
     pub fn with_batches(
         mut self,
-        sub_steps: Option<u64>,
+        steps: Steps,
         seed: u64,
         me: NodeId,
         n_train: usize,
         batch: usize,
         rounds_done: u64,
     ) -> Self {
-        let Some(s) = sub_steps else { return self };
+        self.own_steps = steps.own_steps;
+        let Some(s) = steps.batches() else {
+            return self;
+        };
         let rng = StdRng::seed_from_u64(stream_seed(seed ^ 0xFEDE, me, Stream::Batches));
         let (n_fit, _) = self.rows(n_train);
         let mut cursor = BatchCursor::new(n_fit, rng);
         skip_steps(&mut cursor, batch, (rounds_done * s) as usize);
         self.batches = Some((cursor, batch));
         self
-    }
-
-    /// Under `mstep = "local_epoch"` (`own_steps` = `Some(S)`), the owner steps S times a
-    /// round on its own next mini-batches, the others' gradients of the round's one exchange
-    /// held through them; its batch stream as [`Self::with_batches`]'s for S sub-steps. `None`
-    /// leaves the silo as it is.
-    pub fn with_own_steps(
-        self,
-        own_steps: Option<u64>,
-        seed: u64,
-        me: NodeId,
-        n_train: usize,
-        batch: usize,
-        rounds_done: u64,
-    ) -> Self {
-        let Some(s) = own_steps else { return self };
-        let mut silo = self.with_batches(Some(s), seed, me, n_train, batch, rounds_done);
-        silo.own_steps = Some(s);
-        silo
     }
 
     /// The next mini-batch's rows and their rescale n / |batch|.
@@ -403,7 +390,7 @@ impl FedericoSilo {
     /// `mstep = "local_epoch"`'s step from `inbox`, the round's one exchange: `steps` Adam steps,
     /// each on the owner's gradient m over its next mini-batch (rescaled to its data's size and
     /// scaled by `own`'s weight, as `epoch`'s sub-steps) plus the others' gradients F as they
-    /// came ([`GradientInbox::foreign_sum`](crate::core::GradientInbox::foreign_sum)), which
+    /// came ([`GradientInbox::foreign_sum`]), which
     /// were taken at the version the round started from. As the model moves away from it, F
     /// would go stale; each step corrects it by the change of the owner's own gradient since
     /// then, scaled by how much the others weigh against the owner (SCAFFOLD's control
@@ -416,7 +403,7 @@ impl FedericoSilo {
         &mut self,
         learner: &mut Learner,
         train: &Dataset,
-        inbox: &crate::core::GradientInbox,
+        inbox: &GradientInbox,
         steps: u64,
         (me, weight): (NodeId, f64),
     ) -> Result<(), LearnError> {
@@ -429,9 +416,9 @@ impl FedericoSilo {
                 &zeros
             }
         };
-        let own_norm = norm(own);
+        let own_norm = l2(own);
         let r = if own_norm > 0.0 {
-            (norm(&foreign) / own_norm) as f32
+            (l2(&foreign) / own_norm) as f32
         } else {
             0.0
         };
@@ -446,11 +433,6 @@ impl FedericoSilo {
         }
         Ok(())
     }
-}
-
-/// The L2 norm of `g`, computed in f64.
-fn norm(g: &[f32]) -> f64 {
-    g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
 }
 
 /// A `Measure` under differential privacy: the E-step's noisy losses on the rows that score,
@@ -682,7 +664,7 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::FedericoConfig;
+    use crate::core::{FedericoConfig, MStep};
 
     /// A real checkpoint of a 3-member federation's node after `round` rounds (small model).
     fn checkpoint(round: u64) -> Checkpoint {
@@ -828,13 +810,9 @@ mod tests {
         );
     }
 
-    /// Held-out rows never enter a gradient, and every loss is theirs: the measured loss is
-    /// the model's mean loss on the score rows, the gradient the one over the rows that train.
-    #[test]
-    fn a_silo_holding_rows_out_scores_on_them_and_trains_on_the_rest() {
-        use crate::core::round::{Done, Job};
+    /// `n` rows of 3 features in two classes (train and test alike), and a small MLP for them.
+    fn tiny_silo(n: usize) -> (ClientData, crate::learn::ModelSpec) {
         use crate::learn::{Labels, ModelSpec};
-        let n = 20;
         let train = Dataset::new(
             (0..n * 3).map(|i| ((i * 13) % 7) as f32 / 7.0).collect(),
             vec![3],
@@ -846,7 +824,7 @@ mod tests {
         .unwrap();
         let data = ClientData {
             train: train.clone(),
-            test: train.clone(),
+            test: train,
             group: None,
         };
         let spec = ModelSpec::Mlp {
@@ -854,6 +832,17 @@ mod tests {
             hidden: vec![4],
             classes: 2,
         };
+        (data, spec)
+    }
+
+    /// Held-out rows never enter a gradient, and every loss is theirs: the measured loss is
+    /// the model's mean loss on the score rows, the gradient the one over the rows that train.
+    #[test]
+    fn a_silo_holding_rows_out_scores_on_them_and_trains_on_the_rest() {
+        use crate::core::round::{Done, Job};
+        let n = 20;
+        let (data, spec) = tiny_silo(n);
+        let train = data.train.clone();
         let mut learner = Learner::new(&spec, 8).unwrap();
         let params = learner.init_params(&mut StdRng::seed_from_u64(3));
         let mut silo = FedericoSilo::new(params.clone(), Adam::new(params.len(), 0.01), 0)
@@ -888,7 +877,7 @@ mod tests {
             .unwrap();
         assert_eq!(grads, vec![(me, fit_grad)]);
         // Mini-batches come from the rows that train only.
-        let mut silo = silo.with_batches(Some(4), 9, me, n, 8, 0);
+        let mut silo = silo.with_batches(MStep::Minibatch(4).steps(1), 9, me, n, 8, 0);
         let (cursor, _) = silo.batches.as_mut().unwrap();
         for _ in 0..10 {
             assert!(cursor.next(8).iter().all(|&i| i < 15));
@@ -903,29 +892,10 @@ mod tests {
     /// along the round's first direction).
     #[test]
     fn a_local_epoch_corrects_the_others_held_gradient_by_the_owners_own() {
-        use crate::core::GradientInbox;
         use crate::core::round::{Done, Job};
-        use crate::learn::{Labels, ModelSpec};
         let n = 24;
-        let train = Dataset::new(
-            (0..n * 3).map(|i| ((i * 13) % 7) as f32 / 7.0).collect(),
-            vec![3],
-            Labels::Class {
-                ids: (0..n).map(|i| (i % 2) as u32).collect(),
-                num_classes: 2,
-            },
-        )
-        .unwrap();
-        let data = ClientData {
-            train: train.clone(),
-            test: train.clone(),
-            group: None,
-        };
-        let spec = ModelSpec::Mlp {
-            inputs: 3,
-            hidden: vec![4],
-            classes: 2,
-        };
+        let (data, spec) = tiny_silo(n);
+        let train = data.train.clone();
         let mut learner = Learner::new(&spec, 8).unwrap();
         let params = learner.init_params(&mut StdRng::seed_from_u64(3));
         let (me, twin) = (NodeId(1), NodeId(0));
@@ -934,7 +904,7 @@ mod tests {
         let round = |w: f64, others: Vec<(NodeId, Vec<f32>)>| {
             let mut learner = Learner::new(&spec, 8).unwrap();
             let mut silo = FedericoSilo::new(params.clone(), Adam::new(params.len(), 0.05), 0)
-                .with_own_steps(Some(5), 9, me, n, 8, 0);
+                .with_batches(MStep::LocalEpoch.steps(5), 9, me, n, 8, 0);
             let measure = Job::Measure {
                 models: vec![(me, Arc::new(params.clone()))],
                 batched: false,
@@ -998,28 +968,9 @@ mod tests {
     #[test]
     fn a_private_silo_records_every_release_and_stops_at_its_budget() {
         use crate::core::round::{Done, Job};
-        use crate::learn::{Labels, ModelSpec};
         use crate::privacy::PrivacyConfig;
         let n = 40;
-        let train = Dataset::new(
-            (0..n * 3).map(|i| ((i * 13) % 7) as f32 / 7.0).collect(),
-            vec![3],
-            Labels::Class {
-                ids: (0..n).map(|i| (i % 2) as u32).collect(),
-                num_classes: 2,
-            },
-        )
-        .unwrap();
-        let data = ClientData {
-            train: train.clone(),
-            test: train.clone(),
-            group: None,
-        };
-        let spec = ModelSpec::Mlp {
-            inputs: 3,
-            hidden: vec![4],
-            classes: 2,
-        };
+        let (data, spec) = tiny_silo(n);
         let mut learner = Learner::new(&spec, 8).unwrap();
         let params = learner.init_params(&mut StdRng::seed_from_u64(3));
         let cfg = PrivacyConfig {
@@ -1030,7 +981,7 @@ mod tests {
         let (me, peer) = (NodeId(1), NodeId(2));
         let silo = |cfg: &PrivacyConfig| {
             FedericoSilo::new(params.clone(), Adam::new(params.len(), 0.01), 0)
-                .with_batches(Some(2), 9, me, n, 10, 0)
+                .with_batches(MStep::Minibatch(2).steps(1), 9, me, n, 10, 0)
                 .with_privacy(Some(cfg), 9, me, n, (100, Some(2)))
         };
         let models = vec![

@@ -46,7 +46,8 @@ impl Engines {
     ) -> Self {
         let k = peers.len();
         let now = Instant::now();
-        let sub_steps = ctx.federico_sub_steps();
+        let steps = ctx.federico_steps();
+        let sub_steps = steps.sub_steps;
         // Deadlines exist (the engine needs them) but are never reached: time does not move.
         let day = Duration::from_secs(86_400);
         let mut rounds: Vec<Round<Handle>> = peers
@@ -93,22 +94,7 @@ impl Engines {
                 let train = &ctx.fed.clients[i].train;
                 FedericoSilo::new(p.clone(), Adam::new(p.len(), ctx.lr()), 0)
                     .with_score_rows(cfg.score_share, ctx.seed, NodeId(i as u32), train)
-                    .with_batches(
-                        sub_steps,
-                        ctx.seed,
-                        NodeId(i as u32),
-                        n,
-                        ctx.batch_size(),
-                        0,
-                    )
-                    .with_own_steps(
-                        ctx.federico_own_steps(),
-                        ctx.seed,
-                        NodeId(i as u32),
-                        n,
-                        ctx.batch_size(),
-                        0,
-                    )
+                    .with_batches(steps, ctx.seed, NodeId(i as u32), n, ctx.batch_size(), 0)
                     .with_privacy(
                         ctx.scenario.privacy.as_ref(),
                         ctx.seed,

@@ -172,17 +172,11 @@ impl Ctx<'_> {
     fn batch_size(&self) -> usize {
         self.scenario.train.batch_size
     }
-    /// FedeRiCo's sub-steps per round in this federation (`None`: one full step): an epoch
-    /// counts the largest silo's batches.
-    fn federico_sub_steps(&self) -> Option<u64> {
+    /// FedeRiCo's sub-steps per round in this federation, the round engine's and the owner's
+    /// own ([`crate::core::Steps`]): an epoch counts the largest silo's batches.
+    fn federico_steps(&self) -> crate::core::Steps {
         let epoch = self.fed.epoch_steps(self.batch_size());
-        self.scenario.federico.mstep().sub_steps(epoch)
-    }
-    /// FedeRiCo's owner's own sub-steps per round after its one exchange (`mstep =
-    /// "local_epoch"`; `None` otherwise).
-    fn federico_own_steps(&self) -> Option<u64> {
-        let epoch = self.fed.epoch_steps(self.batch_size());
-        self.scenario.federico.mstep().own_steps(epoch)
+        self.scenario.federico.mstep().steps(epoch)
     }
 }
 

@@ -122,8 +122,8 @@ pub(crate) struct FaultNet {
     /// The run seed and batch size: a mini-batch M-step's batch streams.
     seed: u64,
     batch: usize,
-    /// `mstep = "local_epoch"`'s own sub-steps per round (`None`: another M-step).
-    own_steps: Option<u64>,
+    /// The M-step's sub-steps a round, the engine's and the owner's own.
+    steps: crate::core::Steps,
     /// `[privacy]`: every silo's releases, and a restarted silo's ledger from its checkpoint.
     privacy: Option<crate::privacy::PrivacyConfig>,
     slots: Vec<Slot>,
@@ -165,6 +165,7 @@ impl FaultNet {
             .events
             .iter()
             .any(|e| matches!(e.fault, Fault::Join(_)));
+        let steps = ctx.federico_steps();
         let template = RoundConfig {
             me: NodeId(0),
             members: k,
@@ -182,7 +183,7 @@ impl FaultNet {
             // As a swarm's nodes: round 1 at the start deadline with whoever came.
             alone_after: Some(Duration::ZERO),
             linger: LINGER,
-            sub_steps: ctx.federico_sub_steps(),
+            sub_steps: steps.sub_steps,
             foreign_cap: cfg.foreign_cap(k),
             norm_bound: ctx.scenario.defences.norm_bound(cfg.variant),
             drop_opposed: ctx.scenario.defences.drop_opposed(cfg.variant),
@@ -232,7 +233,7 @@ impl FaultNet {
             lr,
             seed: ctx.seed,
             batch: ctx.scenario.train.batch_size,
-            own_steps: ctx.federico_own_steps(),
+            steps,
             privacy: ctx.scenario.privacy.clone(),
             slots,
             now: t0,
@@ -606,15 +607,7 @@ impl FaultNet {
         slot.silo = silo
             .with_rows_of(&mut slot.silo)
             .with_batches(
-                self.template.sub_steps,
-                self.seed,
-                NodeId(i as u32),
-                self.n_train[i],
-                self.batch,
-                round,
-            )
-            .with_own_steps(
-                self.own_steps,
+                self.steps,
                 self.seed,
                 NodeId(i as u32),
                 self.n_train[i],

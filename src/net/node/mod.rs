@@ -27,7 +27,7 @@ use super::runlog::RunLog;
 use super::throttle::Throttle;
 use super::trainer::{Output, QUEUE, SaveHealth, Trainer, Work};
 use crate::core::round::{Action, Done, Job, ReqId, Round, RoundConfig, RoundReport};
-use crate::core::{MStep, Peer};
+use crate::core::{MStep, Peer, Steps};
 use crate::ids::{NodeId, Stream, stream_seed};
 use crate::learn::{Evaluation, Learner};
 use crate::protocol::{GradientRequest, ModelPayload, ModelRequest, ModelResponse};
@@ -232,25 +232,11 @@ pub(crate) async fn run_from(
         round,
         ledger,
     } = setup::resume(&cfg, &manifest, me, peer_id, &ckpt_path, &learner, start)?;
-    let (sub_steps, own_steps) = sub_steps(&cfg, &manifest)?;
+    let steps = sub_steps(&cfg, &manifest)?;
+    let sub_steps = steps.sub_steps;
     let silo = silo
         .with_score_rows(cfg.federico.score_share, cfg.seed, me, train)
-        .with_batches(
-            sub_steps,
-            cfg.seed,
-            me,
-            n_train,
-            cfg.train.batch_size,
-            round,
-        )
-        .with_own_steps(
-            own_steps,
-            cfg.seed,
-            me,
-            n_train,
-            cfg.train.batch_size,
-            round,
-        );
+        .with_batches(steps, cfg.seed, me, n_train, cfg.train.batch_size, round);
     let silo = setup::private(&cfg, silo, me, n_train, sub_steps, (ledger, round))?;
     let num_params = silo.params.len();
     let privacy = silo.privacy_record();
@@ -383,10 +369,7 @@ pub(crate) async fn run_from(
 /// The M-step's sub-steps per round, the round engine's and the owner's own (`mstep =
 /// "local_epoch"`): `"epoch"` and `"local_epoch"` take the manifest's `epoch_steps`, which
 /// every member must share (an error names the fix when it is missing).
-fn sub_steps(
-    cfg: &NodeConfig,
-    manifest: &Manifest,
-) -> Result<(Option<u64>, Option<u64>), NodeError> {
+fn sub_steps(cfg: &NodeConfig, manifest: &Manifest) -> Result<Steps, NodeError> {
     let mstep = cfg.federico.mstep();
     match manifest.epoch_steps {
         None if mstep.needs_epoch() => Err(fatal(format!(
@@ -402,10 +385,7 @@ fn sub_steps(
             },
             cfg.manifest.display()
         ))),
-        steps => {
-            let steps = steps.unwrap_or(1);
-            Ok((mstep.sub_steps(steps), mstep.own_steps(steps)))
-        }
+        steps => Ok(mstep.steps(steps.unwrap_or(1))),
     }
 }
 
